@@ -1,0 +1,189 @@
+"""The composer: session state + current message -> OpenAI-format messages. No I/O.
+
+Message order::
+
+    system     static instructions and skills first, the Current Context section last
+    user       "[Previous conversation summary]\\n• … → …"   } only when older turns exist
+    assistant  "Understood. I have the context."             }
+    user       last user message                             } the recent window
+    assistant  last assistant final text                     }
+    user       the current message
+
+Static text first keeps the byte-identical prefix long from turn to turn, so
+provider prompt caches hit. The result always alternates user/assistant after
+the system message and ends with the user's message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .config import Config
+from .context import extract_context, order_context, render_context
+from .skills import render_skills
+from .state import (
+    Prompt,
+    SessionState,
+    StoredMessage,
+    TokenBreakdown,
+    Turn,
+    TurnUpdate,
+    check_user_message,
+    whole_pairs,
+)
+from .text import cut_middle
+from .summary import action_of, summary_line
+from .tokens import REPLY_PRIMING, Tokenizer, get_tokenizer
+
+__all__ = ["apply_turn", "build_messages", "compose", "is_valid_chat", "static_prefix", "system_prompt"]
+
+_BLANK_RUNS = re.compile(r"\n{3,}")
+
+
+def tokenizer_for(config: Config) -> Tokenizer:
+    return get_tokenizer(config.tokens.model, encoding=config.tokens.encoding)
+
+
+def _render_static(config: Config) -> str:
+    template = config.prompt.template
+    head = template[: template.rindex("{context}")]
+    text = head.format(
+        name=config.assistant.name,
+        instructions=config.assistant.instructions.strip(),
+        skills=render_skills(config.skills, config.prompt.skills_header),
+    )
+    lines = "\n".join(line.rstrip() for line in text.splitlines())
+    return _BLANK_RUNS.sub("\n\n", lines).strip()
+
+
+def static_prefix(config: Config) -> str:
+    """The part of the system prompt that does not change between turns (cached per config)."""
+    return config.derived("static_prefix", _render_static)
+
+
+def system_prompt(config: Config, context: Mapping[str, str]) -> str:
+    section = render_context(order_context(context, config.context), config.context)
+    prefix = static_prefix(config)
+    return f"{prefix}\n{section}" if section else prefix
+
+
+def _recent_pairs(state: SessionState, tokenizer: Tokenizer) -> list[StoredMessage]:
+    """Whole (user, assistant) pairs with text, however the state was made; counts
+    stored with the messages are used, missing ones (-1) are counted here."""
+    counts = state.recent_tokens if len(state.recent_tokens) == len(state.recent) else (-1,) * len(state.recent)
+    messages = [
+        StoredMessage(
+            role=str(message.get("role")),
+            content=content,
+            tokens=tokens if tokens >= 0 else tokenizer.count_message({"role": message.get("role"), "content": content}),
+        )
+        for message, tokens in zip(state.recent, counts, strict=True)
+        if isinstance(content := message.get("content"), str)
+    ]
+    return whole_pairs(messages)
+
+
+def compose(state: SessionState, user_message: str, config: Config, *, tokenizer: Tokenizer | None = None) -> Prompt:
+    """The messages to send for ``user_message`` and their token figures."""
+    tokenizer = tokenizer or tokenizer_for(config)
+    current = check_user_message(user_message, limit=config.tokens.max_message_chars)
+    prefix = static_prefix(config)
+    system = {"role": "system", "content": system_prompt(config, state.context)}
+    static_tokens = tokenizer.count_message({"role": "system", "content": prefix})
+    system_tokens = tokenizer.count_message(system)
+
+    summary: list[dict[str, str]] = []
+    lines = state.summary[-config.summary.lines :] if config.summary.lines else []
+    if lines:
+        summary = [
+            {"role": "user", "content": "\n".join([config.summary.header, *lines])},
+            {"role": "assistant", "content": config.summary.acknowledgement},
+        ]
+    recent = _recent_pairs(state, tokenizer)[-config.recent.messages :] if config.recent.messages else []
+    user = {"role": "user", "content": current}
+    current_tokens = tokenizer.count_message(user)
+    breakdown = TokenBreakdown(
+        system=static_tokens,
+        context=system_tokens - static_tokens,
+        summary=sum(map(tokenizer.count_message, summary)),
+        recent=sum(message.tokens for message in recent),
+        current=current_tokens,
+        priming=REPLY_PRIMING,
+    )
+    messages = [system, *summary, *(m.as_dict() for m in recent), user]
+    full = static_tokens + state.full_tokens + current_tokens + REPLY_PRIMING
+    return Prompt(messages=messages, tokens=breakdown, full_history_tokens=full)
+
+
+def build_messages(state: SessionState, user_message: str, config: Config) -> list[dict[str, str]]:
+    """OpenAI-format messages for ``user_message`` given what the session remembers."""
+    return compose(state, user_message, config).messages
+
+
+def _turn_messages(turn: Turn, final: str) -> list[dict[str, Any]]:
+    """The turn as a full-history chatbot would resend it: tool calls and results included."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": turn.user}]
+    if turn.tool_calls:
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call.id or f"call_{index}",
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments_text},
+                    }
+                    for index, call in enumerate(turn.tool_calls)
+                ],
+            }
+        )
+        messages.extend(
+            {"role": "tool", "tool_call_id": call.id or f"call_{index}", "content": call.result_text}
+            for index, call in enumerate(turn.tool_calls)
+        )
+    messages.append({"role": "assistant", "content": final})
+    return messages
+
+
+def apply_turn(turn: Turn, config: Config, *, tokenizer: Tokenizer | None = None) -> TurnUpdate:
+    """What recording ``turn`` writes. It depends on the turn alone, never on stored
+    state, so concurrent writers need no read-modify-write."""
+    tokenizer = tokenizer or tokenizer_for(config)
+    # An empty reply (tool calls only) is remembered as what was done; a huge one is
+    # cut in the middle so one reply cannot bloat the session.
+    final = turn.assistant if turn.assistant.strip() else action_of(turn, config.summary)
+    final = cut_middle(final, config.tokens.max_message_chars)
+    recent: tuple[StoredMessage, ...] = ()
+    if config.recent.messages:
+        recent = tuple(
+            StoredMessage(role=role, content=text, tokens=tokenizer.count_message({"role": role, "content": text}))
+            for role, text in (("user", turn.user), ("assistant", final))
+        )
+    full = sum(map(tokenizer.count_message, _turn_messages(turn, final)))
+    return TurnUpdate(
+        context=extract_context(turn.tool_calls, config.context),
+        summary_line=summary_line(turn, config.summary),
+        recent=recent,
+        full_tokens=full,
+    )
+
+
+def is_valid_chat(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """True for what every chat provider accepts: an optional system message, then
+    non-empty user/assistant messages alternating from user and ending with user."""
+    body = list(messages)
+    if body and body[0].get("role") == "system":
+        if not isinstance(body[0].get("content"), str) or not body[0]["content"].strip():
+            return False
+        body = body[1:]
+    if not body or body[-1].get("role") != "user":
+        return False
+    for index, message in enumerate(body):
+        expected = "user" if index % 2 == 0 else "assistant"
+        content = message.get("content")
+        if message.get("role") != expected or not isinstance(content, str) or not content.strip():
+            return False
+    return True

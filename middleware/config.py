@@ -1,0 +1,348 @@
+"""Configuration: ``config.yaml`` loaded into validated, frozen pydantic models.
+
+Resolution order for the file: an explicit path, then ``$MIDDLEWARE_CONFIG``, then
+the embedded default (the "Atlas" device-navigation assistant). ``$REDIS_URL``
+overrides ``store.url``. Errors name the key, the bad value and what was expected::
+
+    Config 'summary.lines' has value -1. Expected an integer >= 0.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import string
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from .exceptions import ConfigError
+from .skills import Skill, load_skills
+from .text import redact_url
+
+__all__ = [
+    "AssistantConfig",
+    "Config",
+    "ContextConfig",
+    "PromptConfig",
+    "RecentConfig",
+    "StoreConfig",
+    "SummaryConfig",
+    "TokensConfig",
+    "UsageLogConfig",
+    "default_config_path",
+    "load_config",
+]
+
+ENV_CONFIG = "MIDDLEWARE_CONFIG"
+ENV_REDIS_URL = "REDIS_URL"
+
+_PROMPT_FIELDS = ("name", "instructions", "skills", "context")
+_KEY_NAME = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AssistantConfig(_Section):
+    name: str = Field(default="Assistant", min_length=1, max_length=100)
+    instructions: str = ""
+
+
+class ContextConfig(_Section):
+    """Context keys taken from the arguments of successful tool calls."""
+
+    # None (or empty) means auto mode: every scalar argument is kept.
+    keys: tuple[str, ...] | None = None
+    # Optional display labels for keys in the Current Context section.
+    labels: dict[str, str] = Field(default_factory=dict)
+    # Tools whose successful calls update the keys; None (or empty) means every tool.
+    tools: tuple[str, ...] | None = None
+    max_keys: int = Field(default=12, ge=1, le=256)
+    max_value_chars: int = Field(default=80, ge=8, le=4000)
+    header: str = "## Current Context (use as defaults)"
+
+    @field_validator("keys", "tools")
+    @classmethod
+    def _empty_is_none(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return value or None
+
+    @field_validator("keys")
+    @classmethod
+    def _key_names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for key in value or ():
+            if not re.match(_KEY_NAME, key):
+                raise ValueError(
+                    f"'{key}' is not a usable key name; expected letters, digits, '_', '.' or '-', "
+                    "starting with a letter or '_', at most 64 characters"
+                )
+        return value
+
+    @property
+    def auto(self) -> bool:
+        return self.keys is None
+
+
+class SummaryConfig(_Section):
+    """The rolling summary: one line per turn, ``• {user brief} → {action}``."""
+
+    lines: int = Field(default=3, ge=0, le=50)
+    user_brief_chars: int = Field(default=40, ge=8, le=1000)
+    action_brief_chars: int = Field(default=80, ge=8, le=1000)
+    # Per-tool action templates, e.g. navigate_to_node: "Navigated to '{node}' on {userinterface_name}".
+    templates: dict[str, str] = Field(default_factory=dict)
+    # False: the summary covers only turns no longer in the recent window (no turn paid twice).
+    cover_recent: bool = False
+    header: str = "[Previous conversation summary]"
+    acknowledgement: str = Field(default="Understood. I have the context.", min_length=1)
+
+    @field_validator("templates")
+    @classmethod
+    def _templates(cls, value: dict[str, str]) -> dict[str, str]:
+        for tool, template in value.items():
+            _check_template(template, allowed=None, where=f"template of tool '{tool}'")
+        return value
+
+
+class RecentConfig(_Section):
+    """The recent window: the last user message and the last assistant final text."""
+
+    messages: int = Field(default=2, ge=0, le=100)
+
+    @field_validator("messages")
+    @classmethod
+    def _even(cls, value: int) -> int:
+        if value % 2:
+            raise ValueError("must be even: the window holds whole turns (a user and an assistant message)")
+        return value
+
+    @property
+    def turns(self) -> int:
+        return self.messages // 2
+
+
+_DEFAULT_TEMPLATE = "You are {name}, AI Assistant.\n{instructions}\n{skills}\n{context}"
+
+
+class PromptConfig(_Section):
+    """The system prompt: static parts first, the volatile context section last."""
+
+    template: str = _DEFAULT_TEMPLATE
+    skills_header: str = "## Skills"
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        fields = _check_template(value, allowed=_PROMPT_FIELDS, where="the prompt template")
+        if "context" not in fields:
+            raise ValueError("must contain the {context} placeholder")
+        tail = value[value.rindex("{context}") + len("{context}") :]
+        if tail.strip():
+            raise ValueError(
+                "must end with {context}: text after the volatile context section breaks "
+                "the provider's prompt cache on every turn"
+            )
+        return value
+
+
+class StoreConfig(_Section):
+    # memory:// (embedded, in-process), redis://, rediss:// (TLS), unix://
+    url: str = "memory://"
+    key_prefix: str = Field(default="mw", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-:]+$")
+    # Idle time after which a whole session expires; 0 keeps sessions forever.
+    ttl_seconds: int = Field(default=7 * 24 * 3600, ge=0)
+    timeout_seconds: float = Field(default=2.0, gt=0, le=600)
+    cluster: bool = False
+    on_store_error: Literal["raise", "degrade"] = "raise"
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+        if scheme not in {"memory", "redis", "rediss", "unix"}:
+            raise ValueError("expected a URL starting with memory://, redis://, rediss:// or unix://")
+        return value
+
+
+class TokensConfig(_Section):
+    # The model whose tokenizer counts tokens; any litellm model string.
+    model: str = "gpt-4o-mini"
+    # Force a tiktoken encoding (cl100k_base, o200k_base, p50k_base); None chooses from the model.
+    encoding: str | None = None
+    # Hard cap on the composed prompt in tokens; None means no cap.
+    budget: int | None = Field(default=None, ge=64)
+    max_message_chars: int = Field(default=200_000, ge=100)
+
+
+class UsageLogConfig(_Section):
+    path: str | None = "middleware-usage.jsonl"
+    include_content: bool = False
+
+
+class Config(_Section):
+    assistant: AssistantConfig = Field(default_factory=AssistantConfig)
+    context: ContextConfig = Field(default_factory=ContextConfig)
+    summary: SummaryConfig = Field(default_factory=SummaryConfig)
+    recent: RecentConfig = Field(default_factory=RecentConfig)
+    prompt: PromptConfig = Field(default_factory=PromptConfig)
+    # Folder of skill definitions, relative to the config file; None lists no skills.
+    skills_dir: Path | None = None
+    # Skills listed in the system prompt: those given inline plus those found in skills_dir.
+    skills: tuple[Skill, ...] = ()
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    tokens: TokensConfig = Field(default_factory=TokensConfig)
+    usage_log: UsageLogConfig = Field(default_factory=UsageLogConfig)
+    # The default LLM for chat(); any litellm model string.
+    model: str = "gpt-4o-mini"
+    max_session_id_chars: int = Field(default=256, ge=1, le=4096)
+    # Values derived from the (frozen) settings, computed once: the static prompt prefix.
+    _derived: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    def derived(self, name: str, compute: Callable[[Config], Any]) -> Any:
+        """``compute(self)``, computed once per config object."""
+        if name not in self._derived:
+            self._derived[name] = compute(self)
+        return self._derived[name]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_skills_dir(cls, data: Any) -> Any:
+        # Inline skills win over files of the same name, so validating a dumped
+        # config again (with_overrides) does not list a skill twice.
+        if not isinstance(data, Mapping) or not data.get("skills_dir"):
+            return data
+        inline = list(data.get("skills") or [])
+        taken = {_skill_name(skill) for skill in inline}
+        found = [skill for skill in load_skills(data["skills_dir"]) if skill.get("name") not in taken]
+        return {**data, "skills": [*inline, *found]}
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Config:
+        names = [skill.name for skill in self.skills]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"skills has duplicate names {duplicates}")
+        keys = set(self.context.keys or ())
+        for key in self.context.labels:
+            if self.context.keys is not None and key not in keys:
+                raise ValueError(f"context.labels names '{key}', which is not in context.keys")
+        return self
+
+    def with_overrides(self, **sections: Mapping[str, Any]) -> Config:
+        """Return a copy with some settings replaced, validated like a loaded file.
+
+        ``config.with_overrides(store={"url": "redis://127.0.0.1:6379/0"})``
+        """
+        data = self.model_dump(mode="python")
+        for section, values in sections.items():
+            if isinstance(values, Mapping) and isinstance(data.get(section), dict):
+                data[section] = {**data[section], **values}
+            else:
+                data[section] = values
+        return _validate(data, source="overrides")
+
+
+def _skill_name(skill: Any) -> Any:
+    return skill.get("name") if isinstance(skill, Mapping) else getattr(skill, "name", None)
+
+
+def _check_template(template: str, *, allowed: tuple[str, ...] | None, where: str) -> set[str]:
+    """Allow only plain ``{name}`` fields: no attribute access, indexing or conversions."""
+    fields: set[str] = set()
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"{where} is not a valid format string: {exc}") from None
+    for _, field, spec, conversion in parsed:
+        if field is None:
+            continue
+        if not field.isidentifier() or spec or conversion:
+            raise ValueError(f"{where} has field '{{{field}}}'; only plain {{name}} fields are allowed")
+        if allowed is not None and field not in allowed:
+            raise ValueError(f"{where} has unknown field '{{{field}}}'; expected one of {list(allowed)}")
+        fields.add(field)
+    return fields
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        return f"Config '{key}' is not a known setting (value {error['input']!r})."
+    if error["type"] == "missing":
+        return f"Config '{key}' is required but missing."
+    expected = error["msg"].removeprefix("Value error, ")
+    value = error["input"]
+    if key == "store.url" and isinstance(value, str):
+        value = redact_url(value)
+    return f"Config '{key}' has value {value!r}. Expected: {expected}."
+
+
+def _validate(data: Any, *, source: str) -> Config:
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"Config file {source} holds a {type(data).__name__}; expected a mapping of settings."
+        )
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        first = errors[0]
+        original = (first.get("ctx") or {}).get("error")
+        if isinstance(original, ConfigError):  # already names its key (a skill file, say)
+            raise original from None
+        message = _describe(first)
+        if len(errors) > 1:
+            message += f" ({len(errors) - 1} more problem(s) in {source})"
+        key = ".".join(str(part) for part in first["loc"])
+        raise ConfigError(message, key=key) from None
+
+
+def default_config_path() -> Path:
+    """The embedded default ``config.yaml`` (inside the wheel, or at the source tree's top)."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "_defaults" / "config.yaml"
+    return packaged if packaged.is_file() else here.parent / "config.yaml"
+
+
+def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None) -> Config:
+    """Load and validate a configuration file.
+
+    ``path`` wins, then ``$MIDDLEWARE_CONFIG``, then the embedded default.
+    ``$REDIS_URL`` replaces ``store.url``. A relative ``skills_dir`` is resolved
+    against the config file's folder.
+    """
+    import yaml
+
+    env = os.environ if env is None else env
+    chosen = Path(path) if path is not None else Path(env[ENV_CONFIG]) if env.get(ENV_CONFIG) else default_config_path()
+    try:
+        text = chosen.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"Config file {str(chosen)!r} does not exist.", key=None) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"Config file {str(chosen)!r} cannot be read: {exc}.", key=None) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"Config file {str(chosen)!r} is not valid YAML: {exc}".rstrip(".") + ".") from None
+    if isinstance(data, dict):
+        data = _apply_env(data, env)
+        skills = data.get("skills_dir")
+        if isinstance(skills, str) and not Path(skills).is_absolute():
+            data["skills_dir"] = str((chosen.parent / skills).resolve())
+    elif data is None and env.get(ENV_REDIS_URL):
+        data = _apply_env({}, env)
+    return _validate(data, source=repr(str(chosen)))
+
+
+def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    url = env.get(ENV_REDIS_URL)
+    if url:
+        store = data.get("store")
+        data = {**data, "store": {**(store if isinstance(store, dict) else {}), "url": url}}
+    return data

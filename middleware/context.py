@@ -1,0 +1,90 @@
+"""Context keys: working parameters taken from the arguments of successful tool calls.
+
+Tracked mode (``context.keys`` set): only those keys, from calls of
+``context.tools`` (every tool when unset). Auto mode (no keys): every scalar
+argument with a usable name. Last value wins. Values are sanitized to one line
+and capped, so a tool argument cannot add a line or a section to the prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .config import ContextConfig
+from .state import ToolCall
+from .text import one_line
+
+__all__ = ["extract_context", "render_context", "sanitize_key", "sanitize_value"]
+
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
+_SCALARS = (str, int, float, bool)
+
+
+def sanitize_key(key: Any) -> str | None:
+    """A key name that is safe to print, or None: names are identifiers, never free text."""
+    return key if isinstance(key, str) and _KEY.match(key) else None
+
+
+def sanitize_value(value: Any, limit: int) -> str | None:
+    """One printable line of at most ``limit`` characters, or None when nothing is left."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, _SCALARS):
+        text = str(value)
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError):
+            return None
+    return one_line(text, limit) or None
+
+
+def _tool_counts(call: ToolCall, config: ContextConfig) -> bool:
+    return call.ok and call.args is not None and (config.tools is None or call.name in config.tools)
+
+
+def extract_context(tool_calls: Iterable[ToolCall], config: ContextConfig) -> tuple[tuple[str, str], ...]:
+    """The (key, value) pairs a turn sets, in order, each key once with its last value."""
+    found: dict[str, str] = {}
+    for call in tool_calls:
+        if not _tool_counts(call, config):
+            continue
+        assert call.args is not None
+        if config.auto:
+            candidates = ((k, v) for k, v in call.args.items() if isinstance(v, _SCALARS))
+        else:
+            candidates = ((k, call.args[k]) for k in config.keys or () if k in call.args)
+        for raw_key, raw_value in candidates:
+            key = sanitize_key(raw_key)
+            value = sanitize_value(raw_value, config.max_value_chars)
+            if key is not None and value is not None:
+                found.pop(key, None)  # re-insert so the order is the order of last setting
+                found[key] = value
+    # A single turn cannot set more keys than are kept.
+    return tuple(found.items())[-config.max_keys :]
+
+
+def render_context(context: Mapping[str, str], config: ContextConfig) -> str:
+    """The Current Context section, or "" when there is nothing to show."""
+    if not context:
+        return ""
+    lines = [config.header]
+    for key, value in context.items():
+        label = config.labels.get(key, key)
+        lines.append(f"- {label}: {one_line(value, config.max_value_chars)}")
+    return "\n".join(lines)
+
+
+def order_context(context: Mapping[str, str], config: ContextConfig) -> dict[str, str]:
+    """Prompt order: configured key order when tracking keys, else by name.
+
+    A stable order keeps the system prompt byte-identical while values do not change.
+    """
+    if config.keys is not None:
+        return {key: context[key] for key in config.keys if key in context}
+    return {key: context[key] for key in sorted(context)}

@@ -1,0 +1,48 @@
+"""Debug and warning events, as structlog events on the stdlib ``middleware`` logger.
+
+A library must not print on its own: the events go to ``logging.getLogger("middleware")``,
+so they stay silent unless the application configures logging (warnings reach
+stderr through logging's last-resort handler, as for any library). The seed's
+console lines map to events::
+
+    [CONTEXT] Set userinterface_name=google_tv   ->  context.set key=userinterface_name value=google_tv
+    [SUMMARY] Updated: • goto shop → ...          ->  summary.updated line='• goto shop → ...'
+
+``middleware.testing.capture_events()`` collects them in tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import structlog
+
+__all__ = ["log"]
+
+# Open capture_events() blocks; process-wide so events from worker threads are caught too.
+_sinks: list[list[dict[str, Any]]] = []
+_sinks_lock = threading.Lock()
+
+
+def _capture_processor(_logger: Any, method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    if _sinks:
+        with _sinks_lock:
+            for sink in _sinks:
+                sink.append({**event_dict, "log_level": method})
+    return event_dict
+
+
+def _render(_logger: Any, _method: str, event_dict: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    event = event_dict.pop("event")
+    fields = " ".join(f"{key}={value!r}" for key, value in event_dict.items())
+    return ((f"{event} {fields}" if fields else event),), {"extra": {"mw_event": event, "mw_fields": event_dict}}
+
+
+log = structlog.wrap_logger(
+    logging.getLogger("middleware"),
+    processors=[_capture_processor, structlog.stdlib.filter_by_level, _render],
+    wrapper_class=structlog.stdlib.BoundLogger,
+    cache_logger_on_first_use=True,
+)

@@ -1,0 +1,69 @@
+"""Every error the library raises, named by who is at fault.
+
+- ``ConfigError``: the caller's configuration.
+- ``InvalidInputError`` and its subclasses: a value the caller passed in.
+- ``StoreError`` and its subclasses: the session store (Redis) failed.
+- ``LLMError``: the model provider failed (raised by the chat wrapper).
+
+All of them derive from ``MiddlewareError``; input and config errors are also
+``ValueError`` so code that already catches ``ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "InvalidInputError",
+    "InvalidMessageError",
+    "InvalidSessionIdError",
+    "InvalidToolCallError",
+    "LLMError",
+    "MiddlewareError",
+    "StoreError",
+    "StoreUnavailableError",
+    "TokenBudgetError",
+]
+
+
+class MiddlewareError(Exception):
+    """Base class of every error raised by ``middleware``."""
+
+
+class ConfigError(MiddlewareError, ValueError):
+    """The configuration is invalid: the message names the key, the value and what was expected."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class InvalidInputError(MiddlewareError, ValueError):
+    """A value passed to a public function is not acceptable."""
+
+
+class InvalidSessionIdError(InvalidInputError):
+    """A session id is not a non-empty string of printable characters within the length limit."""
+
+
+class InvalidMessageError(InvalidInputError):
+    """A message is not a string, is empty, or is larger than the configured limit."""
+
+
+class InvalidToolCallError(InvalidInputError):
+    """A tool call has no usable name or arguments of an unusable type."""
+
+
+class TokenBudgetError(InvalidInputError):
+    """The parts of the prompt that are never cut already exceed the token budget."""
+
+
+class StoreError(MiddlewareError):
+    """The session store failed. The message names the store, never its password."""
+
+
+class StoreUnavailableError(StoreError):
+    """The session store could not be reached within the configured timeout."""
+
+
+class LLMError(MiddlewareError):
+    """The model provider failed or returned something unusable."""

@@ -1,0 +1,271 @@
+"""Values of the pure core: tool calls, turns, session state and what a turn persists.
+
+They are frozen dataclasses with keyword-only fields, validated on construction,
+so a bad value fails where it is made, not deep inside Redis code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .exceptions import InvalidMessageError, InvalidSessionIdError, InvalidToolCallError
+from .text import clean_text
+
+__all__ = ["Prompt", "SessionState", "StoredMessage", "TokenBreakdown", "ToolCall", "Turn", "TurnUpdate"]
+
+_MAX_TOOL_NAME = 256
+
+
+def to_text(value: Any) -> str:
+    """Text of a tool argument or result, whatever it is: JSON when possible, else ``str``.
+
+    Never raises: objects that do not serialize, cycles and very deep nesting fall
+    back to ``str()`` and finally to a placeholder naming the type.
+    """
+    if isinstance(value, str):
+        return clean_text(value)
+    try:
+        return clean_text(json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":")))
+    except (TypeError, ValueError, RecursionError):
+        pass
+    try:
+        return clean_text(str(value))
+    except Exception:  # a __str__ that raises is still a result we must not crash on
+        return f"<unprintable {type(value).__name__}>"
+
+
+def _parse_arguments(arguments: Any) -> dict[str, Any] | None:
+    """The arguments as a dict, or None when they are not a JSON object."""
+    if isinstance(arguments, Mapping):
+        return dict(arguments)
+    if isinstance(arguments, (str, bytes, bytearray)):
+        try:
+            parsed = json.loads(arguments) if arguments else {}
+        except (ValueError, RecursionError):
+            return None
+        return parsed if isinstance(parsed, dict) else None
+    return None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCall:
+    """One tool call of a turn, with its outcome.
+
+    ``arguments`` may be a dict or the JSON string providers send. Arguments that
+    are not a JSON object (invalid JSON, a list, a number) are kept as text for
+    the token figures but give no context keys.
+    """
+
+    name: str
+    arguments: Mapping[str, Any] | str = field(default_factory=dict)
+    result: Any = None
+    ok: bool = True
+    id: str | None = None
+    args: dict[str, Any] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise InvalidToolCallError(f"ToolCall.name must be a non-empty string, got {self.name!r}.")
+        if len(self.name) > _MAX_TOOL_NAME:
+            raise InvalidToolCallError(
+                f"ToolCall.name has {len(self.name)} characters; expected at most {_MAX_TOOL_NAME}."
+            )
+        if not isinstance(self.ok, bool):
+            raise InvalidToolCallError(f"ToolCall.ok must be a bool, got {self.ok!r}.")
+        object.__setattr__(self, "args", _parse_arguments(self.arguments))
+
+    @property
+    def arguments_text(self) -> str:
+        return to_text(self.arguments)
+
+    @property
+    def result_text(self) -> str:
+        return to_text(self.result)
+
+    @classmethod
+    def from_openai(cls, call: Mapping[str, Any], *, result: Any = None, ok: bool = True) -> ToolCall:
+        """Build from an OpenAI ``tool_calls`` entry: ``{"id", "function": {"name", "arguments"}}``."""
+        function = call.get("function") or {}
+        return cls(
+            name=function.get("name", ""),
+            arguments=function.get("arguments") or {},
+            result=result,
+            ok=ok,
+            id=call.get("id"),
+        )
+
+
+def _message_text(value: Any, *, what: str, allow_empty: bool, limit: int | None = None) -> str:
+    if not isinstance(value, str):
+        raise InvalidMessageError(f"{what} must be a string, got {type(value).__name__}.")
+    if limit is not None and len(value) > limit:
+        raise InvalidMessageError(
+            f"{what} has {len(value):,} characters; the limit is {limit:,} (tokens.max_message_chars)."
+        )
+    if not allow_empty and not value.strip():
+        raise InvalidMessageError(f"{what} is empty; expected some text.")
+    return clean_text(value)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Turn:
+    """A finished turn: the user's message, the assistant's final text and its tool calls."""
+
+    user: str
+    assistant: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "user", _message_text(self.user, what="The user message", allow_empty=False))
+        object.__setattr__(
+            self, "assistant", _message_text(self.assistant, what="The assistant reply", allow_empty=True)
+        )
+        calls = tuple(self.tool_calls) if isinstance(self.tool_calls, Iterable) else None
+        if calls is None or not all(isinstance(call, ToolCall) for call in calls):
+            raise InvalidToolCallError("Turn.tool_calls must be an iterable of ToolCall.")
+        object.__setattr__(self, "tool_calls", calls)
+
+
+def check_user_message(value: Any, *, limit: int) -> str:
+    """The current user message, cleaned; a clear error when it cannot be sent."""
+    return _message_text(value, what="The user message", allow_empty=False, limit=limit)
+
+
+def check_record_text(value: Any, *, what: str, limit: int | None) -> str:
+    return _message_text(value, what=what, allow_empty=True, limit=limit)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoredMessage:
+    """A message of the recent window with its token count, counted once when recorded."""
+
+    role: str
+    content: str
+    tokens: int
+
+    def as_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+def whole_pairs(messages: Iterable[StoredMessage]) -> list[StoredMessage]:
+    """Keep only whole (user, assistant) pairs with text, in order.
+
+    A lone or corrupt half of a turn is dropped so the window stays a valid sequence.
+    """
+    usable = [m for m in messages if m.role in {"user", "assistant"} and m.content.strip()]
+    pairs: list[StoredMessage] = []
+    for first, second in zip(usable, usable[1:], strict=False):
+        if first.role == "user" and second.role == "assistant" and (not pairs or pairs[-1] is not first):
+            pairs.extend((first, second))
+    return pairs
+
+
+_SESSION_ID_BANNED = frozenset({"Cc", "Cs", "Zl", "Zp"})
+
+
+def check_session_id(value: Any, *, limit: int) -> str:
+    """A session id: a non-empty string of at most ``limit`` characters, no control characters.
+
+    Braces are allowed (they are escaped in Redis keys, so the cluster hash tag holds).
+    """
+    import unicodedata
+
+    if not isinstance(value, str):
+        raise InvalidSessionIdError(f"Session id must be a string, got {type(value).__name__}.")
+    if not value or not value.strip():
+        raise InvalidSessionIdError("Session id is empty; expected a non-empty string.")
+    if len(value) > limit:
+        raise InvalidSessionIdError(
+            f"Session id has {len(value):,} characters; expected at most {limit} (max_session_id_chars)."
+        )
+    for index, char in enumerate(value):
+        if unicodedata.category(char) in _SESSION_ID_BANNED:
+            raise InvalidSessionIdError(
+                f"Session id has a control character {char!r} at index {index}; expected printable text."
+            )
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionState:
+    """What a session remembers.
+
+    ``context``: tracked keys and their values (sanitized), in prompt order.
+    ``summary``: the summary lines the prompt shows (older turns only, by default).
+    ``recent``: the last user message and the last assistant final text.
+    ``turns``: turns recorded. ``full_tokens``: tokens the whole history, tool
+    calls and results included, would cost to send now.
+    """
+
+    session_id: str = ""
+    context: dict[str, str] = field(default_factory=dict)
+    summary: list[str] = field(default_factory=list)
+    recent: list[dict[str, str]] = field(default_factory=list)
+    turns: int = 0
+    full_tokens: int = 0
+    recent_tokens: tuple[int, ...] = ()
+    created_at: float | None = None
+    updated_at: float | None = None
+
+    @property
+    def recent_messages(self) -> tuple[StoredMessage, ...]:
+        return tuple(
+            StoredMessage(role=m["role"], content=m["content"], tokens=t)
+            for m, t in zip(self.recent, self.recent_tokens, strict=True)
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnUpdate:
+    """What recording one turn writes: derived from the turn alone, so writers commute."""
+
+    context: tuple[tuple[str, str], ...]
+    summary_line: str
+    recent: tuple[StoredMessage, ...]
+    full_tokens: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TokenBreakdown:
+    """Prompt tokens by layer. ``system`` excludes the context section, counted in ``context``."""
+
+    system: int
+    context: int
+    summary: int
+    recent: int
+    current: int
+    priming: int
+
+    @property
+    def total(self) -> int:
+        return self.system + self.context + self.summary + self.recent + self.current + self.priming
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "system": self.system,
+            "context": self.context,
+            "summary": self.summary,
+            "recent": self.recent,
+            "current": self.current,
+            "total": self.total,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Prompt:
+    """A composed prompt: the messages to send and what they cost against the full history."""
+
+    messages: list[dict[str, str]]
+    tokens: TokenBreakdown
+    full_history_tokens: int
+
+    @property
+    def saved_tokens(self) -> int:
+        return self.full_history_tokens - self.tokens.total
+
+    @property
+    def saved_ratio(self) -> float:
+        return self.saved_tokens / self.full_history_tokens if self.full_history_tokens else 0.0

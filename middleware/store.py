@@ -1,0 +1,496 @@
+"""The session store: the only module that talks to Redis.
+
+Layout (all keys of a session share the hash tag ``{<session id>}``, so a
+session lives in one Redis Cluster slot)::
+
+    <prefix>:{<sid>}:ctx      zset   member JSON ["key","value"], score = µs time it was set
+    <prefix>:{<sid>}:sum      list   summary lines, oldest first
+    <prefix>:{<sid>}:recent   list   JSON {"role","content","tokens"}: the recent window
+    <prefix>:{<sid>}:meta     hash   turns, full_tokens, created, updated
+    <prefix>:sessions         zset   session id -> last update (seconds): the listing index
+
+A load is one pipeline (one round trip). Recording a turn is one MULTI/EXEC
+(one round trip) made only of commands that commute: pushes with trims,
+increments, sets. Nothing is read and written back from Python, so concurrent
+writers lose nothing. Every write refreshes the TTL of every key of the
+session, so a session expires as a whole.
+
+Context values live in the zset member itself: setting a key adds
+``[key, value]`` with a newer score and removes the members this process saw
+for that key; a reader resolves any leftover duplicate by the highest score,
+so even racing writers never lose a value.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import Config
+from .context import sanitize_key, sanitize_value
+from .events import log
+from .exceptions import StoreError, StoreUnavailableError
+from .state import SessionState, StoredMessage, TurnUpdate, whole_pairs
+from .text import one_line, redact_url
+
+__all__ = ["AsyncRedisStore", "RedisStore", "SessionKeys", "decode_state", "load_commands", "record_commands"]
+
+Command = tuple[str, str, tuple[Any, ...]]  # (redis-py method, key, arguments after the key)
+
+_MEMORY_SERVERS: dict[str, Any] = {}
+_MEMORY_LOCK = threading.Lock()
+
+
+def _escape_tag(session_id: str) -> str:
+    # The hash tag is the text between the first '{' and the next '}': braces in
+    # an id must not end it early. '%' is escaped too so the mapping is one-to-one.
+    return session_id.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKeys:
+    """The Redis key names of one session, built in this one place."""
+
+    prefix: str
+    session_id: str
+    ctx: str = field(init=False)
+    sum: str = field(init=False)
+    recent: str = field(init=False)
+    meta: str = field(init=False)
+    index: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        base = f"{self.prefix}:{{{_escape_tag(self.session_id)}}}"
+        for name in ("ctx", "sum", "recent", "meta"):
+            object.__setattr__(self, name, f"{base}:{name}")
+        object.__setattr__(self, "index", f"{self.prefix}:sessions")
+
+    @property
+    def session_keys(self) -> tuple[str, str, str, str]:
+        return (self.ctx, self.sum, self.recent, self.meta)
+
+
+# --- command building (pure) -------------------------------------------------
+
+
+def load_commands(keys: SessionKeys) -> list[Command]:
+    return [
+        ("zrange", keys.ctx, (0, -1, False, True)),  # desc=False, withscores=True
+        ("lrange", keys.sum, (0, -1)),
+        ("lrange", keys.recent, (0, -1)),
+        ("hgetall", keys.meta, ()),
+    ]
+
+
+def _member(key: str, value: str) -> str:
+    return json.dumps([key, value], ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    ctx_members: int  # members kept in the ctx zset (keys plus room for racing duplicates)
+    summary_lines: int  # lines kept in Redis: shown lines plus those of turns still in the window
+    recent_messages: int
+    ttl_ms: int
+
+    @classmethod
+    def of(cls, config: Config) -> _Limits:
+        cover = config.summary.cover_recent
+        shown = config.summary.lines
+        return cls(
+            ctx_members=config.context.max_keys * 2 + 8,
+            summary_lines=shown + (0 if cover or not shown else config.recent.turns),
+            recent_messages=config.recent.messages,
+            ttl_ms=config.store.ttl_seconds * 1000,
+        )
+
+
+def record_commands(
+    keys: SessionKeys,
+    update: TurnUpdate,
+    config: Config,
+    *,
+    now: float,
+    superseded: Iterable[str] = (),
+    with_index: bool = True,
+) -> list[Command]:
+    """The commands of one recorded turn, all commutative, for one MULTI/EXEC."""
+    limits = _Limits.of(config)
+    now_us = int(now * 1_000_000)
+    commands: list[Command] = []
+    if update.context:
+        scored: dict[str, int] = {}
+        for offset, (key, value) in enumerate(update.context):
+            scored[_member(key, value)] = now_us + offset
+        commands.append(("zadd", keys.ctx, (scored,)))
+    stale = [m for m in superseded if m not in {_member(k, v) for k, v in update.context}]
+    if stale:
+        commands.append(("zrem", keys.ctx, tuple(stale)))
+    if update.context:
+        commands.append(("zremrangebyrank", keys.ctx, (0, -(limits.ctx_members + 1))))
+    if limits.summary_lines:
+        commands.append(("rpush", keys.sum, (update.summary_line,)))
+        commands.append(("ltrim", keys.sum, (-limits.summary_lines, -1)))
+    if limits.recent_messages and update.recent:
+        records = [
+            json.dumps({"role": m.role, "content": m.content, "tokens": m.tokens}, ensure_ascii=False)
+            for m in update.recent
+        ]
+        commands.append(("rpush", keys.recent, tuple(records)))
+        commands.append(("ltrim", keys.recent, (-limits.recent_messages, -1)))
+    commands += [
+        ("hincrby", keys.meta, ("turns", 1)),
+        ("hincrby", keys.meta, ("full_tokens", update.full_tokens)),
+        ("hsetnx", keys.meta, ("created", repr(now))),
+        ("hset", keys.meta, ("updated", repr(now))),
+    ]
+    for key in keys.session_keys:
+        commands.append(("pexpire", key, (limits.ttl_ms,)) if limits.ttl_ms else ("persist", key, ()))
+    if with_index:
+        commands += index_commands(keys, config, now=now)
+    return commands
+
+
+def index_commands(keys: SessionKeys, config: Config, *, now: float) -> list[Command]:
+    """Keep the listing index: this session's last update; forget sessions past their TTL."""
+    commands: list[Command] = [("zadd", keys.index, ({keys.session_id: now},))]
+    if config.store.ttl_seconds:
+        commands.append(("zremrangebyscore", keys.index, ("-inf", now - config.store.ttl_seconds)))
+    return commands
+
+
+def _warn_corrupt(session_id: str, key: str, reason: str) -> None:
+    log.warning("store.corrupt_record", session=session_id, key=key, reason=reason)
+
+
+def _decode_context(session_id: str, reply: Any, config: Config, seen: dict[str, set[str]]) -> dict[str, str]:
+    best: dict[str, tuple[float, str]] = {}
+    for raw, score in reply:
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        try:
+            key, value = json.loads(text)
+        except (ValueError, TypeError):
+            _warn_corrupt(session_id, "ctx", f"member {text[:80]!r} is not a JSON [key, value] pair")
+            continue
+        clean_key = sanitize_key(key)
+        clean_value = sanitize_value(value, config.context.max_value_chars) if isinstance(value, str) else None
+        if clean_key is None or clean_value is None:
+            _warn_corrupt(session_id, "ctx", f"member {text[:80]!r} has an unusable key or value")
+            continue
+        seen.setdefault(clean_key, set()).add(text)
+        if clean_key not in best or score >= best[clean_key][0]:
+            best[clean_key] = (score, clean_value)
+    if config.context.keys is not None:
+        best = {k: v for k, v in best.items() if k in config.context.keys}
+    newest = sorted(best.items(), key=lambda item: item[1][0])[-config.context.max_keys :]
+    return {key: value for key, (_, value) in newest}
+
+
+def _decode_recent(session_id: str, reply: Any) -> list[StoredMessage]:
+    messages = []
+    for raw in reply:
+        try:
+            record = json.loads(raw)
+            role, content = record["role"], record["content"]
+            tokens = record.get("tokens", -1)
+            if role not in {"user", "assistant"} or not isinstance(content, str):
+                raise ValueError("bad role or content")
+        except (ValueError, TypeError, KeyError, AttributeError):
+            _warn_corrupt(session_id, "recent", f"entry {raw[:80]!r} is not a message record")
+            continue
+        valid_count = isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0
+        messages.append(StoredMessage(role=role, content=content, tokens=tokens if valid_count else -1))
+    return whole_pairs(messages)
+
+
+def _meta_number(session_id: str, meta: dict[bytes, bytes], name: str, kind: type) -> Any:
+    raw = meta.get(name.encode())
+    if raw is None:
+        return None
+    try:
+        return kind(raw.decode())
+    except (ValueError, UnicodeDecodeError):
+        _warn_corrupt(session_id, "meta", f"{name}={raw[:40]!r} is not a number")
+        return None
+
+
+_PARTS = ("ctx", "sum", "recent", "meta")
+
+
+def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> tuple[SessionState, _Seen]:
+    """The state from the replies of ``load_commands``; corrupt parts are skipped with a warning."""
+    seen = _Seen(members={}, bad_keys=set())
+    usable: dict[str, Any] = {}
+    for part, reply in zip(_PARTS, replies, strict=True):
+        if isinstance(reply, Exception):  # WRONGTYPE: something else was written at our key
+            _warn_corrupt(session_id, part, f"unreadable: {reply}")
+            seen.bad_keys.add(part)
+            reply = None
+        usable[part] = reply
+    context = _decode_context(session_id, usable["ctx"] or [], config, seen.members)
+    recent = _decode_recent(session_id, usable["recent"] or [])
+    lines = _decode_summary(usable["sum"] or [], config)
+    if not config.summary.cover_recent:
+        # The last lines belong to turns still shown in full in the recent window.
+        lines = lines[: max(len(lines) - len(recent) // 2, 0)]
+    meta = usable["meta"] or {}
+    state = SessionState(
+        session_id=session_id,
+        context=context,
+        summary=lines[-config.summary.lines :] if config.summary.lines else [],
+        recent=[m.as_dict() for m in recent],
+        recent_tokens=tuple(m.tokens for m in recent),
+        turns=_meta_number(session_id, meta, "turns", int) or 0,
+        full_tokens=_meta_number(session_id, meta, "full_tokens", int) or 0,
+        created_at=_meta_number(session_id, meta, "created", float),
+        updated_at=_meta_number(session_id, meta, "updated", float),
+    )
+    return state, seen
+
+
+def _decode_summary(reply: Iterable[bytes], config: Config) -> list[str]:
+    limit = config.summary.user_brief_chars + config.summary.action_brief_chars + 8
+    lines = (one_line(raw.decode("utf-8", "replace"), limit) for raw in reply)
+    return [line for line in lines if line]
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What a load saw: context members per key, and keys holding the wrong type."""
+
+    members: dict[str, set[str]]
+    bad_keys: set[str]
+
+
+class _SeenCache:
+    """Per session, the context members this process last saw, so a write can remove
+    the members it supersedes. Bounded; a miss only leaves duplicates that readers
+    resolve by score."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._items: OrderedDict[str, dict[str, set[str]]] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def put(self, session_id: str, members: dict[str, set[str]]) -> None:
+        with self._lock:
+            self._items[session_id] = members
+            self._items.move_to_end(session_id)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def superseded(self, session_id: str, update: TurnUpdate) -> list[str]:
+        """Members this write replaces; the cache then remembers the write's own members."""
+        with self._lock:
+            members = self._items.setdefault(session_id, {})
+            self._items.move_to_end(session_id)
+            stale = [m for key, _ in update.context for m in members.get(key, ())]
+            for key, value in update.context:
+                members[key] = {_member(key, value)}
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+            return stale
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self._items.pop(session_id, None)
+
+
+# --- clients -----------------------------------------------------------------
+
+
+def _memory_server(url: str) -> Any:
+    import fakeredis
+
+    name = url.split("://", 1)[1] or "default"
+    with _MEMORY_LOCK:
+        if name not in _MEMORY_SERVERS:
+            _MEMORY_SERVERS[name] = fakeredis.FakeServer()
+        return _MEMORY_SERVERS[name]
+
+
+def _client_options(config: Config) -> dict[str, Any]:
+    timeout = config.store.timeout_seconds
+    return {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+
+
+def make_client(url: str, config: Config, *, asyncio: bool = False) -> Any:
+    """A redis-py client for ``url``; ``memory://[name]`` is an in-process fakeredis server."""
+    if url.startswith("memory://"):
+        import fakeredis
+
+        cls = fakeredis.FakeAsyncRedis if asyncio else fakeredis.FakeRedis
+        return cls(server=_memory_server(url))
+    if asyncio:
+        import redis.asyncio as aioredis
+
+        return aioredis.Redis.from_url(url, **_client_options(config))
+    import redis
+
+    return redis.Redis.from_url(url, **_client_options(config))
+
+
+def _store_error(url: str, exc: BaseException) -> StoreError:
+    import redis
+
+    where = redact_url(url)
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError)):
+        return StoreUnavailableError(f"Redis store {where} is unreachable: {type(exc).__name__}: {redact_url(str(exc))}")
+    return StoreError(f"Redis store {where} failed: {type(exc).__name__}: {redact_url(str(exc))}")
+
+
+def _queue(pipe: Any, commands: Iterable[Command]) -> None:
+    for method, key, args in commands:
+        getattr(pipe, method)(key, *args)
+
+
+def _failed_keys(commands: Sequence[Command], results: Sequence[Any]) -> set[str]:
+    return {cmd[1] for cmd, result in zip(commands, results, strict=True) if isinstance(result, Exception)}
+
+
+def _repair_commands(commands: Sequence[Command], bad: set[str]) -> list[Command]:
+    """Commands to rewrite keys that held a foreign type: delete them, then replay
+    only their own commands (every other command already applied once)."""
+    return [("delete", key, ()) for key in sorted(bad)] + [cmd for cmd in commands if cmd[1] in bad]
+
+
+def _turns_of(commands: Sequence[Command], results: Sequence[Any]) -> int:
+    for cmd, result in zip(commands, results, strict=True):
+        if cmd[0] == "hincrby" and cmd[2][0] == "turns" and isinstance(result, int):
+            return result
+    return 0
+
+
+class _StoreBase:
+    def __init__(self, client: Any, config: Config, *, url: str | None = None, owns_client: bool = False) -> None:
+        self.client = client
+        self.config = config
+        self.url = url or config.store.url
+        self._owns_client = owns_client
+        self._seen = _SeenCache()
+        self._cluster = config.store.cluster
+
+    def keys(self, session_id: str) -> SessionKeys:
+        return SessionKeys(self.config.store.key_prefix, session_id)
+
+    def _record_plan(self, session_id: str, update: TurnUpdate, now: float) -> tuple[SessionKeys, list[Command]]:
+        keys = self.keys(session_id)
+        superseded = self._seen.superseded(session_id, update)
+        commands = record_commands(keys, update, self.config, now=now, superseded=superseded, with_index=not self._cluster)
+        return keys, commands
+
+    def _after_load(self, session_id: str, replies: Sequence[Any]) -> SessionState:
+        state, seen = decode_state(session_id, replies, self.config)
+        self._seen.put(session_id, seen.members)
+        return state
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(url={redact_url(self.url)!r})"
+
+
+class RedisStore(_StoreBase):
+    """Synchronous session store over redis-py (or fakeredis for ``memory://``)."""
+
+    @classmethod
+    def from_url(cls, url: str, config: Config) -> RedisStore:
+        return cls(make_client(url, config), config, url=url, owns_client=True)
+
+    def _run(self, commands: Sequence[Command], *, transaction: bool) -> list[Any]:
+        try:
+            pipe = self.client.pipeline(transaction=transaction)
+            _queue(pipe, commands)
+            return pipe.execute(raise_on_error=False)
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise _store_error(self.url, exc) from exc
+
+    def load(self, session_id: str) -> SessionState:
+        return self._after_load(session_id, self._run(load_commands(self.keys(session_id)), transaction=False))
+
+    def record(self, session_id: str, update: TurnUpdate, *, now: float | None = None) -> int:
+        now = time.time() if now is None else now
+        keys, commands = self._record_plan(session_id, update, now)
+        results = self._run(commands, transaction=True)
+        bad = _failed_keys(commands, results)
+        if bad:
+            log.warning("store.repaired", session=session_id, keys=sorted(bad))
+            repair = _repair_commands(commands, bad)
+            retried = self._run(repair, transaction=True)
+            results = [*results, *retried]
+            commands = [*commands, *repair]
+        if self._cluster:
+            self._run(index_commands(keys, self.config, now=now), transaction=False)
+        return _turns_of(commands, results)
+
+    def reset(self, session_id: str) -> None:
+        keys = self.keys(session_id)
+        self._run([("delete", key, ()) for key in keys.session_keys], transaction=not self._cluster)
+        self._run([("zrem", keys.index, (session_id,))], transaction=False)
+        self._seen.forget(session_id)
+
+    def ping(self) -> bool:
+        try:
+            return bool(self.client.ping())
+        except Exception as exc:
+            raise _store_error(self.url, exc) from exc
+
+    def close(self) -> None:
+        if self._owns_client:
+            self.client.close()
+
+
+class AsyncRedisStore(_StoreBase):
+    """The asyncio twin of :class:`RedisStore`, over ``redis.asyncio``."""
+
+    @classmethod
+    def from_url(cls, url: str, config: Config) -> AsyncRedisStore:
+        return cls(make_client(url, config, asyncio=True), config, url=url, owns_client=True)
+
+    async def _run(self, commands: Sequence[Command], *, transaction: bool) -> list[Any]:
+        try:
+            pipe = self.client.pipeline(transaction=transaction)
+            _queue(pipe, commands)
+            return await pipe.execute(raise_on_error=False)
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise _store_error(self.url, exc) from exc
+
+    async def load(self, session_id: str) -> SessionState:
+        return self._after_load(session_id, await self._run(load_commands(self.keys(session_id)), transaction=False))
+
+    async def record(self, session_id: str, update: TurnUpdate, *, now: float | None = None) -> int:
+        now = time.time() if now is None else now
+        keys, commands = self._record_plan(session_id, update, now)
+        results = await self._run(commands, transaction=True)
+        bad = _failed_keys(commands, results)
+        if bad:
+            log.warning("store.repaired", session=session_id, keys=sorted(bad))
+            repair = _repair_commands(commands, bad)
+            results = [*results, *await self._run(repair, transaction=True)]
+            commands = [*commands, *repair]
+        if self._cluster:
+            await self._run(index_commands(keys, self.config, now=now), transaction=False)
+        return _turns_of(commands, results)
+
+    async def reset(self, session_id: str) -> None:
+        keys = self.keys(session_id)
+        await self._run([("delete", key, ()) for key in keys.session_keys], transaction=not self._cluster)
+        await self._run([("zrem", keys.index, (session_id,))], transaction=False)
+        self._seen.forget(session_id)
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self.client.ping())
+        except Exception as exc:
+            raise _store_error(self.url, exc) from exc
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self.client.aclose()

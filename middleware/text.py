@@ -1,0 +1,86 @@
+"""Text helpers of the pure core: cleaning, one-line sanitizing and briefs.
+
+Everything that reaches the system prompt or the summary from user or tool text
+goes through ``one_line`` so it cannot add a line, a section or a role marker
+line to the prompt.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+ELLIPSIS = "…"
+
+# Line breaks of every kind, tabs and other whitespace runs become one space.
+_WHITESPACE = re.compile(r"\s+", re.UNICODE)
+# Categories dropped outright: controls, format characters (zero-width, bidi
+# overrides), surrogates, private use and unassigned code points.
+_DROPPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
+
+
+def clean_text(text: str) -> str:
+    """Replace unpaired surrogates with U+FFFD so the text can be encoded as UTF-8.
+
+    A surrogate pair split into two code points is joined back into one character.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def _keep(char: str) -> bool:
+    return unicodedata.category(char) not in _DROPPED_CATEGORIES
+
+
+def one_line(text: str, limit: int | None = None) -> str:
+    """Collapse ``text`` to one printable line, optionally cut to ``limit`` characters."""
+    flat = _WHITESPACE.sub(" ", clean_text(text))
+    if not flat.isprintable():
+        flat = "".join(filter(_keep, flat))
+    flat = flat.strip()
+    return brief(flat, limit) if limit is not None else flat
+
+
+def brief(text: str, limit: int | None) -> str:
+    """Cut one-line ``text`` to at most ``limit`` characters at a word boundary.
+
+    An ellipsis is added only when something was cut, and counts toward the limit.
+    """
+    if limit is None or len(text) <= limit:
+        return text
+    if limit <= 1:
+        return ELLIPSIS[:limit]
+    head = text[: limit - 1]
+    # Back off to the previous space only when the cut would split a word, and
+    # only if that keeps at least half of the room.
+    splits_word = head[-1].isalnum() and text[limit - 1].isalnum()
+    cut = head.rfind(" ")
+    if splits_word and cut >= limit // 2:
+        head = head[:cut]
+    return head.rstrip(" ,;:.-") + ELLIPSIS
+
+
+# Greedy up to the last '@' of the authority, so a password holding '@' is hidden whole.
+_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.\-]*://[^:@/?#]*:)(?P<secret>[^/?#]*)@", re.IGNORECASE)
+_QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)[^&]*", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """Hide the password of a URL (``redis://user:secret@host`` -> ``redis://user:***@host``)."""
+    url = _URL_PASSWORD.sub(r"\g<head>***@", url)
+    return _QUERY_PASSWORD.sub(r"\g<head>***", url)
+
+
+CUT_MARKER = " […cut…] "
+
+
+def cut_middle(text: str, limit: int, marker: str = CUT_MARKER) -> str:
+    """Keep the start and the end of ``text`` within ``limit`` characters, marking the cut."""
+    if len(text) <= limit:
+        return text
+    room = max(limit - len(marker), 0)
+    head = room - room // 2
+    return text[:head] + marker + (text[-(room // 2) :] if room // 2 else "")

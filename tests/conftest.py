@@ -1,0 +1,118 @@
+"""Shared fixtures: configs, and real redis-server processes the suite starts itself.
+
+Real servers listen on free loopback ports only. In CI (``CI`` set) a missing
+``redis-server`` binary fails the run instead of skipping store tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from middleware import Config, SessionManager, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG_PATH = REPO / "config.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def require_binary(name: str) -> str:
+    path = shutil.which(name)
+    if path:
+        return path
+    if os.environ.get("CI"):
+        pytest.fail(f"{name} is required in CI but was not found on PATH (apt install redis-server)")
+    pytest.skip(f"{name} not installed")
+
+
+class RedisServer:
+    """A redis-server process on 127.0.0.1 with nothing persisted."""
+
+    def __init__(self, workdir: Path, port: int | None = None, extra: tuple[str, ...] = ()) -> None:
+        self.binary = require_binary("redis-server")
+        self.workdir = workdir
+        self.port = port or free_port()
+        self.extra = extra
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        args = [
+            self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--dir", str(self.workdir), "--daemonize", "no", "--loglevel", "warning", *self.extra,
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        import redis
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=0.5).ping():
+                    return
+            except redis.RedisError:
+                time.sleep(0.02)
+        raise RuntimeError(f"redis-server on port {self.port} did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def client(self):  # type: ignore[no-untyped-def]
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def real_redis_url(redis_server: RedisServer) -> str:
+    redis_server.client().flushall()
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def atlas() -> Config:
+    """The shipped default configuration (the Atlas assistant)."""
+    return load_config(CONFIG_PATH)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """Each store test runs on the embedded fakeredis store and on a real redis-server."""
+    if request.param == "memory":
+        return f"memory://test-{uuid.uuid4().hex}"
+    return request.getfixturevalue("real_redis_url")
+
+
+@pytest.fixture
+def manager(atlas: Config, store_url: str) -> Iterator[SessionManager]:
+    with SessionManager(atlas, redis_url=store_url) as mgr:
+        yield mgr

@@ -1,0 +1,147 @@
+"""Tests for middleware.composer: the pure prompt composer and apply_turn."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from middleware import Config, InvalidMessageError, SessionState, ToolCall, Turn, apply_turn, build_messages, compose
+from middleware.composer import is_valid_chat, static_prefix, system_prompt, tokenizer_for
+from tests.strategies import INJECTIONS, hostile_text, user_messages
+
+OLDER = ["• navigate to watchlist on google_tv → Navigated to 'watchlist' on google_tv", "• goto shop → Navigated to 'shop' on google_tv"]
+RECENT = [{"role": "user", "content": "check current node"}, {"role": "assistant", "content": "You are on shop."}]
+
+
+def state(**kw: object) -> SessionState:
+    base = {"session_id": "s", "context": {"userinterface_name": "google_tv"}, "summary": OLDER, "recent": RECENT}
+    return SessionState(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_message_structure_is_system_summary_ack_recent_current(atlas: Config) -> None:
+    """The exact order of point 6: system, summary + acknowledgement, recent pair, current."""
+    messages = build_messages(state(), "now show current node", atlas)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert messages[1]["content"] == "[Previous conversation summary]\n" + "\n".join(OLDER)
+    assert messages[2]["content"] == "Understood. I have the context."
+    assert messages[3:5] == RECENT
+    assert messages[5] == {"role": "user", "content": "now show current node"}
+
+
+def test_no_summary_messages_without_older_turns(atlas: Config) -> None:
+    """A new session is system + current; one turn later, system + recent + current."""
+    assert [m["role"] for m in build_messages(SessionState(), "hi", atlas)] == ["system", "user"]
+    one = build_messages(state(summary=[]), "hi", atlas)
+    assert [m["role"] for m in one] == ["system", "user", "assistant", "user"]
+
+
+def test_static_text_first_and_context_last_in_the_system_prompt(atlas: Config) -> None:
+    """The system prompt starts with the static prefix; only the context section varies."""
+    a = system_prompt(atlas, {"userinterface_name": "google_tv"})
+    b = system_prompt(atlas, {"userinterface_name": "apple_tv", "device_id": "d1"})
+    prefix = static_prefix(atlas)
+    assert a.startswith(prefix) and b.startswith(prefix)
+    assert "## Skills" in prefix and "## Current Context" not in prefix
+    assert a.endswith("- userinterface_name: google_tv")
+    # Context lines follow the configured key order, whatever order they were set in.
+    assert b.splitlines()[-2:] == ["- userinterface_name: apple_tv", "- device_id: d1"]
+
+
+def test_token_breakdown_adds_up_to_the_exact_count_of_the_messages(atlas: Config) -> None:
+    """Layer figures sum to what the tokenizer counts for the composed messages."""
+    prompt = compose(state(recent_tokens=(7, 9)), "now show current node", atlas)
+    exact = tokenizer_for(atlas).count_messages(prompt.messages)
+    assert prompt.tokens.total == exact
+    assert prompt.tokens.context > 0 and prompt.tokens.summary > 0
+    assert prompt.full_history_tokens == prompt.tokens.system + 0 + prompt.tokens.current + 3
+
+
+def test_stored_counts_are_used_not_recounted(atlas: Config) -> None:
+    """Recent messages carry their counts; composing uses them instead of re-tokenizing."""
+    prompt = compose(state(recent_tokens=(1000, 2000)), "x", atlas)
+    assert prompt.tokens.recent == 3000
+
+
+@pytest.mark.parametrize("bad", ["", "   ", None, 42, b"bytes", ["list"]])
+def test_current_message_must_be_non_empty_text(atlas: Config, bad: object) -> None:
+    """An empty or non-string current message is an InvalidMessageError."""
+    with pytest.raises(InvalidMessageError):
+        build_messages(SessionState(), bad, atlas)  # type: ignore[arg-type]
+
+
+def test_oversized_current_message_is_refused(atlas: Config) -> None:
+    """A message beyond tokens.max_message_chars is refused, naming both sizes."""
+    with pytest.raises(InvalidMessageError, match="200,000"):
+        build_messages(SessionState(), "x" * 200_001, atlas)
+
+
+def test_lone_recent_halves_are_dropped_so_the_sequence_stays_valid(atlas: Config) -> None:
+    """A state holding half a turn (e.g. a corrupt record skipped) still composes validly."""
+    for recent in ([RECENT[1]], [RECENT[0]], [RECENT[0], RECENT[0], RECENT[1]], [RECENT[1], RECENT[0]]):
+        messages = build_messages(state(recent=recent), "next", atlas)
+        assert is_valid_chat(messages), recent
+
+
+def test_apply_turn_is_derived_from_the_turn_alone(atlas: Config) -> None:
+    """The update holds the context keys, the line, the recent pair and the full-history cost."""
+    turn = Turn(
+        user="navigate to watchlist on google_tv",
+        assistant="",
+        tool_calls=(
+            ToolCall(
+                name="navigate_to_node",
+                arguments={"userinterface_name": "google_tv", "tree_id": "t-1", "node": "watchlist"},
+                result={"success": True, "path": ["home", "watchlist"]},
+            ),
+        ),
+    )
+    update = apply_turn(turn, atlas)
+    assert update.context == (("userinterface_name", "google_tv"), ("tree_id", "t-1"))
+    assert update.summary_line == "• navigate to watchlist on google_tv → Navigated to 'watchlist' on google_tv"
+    # No final text: the recent window remembers what was done, never an empty message.
+    assert [m.content for m in update.recent] == [turn.user, "Navigated to 'watchlist' on google_tv"]
+    tokenizer = tokenizer_for(atlas)
+    assert [m.tokens for m in update.recent] == [tokenizer.count_message(m.as_dict()) for m in update.recent]
+    # The full-history cost includes the tool call and its result.
+    assert update.full_tokens > sum(m.tokens for m in update.recent) + 10
+
+
+def test_huge_replies_are_cut_in_the_middle_when_recorded(atlas: Config) -> None:
+    """An oversized assistant reply is kept with its ends and a cut marker, not refused."""
+    update = apply_turn(Turn(user="dump", assistant="A" + "x" * 300_000 + "Z"), atlas)
+    reply = update.recent[1].content
+    assert len(reply) <= atlas.tokens.max_message_chars and reply.startswith("A") and reply.endswith("Z")
+
+
+@given(
+    context=st.dictionaries(st.sampled_from(["userinterface_name", "tree_id", "device_id"]), hostile_text, max_size=3),
+    summary=st.lists(hostile_text, max_size=5),
+    recent=st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool", "system"]), "content": hostile_text}), max_size=5),
+    message=user_messages,
+)
+def test_composed_sequence_is_always_valid(context, summary, recent, message) -> None:  # type: ignore[no-untyped-def]
+    """Whatever a state holds (even hand-made), the result is a valid chat sequence."""
+    from middleware import load_config
+
+    config = load_config(env={})
+    messages = build_messages(SessionState(context=context, summary=summary, recent=recent), message, config)
+    assert is_valid_chat(messages)
+
+
+@pytest.mark.parametrize("payload", INJECTIONS)
+def test_injected_context_cannot_add_lines_or_sections(atlas: Config, payload: str) -> None:
+    """Context values arrive sanitized in the prompt: one line each, no new sections."""
+    from middleware.composer import apply_turn as apply
+
+    update = apply(
+        Turn(user="go", tool_calls=(ToolCall(name="navigate_to_node", arguments={"userinterface_name": payload, "tree_id": payload}),)),
+        atlas,
+    )
+    system = system_prompt(atlas, dict(update.context))
+    clean = system_prompt(atlas, {"userinterface_name": "a", "tree_id": "b"})
+    lines, clean_lines = system.splitlines(), clean.splitlines()
+    assert len(lines) == len(clean_lines)
+    # Headers are lines that start with '#'; mid-line text cannot make one.
+    assert [l for l in lines if l.startswith("#")] == [l for l in clean_lines if l.startswith("#")]
+    assert lines[-2].startswith("- userinterface_name: ") and lines[-1].startswith("- tree_id: ")

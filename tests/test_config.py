@@ -1,0 +1,129 @@
+"""Tests for middleware.config: loading, environment overrides and error messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from middleware import Config, ConfigError, load_config
+from middleware.config import default_config_path
+from tests.conftest import CONFIG_PATH
+
+
+def test_shipped_config_is_the_atlas_assistant(atlas: Config) -> None:
+    """config.yaml loads into the seed's device-navigation assistant with its skill."""
+    assert atlas.assistant.name == "Atlas"
+    assert atlas.context.keys == ("userinterface_name", "tree_id", "host_name", "device_id")
+    assert "navigate_to_node" in (atlas.context.tools or ())
+    assert atlas.summary.lines == 3 and atlas.recent.messages == 2
+    assert [skill.name for skill in atlas.skills] == ["device-navigation"]
+    assert atlas.store.url == "memory://"
+
+
+def test_embedded_default_is_used_without_a_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no path and no $MIDDLEWARE_CONFIG, the embedded default loads."""
+    monkeypatch.delenv("MIDDLEWARE_CONFIG", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    assert default_config_path().is_file()
+    assert load_config().assistant.name == "Atlas"
+
+
+def test_environment_overrides_path_and_store_url(tmp_path: Path) -> None:
+    """$MIDDLEWARE_CONFIG picks the file and $REDIS_URL replaces store.url."""
+    path = tmp_path / "other.yaml"
+    path.write_text("assistant: {name: Nova}\nstore: {url: 'memory://x', key_prefix: nv}\n")
+    config = load_config(env={"MIDDLEWARE_CONFIG": str(path), "REDIS_URL": "redis://127.0.0.1:6390/2"})
+    assert config.assistant.name == "Nova"
+    assert config.store.url == "redis://127.0.0.1:6390/2"
+    assert config.store.key_prefix == "nv"  # the rest of the section is kept
+
+
+def test_empty_file_gives_defaults_and_still_takes_redis_url(tmp_path: Path) -> None:
+    """An empty YAML file is a valid config of defaults."""
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    assert load_config(path, env={}).store.url == "memory://"
+    assert load_config(path, env={"REDIS_URL": "redis://127.0.0.1:1/0"}).store.url == "redis://127.0.0.1:1/0"
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "fragments"),
+    [
+        ("summary: {lines: -1}", ["'summary.lines'", "-1", "greater than or equal to 0"]),
+        ("summary: {lines: three}", ["'summary.lines'", "'three'", "integer"]),
+        ("summary: {linez: 3}", ["'summary.linez'", "not a known setting"]),
+        ("recent: {messages: 3}", ["'recent.messages'", "3", "even"]),
+        ("store: {url: 'http://x'}", ["'store.url'", "'http://x'", "redis://"]),
+        ("store: {url: 'http://u:hunter2@x'}", ["'store.url'", "***"]),
+        ("store: {ttl_seconds: -5}", ["'store.ttl_seconds'", "-5"]),
+        ("context: {keys: ['bad key!']}", ["'context.keys'", "bad key!"]),
+        ("context: {keys: [a], labels: {b: B}}", ["labels", "'b'", "not in context.keys"]),
+        ("prompt: {template: 'Hi {name}'}", ["'prompt.template'", "{context}"]),
+        ("prompt: {template: '{context} trailing'}", ["'prompt.template'", "must end with {context}"]),
+        ("prompt: {template: '{nope} {context}'}", ["'prompt.template'", "unknown field '{nope}'"]),
+        ("summary: {templates: {t: '{a.__class__}'}}", ["'summary.templates'", "only plain"]),
+        ("tokens: {budget: 10}", ["'tokens.budget'", "10", "64"]),
+        ("- just\n- a list", ["holds a list", "mapping"]),
+        ("assistant: {name: ''}", ["'assistant.name'", "''"]),
+    ],
+)
+def test_errors_name_the_key_the_value_and_what_was_expected(
+    tmp_path: Path, yaml_text: str, fragments: list[str]
+) -> None:
+    """Every invalid setting raises ConfigError naming the key, the bad value and the expectation."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, message
+    assert "hunter2" not in message
+
+
+def test_missing_file_and_invalid_yaml_are_clear_errors(tmp_path: Path) -> None:
+    """A missing file and a YAML syntax error are ConfigErrors naming the file."""
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml", env={})
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("summary: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad, env={})
+
+
+def test_skills_dir_errors(tmp_path: Path) -> None:
+    """A missing skills folder and a skill file without front matter name what is wrong."""
+    path = tmp_path / "c.yaml"
+    path.write_text("skills_dir: nowhere\n")
+    with pytest.raises(ConfigError, match="skills_dir"):
+        load_config(path, env={})
+    (tmp_path / "sk").mkdir()
+    (tmp_path / "sk" / "x.md").write_text("no front matter here")
+    path.write_text("skills_dir: sk\n")
+    with pytest.raises(ConfigError, match="front matter"):
+        load_config(path, env={})
+
+
+def test_skills_dir_is_relative_to_the_config_file(tmp_path: Path) -> None:
+    """skills_dir resolves against the config file's folder, not the working directory."""
+    (tmp_path / "sk" / "one").mkdir(parents=True)
+    (tmp_path / "sk" / "one" / "SKILL.md").write_text("---\nname: one\ndescription: The first skill.\n---\nbody\n")
+    (tmp_path / "c.yaml").write_text("skills_dir: sk\nskills: [{name: inline, description: Given inline.}]\n")
+    config = load_config(tmp_path / "c.yaml", env={})
+    assert [s.name for s in config.skills] == ["inline", "one"]
+
+
+def test_with_overrides_validates_and_keeps_the_rest(atlas: Config) -> None:
+    """with_overrides replaces settings in a section, re-validates, and lists skills once."""
+    changed = atlas.with_overrides(store={"url": "redis://127.0.0.1:6379/3"})
+    assert changed.store.url == "redis://127.0.0.1:6379/3"
+    assert changed.store.key_prefix == atlas.store.key_prefix
+    assert [s.name for s in changed.skills] == [s.name for s in atlas.skills]
+    with pytest.raises(ConfigError, match="'summary.lines'"):
+        atlas.with_overrides(summary={"lines": "x"})
+
+
+def test_config_file_is_the_one_at_the_top_level() -> None:
+    """The shipped default the package embeds is the top-level config.yaml."""
+    assert default_config_path().read_text() == CONFIG_PATH.read_text()

@@ -1,0 +1,86 @@
+"""Tests for middleware.text: cleaning, one-line sanitizing, briefs, redaction."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from middleware.text import ELLIPSIS, brief, clean_text, cut_middle, one_line, redact_url
+from tests.strategies import INJECTIONS, any_text, hostile_text
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "expected"),
+    [
+        ("navigate to watchlist", 40, "navigate to watchlist"),  # fits: no ellipsis
+        ("navigate to watchlist on google_tv please", 30, "navigate to watchlist on…"),  # word boundary
+        ("supercalifragilisticexpialidocious", 10, "supercali…"),  # no space: hard cut
+        ("hello world", 11, "hello world"),
+        ("hello world", 6, "hello…"),
+        ("a, b, c, d, e, f", 8, "a, b, c…"),  # trailing punctuation dropped before the ellipsis
+        ("abc", 1, ELLIPSIS),
+    ],
+)
+def test_brief_cuts_at_word_boundary_with_ellipsis_only_when_cut(text: str, limit: int, expected: str) -> None:
+    """brief keeps whole words where it can and adds an ellipsis only when it cut."""
+    assert brief(text, limit) == expected
+    assert len(brief(text, limit)) <= limit
+
+
+@given(text=any_text, limit=st.integers(min_value=1, max_value=200))
+def test_brief_never_exceeds_limit_and_marks_every_cut(text: str, limit: int) -> None:
+    """For any input, the result fits the limit, and it ends with an ellipsis iff it was cut."""
+    flat = one_line(text)
+    result = brief(flat, limit)
+    assert len(result) <= limit
+    assert (result == flat) or result.endswith(ELLIPSIS)
+
+
+@pytest.mark.parametrize("payload", INJECTIONS)
+def test_one_line_removes_every_line_break_and_control_character(payload: str) -> None:
+    """Known injection payloads collapse to a single printable line."""
+    result = one_line(payload)
+    assert "\n" not in result and "\r" not in result
+    assert result.isprintable()
+
+
+@given(text=hostile_text, limit=st.one_of(st.none(), st.integers(min_value=1, max_value=500)))
+def test_one_line_holds_for_any_string(text: str, limit: int | None) -> None:
+    """Sanitization: one printable line, no surrounding space, within the limit, valid UTF-8."""
+    result = one_line(text, limit)
+    assert len(result.splitlines()) <= 1
+    assert result.isprintable()
+    assert result == result.strip()
+    assert limit is None or len(result) <= limit
+    result.encode("utf-8")  # no lone surrogates left
+
+
+def test_clean_text_replaces_lone_surrogates_and_joins_split_pairs() -> None:
+    """Unpaired surrogates become U+FFFD; a pair split in two code points is joined."""
+    assert clean_text("a\ud800b") == "a\ufffdb"
+    assert clean_text("x\ud83d\ude00y") == "x😀y"
+    assert clean_text("plain") == "plain"
+
+
+def test_cut_middle_keeps_both_ends_and_marks_the_cut() -> None:
+    """A long text keeps its start and end within the limit."""
+    text = "START " + "x" * 1000 + " END"
+    cut = cut_middle(text, 100)
+    assert len(cut) <= 100
+    assert cut.startswith("START") and cut.endswith("END") and "cut" in cut
+    assert cut_middle("short", 100) == "short"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis://:s3cret@host:6379/0", "redis://:***@host:6379/0"),
+        ("rediss://user:p@ss@host/0", "rediss://user:***@host/0"),
+        ("redis://host:6379/0", "redis://host:6379/0"),
+        ("redis://host/0?password=zz&db=1", "redis://host/0?password=***&db=1"),
+    ],
+)
+def test_redact_url_hides_passwords(url: str, expected: str) -> None:
+    """Passwords in the authority or the query never survive redaction."""
+    assert redact_url(url) == expected
