@@ -69,19 +69,27 @@ def system_prompt(config: Config, context: Mapping[str, str]) -> str:
     return f"{prefix}\n{section}" if section else prefix
 
 
+def _already_pairs(recent: Sequence[Mapping[str, Any]], counts: Sequence[int]) -> bool:
+    if len(recent) % 2 or min(counts, default=0) < 0:
+        return False
+    for index, message in enumerate(recent):
+        content = message.get("content")
+        if message.get("role") != ("assistant" if index % 2 else "user") or not isinstance(content, str) or not content.strip():
+            return False
+    return True
+
+
 def _recent_pairs(state: SessionState, tokenizer: Tokenizer) -> list[StoredMessage]:
     """Whole (user, assistant) pairs with text, however the state was made; counts
     stored with the messages are used, missing ones (-1) are counted here."""
     counts = state.recent_tokens if len(state.recent_tokens) == len(state.recent) else (-1,) * len(state.recent)
-    messages = [
-        StoredMessage(
-            role=str(message.get("role")),
-            content=content,
-            tokens=tokens if tokens >= 0 else tokenizer.count_message({"role": message.get("role"), "content": content}),
-        )
-        for message, tokens in zip(state.recent, counts, strict=True)
-        if isinstance(content := message.get("content"), str)
-    ]
+    if _already_pairs(state.recent, counts):  # what the store loads: nothing to repair
+        return [StoredMessage(m["role"], m["content"], t) for m, t in zip(state.recent, counts, strict=True)]
+    messages = []
+    for message, tokens in zip(state.recent, counts, strict=True):
+        role, content = message.get("role"), message.get("content")
+        if isinstance(role, str) and isinstance(content, str):
+            messages.append(StoredMessage(role, content, tokens if tokens >= 0 else tokenizer.count_chat(role, content)))
     return whole_pairs(messages)
 
 
@@ -89,30 +97,31 @@ def compose(state: SessionState, user_message: str, config: Config, *, tokenizer
     """The messages to send for ``user_message`` and their token figures."""
     tokenizer = tokenizer or tokenizer_for(config)
     current = check_user_message(user_message, limit=config.tokens.max_message_chars)
-    prefix = static_prefix(config)
-    system = {"role": "system", "content": system_prompt(config, state.context)}
-    static_tokens = tokenizer.count_message({"role": "system", "content": prefix})
-    system_tokens = tokenizer.count_message(system)
-
-    summary: list[dict[str, str]] = []
+    static_tokens = config.derived(
+        f"static_tokens:{tokenizer.encoding_name}",
+        lambda c: tokenizer.count_chat("system", static_prefix(c)),
+    )
+    system = system_prompt(config, state.context)
+    messages = [{"role": "system", "content": system}]
+    summary_tokens = 0
     lines = state.summary[-config.summary.lines :] if config.summary.lines else []
     if lines:
-        summary = [
-            {"role": "user", "content": "\n".join([config.summary.header, *lines])},
-            {"role": "assistant", "content": config.summary.acknowledgement},
-        ]
+        text = "\n".join([config.summary.header, *lines])
+        ack = config.summary.acknowledgement
+        messages += [{"role": "user", "content": text}, {"role": "assistant", "content": ack}]
+        summary_tokens = tokenizer.count_chat("user", text) + tokenizer.count_chat("assistant", ack)
     recent = _recent_pairs(state, tokenizer)[-config.recent.messages :] if config.recent.messages else []
-    user = {"role": "user", "content": current}
-    current_tokens = tokenizer.count_message(user)
+    messages += [{"role": m.role, "content": m.content} for m in recent]
+    messages.append({"role": "user", "content": current})
+    current_tokens = tokenizer.count_chat("user", current)
     breakdown = TokenBreakdown(
         system=static_tokens,
-        context=system_tokens - static_tokens,
-        summary=sum(map(tokenizer.count_message, summary)),
-        recent=sum(message.tokens for message in recent),
+        context=tokenizer.count_chat("system", system) - static_tokens,
+        summary=summary_tokens,
+        recent=sum(m.tokens for m in recent),
         current=current_tokens,
         priming=REPLY_PRIMING,
     )
-    messages = [system, *summary, *(m.as_dict() for m in recent), user]
     full = static_tokens + state.full_tokens + current_tokens + REPLY_PRIMING
     return Prompt(messages=messages, tokens=breakdown, full_history_tokens=full)
 
@@ -159,7 +168,7 @@ def apply_turn(turn: Turn, config: Config, *, tokenizer: Tokenizer | None = None
     recent: tuple[StoredMessage, ...] = ()
     if config.recent.messages:
         recent = tuple(
-            StoredMessage(role=role, content=text, tokens=tokenizer.count_message({"role": role, "content": text}))
+            StoredMessage(role, text, tokenizer.count_chat(role, text))
             for role, text in (("user", turn.user), ("assistant", final))
         )
     full = sum(map(tokenizer.count_message, _turn_messages(turn, final)))

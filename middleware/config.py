@@ -203,9 +203,14 @@ class Config(_Section):
 
     def derived(self, name: str, compute: Callable[[Config], Any]) -> Any:
         """``compute(self)``, computed once per config object."""
-        if name not in self._derived:
-            self._derived[name] = compute(self)
-        return self._derived[name]
+        # Read the private storage slot directly: pydantic's __getattr__ for private
+        # attributes is slow, and this sits on the hot path of every composed prompt.
+        cache = self.__pydantic_private__["_derived"]  # type: ignore[index]
+        try:
+            return cache[name]
+        except KeyError:
+            cache[name] = value = compute(self)
+            return value
 
     @model_validator(mode="before")
     @classmethod

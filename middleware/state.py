@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .exceptions import InvalidMessageError, InvalidSessionIdError, InvalidToolCallError
 from .text import clean_text
@@ -138,9 +138,12 @@ def check_record_text(value: Any, *, what: str, limit: int | None) -> str:
     return _message_text(value, what=what, allow_empty=True, limit=limit)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StoredMessage:
-    """A message of the recent window with its token count, counted once when recorded."""
+class StoredMessage(NamedTuple):
+    """A message of the recent window with its token count, counted once when recorded.
+
+    A NamedTuple rather than a frozen dataclass: it is built on every load, and
+    tuple construction is several times cheaper.
+    """
 
     role: str
     content: str

@@ -3,7 +3,7 @@
 Layout (all keys of a session share the hash tag ``{<session id>}``, so a
 session lives in one Redis Cluster slot)::
 
-    <prefix>:{<sid>}:ctx      zset   member JSON ["key","value"], score = µs time it was set
+    <prefix>:{<sid>}:ctx      zset   member "key=value", score = µs time it was set
     <prefix>:{<sid>}:sum      list   summary lines, oldest first
     <prefix>:{<sid>}:recent   list   JSON {"role","content","tokens"}: the recent window
     <prefix>:{<sid>}:meta     hash   turns, full_tokens, created, updated
@@ -15,8 +15,8 @@ increments, sets. Nothing is read and written back from Python, so concurrent
 writers lose nothing. Every write refreshes the TTL of every key of the
 session, so a session expires as a whole.
 
-Context values live in the zset member itself: setting a key adds
-``[key, value]`` with a newer score and removes the members this process saw
+Context values live in the zset member itself (key names never hold '=', so
+the first '=' splits it): setting a key adds ``key=value`` with a newer score and removes the members this process saw
 for that key; a reader resolves any leftover duplicate by the highest score,
 so even racing writers never lose a value.
 """
@@ -43,6 +43,8 @@ __all__ = ["AsyncRedisStore", "RedisStore", "SessionKeys", "decode_state", "load
 Command = tuple[str, str, tuple[Any, ...]]  # (redis-py method, key, arguments after the key)
 
 _MEMORY_SERVERS: dict[str, Any] = {}
+# One decoder reused for every record: skips json.loads' per-call wrapper work.
+_decode_json = json.JSONDecoder().decode
 _MEMORY_LOCK = threading.Lock()
 
 
@@ -88,7 +90,7 @@ def load_commands(keys: SessionKeys) -> list[Command]:
 
 
 def _member(key: str, value: str) -> str:
-    return json.dumps([key, value], ensure_ascii=False, separators=(",", ":"))
+    return f"{key}={value}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,13 +174,9 @@ def _decode_context(session_id: str, reply: Any, config: Config, seen: dict[str,
     best: dict[str, tuple[float, str]] = {}
     for raw, score in reply:
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-        try:
-            key, value = json.loads(text)
-        except (ValueError, TypeError):
-            _warn_corrupt(session_id, "ctx", f"member {text[:80]!r} is not a JSON [key, value] pair")
-            continue
+        key, equals, value = text.partition("=")
         clean_key = sanitize_key(key)
-        clean_value = sanitize_value(value, config.context.max_value_chars) if isinstance(value, str) else None
+        clean_value = sanitize_value(value, config.context.max_value_chars) if equals else None
         if clean_key is None or clean_value is None:
             _warn_corrupt(session_id, "ctx", f"member {text[:80]!r} has an unusable key or value")
             continue
@@ -195,7 +193,7 @@ def _decode_recent(session_id: str, reply: Any) -> list[StoredMessage]:
     messages = []
     for raw in reply:
         try:
-            record = json.loads(raw)
+            record = _decode_json(raw.decode("utf-8", "replace"))
             role, content = record["role"], record["content"]
             tokens = record.get("tokens", -1)
             if role not in {"user", "assistant"} or not isinstance(content, str):
@@ -204,12 +202,12 @@ def _decode_recent(session_id: str, reply: Any) -> list[StoredMessage]:
             _warn_corrupt(session_id, "recent", f"entry {raw[:80]!r} is not a message record")
             continue
         valid_count = isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0
-        messages.append(StoredMessage(role=role, content=content, tokens=tokens if valid_count else -1))
+        messages.append(StoredMessage(role, content, tokens if valid_count else -1))
     return whole_pairs(messages)
 
 
 def _meta_number(session_id: str, meta: dict[bytes, bytes], name: str, kind: type) -> Any:
-    raw = meta.get(name.encode())
+    raw = meta.get(_META_FIELDS[name])
     if raw is None:
         return None
     try:
@@ -220,6 +218,7 @@ def _meta_number(session_id: str, meta: dict[bytes, bytes], name: str, kind: typ
 
 
 _PARTS = ("ctx", "sum", "recent", "meta")
+_META_FIELDS = {name: name.encode() for name in ("turns", "full_tokens", "created", "updated")}
 
 
 def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> tuple[SessionState, _Seen]:
@@ -255,7 +254,7 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> tup
 
 def _decode_summary(reply: Iterable[bytes], config: Config) -> list[str]:
     limit = config.summary.user_brief_chars + config.summary.action_brief_chars + 8
-    lines = (one_line(raw.decode("utf-8", "replace"), limit) for raw in reply)
+    lines = [one_line(raw.decode("utf-8", "replace"), limit) for raw in reply]
     return [line for line in lines if line]
 
 

@@ -37,6 +37,10 @@ def _keep(char: str) -> bool:
 
 def one_line(text: str, limit: int | None = None) -> str:
     """Collapse ``text`` to one printable line, optionally cut to ``limit`` characters."""
+    # Fast path for text that is already clean (what the store holds): isprintable() is
+    # False for every line break, control, format, surrogate and non-ASCII space.
+    if text.isprintable() and (limit is None or len(text) <= limit) and text == text.strip():
+        return text
     flat = _WHITESPACE.sub(" ", clean_text(text))
     if not flat.isprintable():
         flat = "".join(filter(_keep, flat))

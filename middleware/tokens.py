@@ -32,6 +32,8 @@ REPLY_PRIMING = 3
 FALLBACK_ENCODING = "cl100k_base"
 # Beyond this many characters a text is counted from evenly spaced samples.
 _EXACT_CHARS = 200_000
+# Texts up to this size are counted through an LRU cache (at most ~16 MB of keys).
+_CACHED_CHARS = 8_192
 _SAMPLES = 8
 
 _lock = threading.Lock()
@@ -74,15 +76,16 @@ class Tokenizer:
 
         self.encoding_name = encoding_name
         self._encoding = tiktoken.get_encoding(encoding_name)
-        # Short texts repeat a lot (roles, acknowledgements, the static system prompt).
-        self._cached = functools.lru_cache(maxsize=4096)(self._count_exact)
+        # Prompt parts repeat from call to call (roles, the system prompt while the context
+        # is unchanged, the summary until the next turn): count each text once.
+        self._cached = functools.lru_cache(maxsize=2048)(self._count_exact)
 
     def _count_exact(self, text: str) -> int:
         # encode_ordinary: text such as "<|endoftext|>" is counted, never refused.
         return len(self._encoding.encode_ordinary(text))
 
     def count(self, text: str) -> int:
-        if len(text) <= 256:
+        if len(text) <= _CACHED_CHARS:
             return self._cached(text)
         if len(text) <= _EXACT_CHARS:
             return self._count_exact(text)
@@ -90,6 +93,10 @@ class Tokenizer:
         last = len(text) - step
         samples = [text[last * i // (_SAMPLES - 1) :][:step] for i in range(_SAMPLES)]
         return round(sum(map(self._count_exact, samples)) * len(text) / (step * _SAMPLES))
+
+    def count_chat(self, role: str, content: str) -> int:
+        """Tokens of a plain ``{"role": role, "content": content}`` message."""
+        return TOKENS_PER_MESSAGE + self.count(role) + self.count(content)
 
     def count_message(self, message: Mapping[str, Any]) -> int:
         total = TOKENS_PER_MESSAGE
