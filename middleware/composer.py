@@ -123,7 +123,7 @@ def compose(state: SessionState, user_message: str, config: Config, *, tokenizer
         priming=REPLY_PRIMING,
     )
     full = static_tokens + state.full_tokens + current_tokens + REPLY_PRIMING
-    return Prompt(messages=messages, tokens=breakdown, full_history_tokens=full)
+    return Prompt(messages=messages, tokens=breakdown, full_history_tokens=full, turn=state.turns + 1)
 
 
 def build_messages(state: SessionState, user_message: str, config: Config) -> list[dict[str, str]]:

@@ -197,6 +197,8 @@ class Config(_Section):
     usage_log: UsageLogConfig = Field(default_factory=UsageLogConfig)
     # The default LLM for chat(); any litellm model string.
     model: str = "gpt-4o-mini"
+    # Tool rounds one chat turn may take before it stops with a note.
+    max_tool_rounds: int = Field(default=8, ge=0, le=100)
     max_session_id_chars: int = Field(default=256, ge=1, le=4096)
     # Values derived from the (frozen) settings, computed once: the static prompt prefix.
     _derived: dict[str, Any] = PrivateAttr(default_factory=dict)

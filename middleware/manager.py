@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .composer import apply_turn, compose, tokenizer_for
 from .config import Config, load_config
 from .events import log
-from .exceptions import InvalidToolCallError
+from .exceptions import ConfigError, InvalidToolCallError
 from .state import Prompt, SessionState, ToolCall, Turn, TurnUpdate, check_record_text, check_session_id
 from .store import AsyncRedisStore, RedisStore
+from .tools import Tool, Toolset
+from .usage import UsageLog
+
+if TYPE_CHECKING:
+    from .chat import AsyncChatStream, ChatResult, ChatStream
 
 __all__ = ["AsyncSessionManager", "SessionManager"]
 
@@ -35,13 +40,40 @@ def _tool_call(value: Any) -> ToolCall:
     raise InvalidToolCallError(f"A tool call must be a ToolCall or a mapping, got {type(value).__name__}.")
 
 
+def _import_tool(ref: str, skill: str) -> Tool:
+    import importlib
+
+    module_name, _, attribute = ref.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"Skill '{skill}' lists tool {ref!r}, which cannot be imported: {exc}.", key="skills") from None
+    return Tool(fn)
+
+
 class _ManagerBase:
+    is_async = False
+
     def __init__(self, config: Config | None = None, *, redis_url: str | None = None) -> None:
         config = config if config is not None else load_config()
         if redis_url is not None:
             config = config.with_overrides(store={"url": redis_url})
         self.config = config
         self.tokenizer = tokenizer_for(config)
+        self.usage_log = UsageLog(config.usage_log.path, include_content=config.usage_log.include_content)
+        self._skill_tools: list[Tool] | None = None
+
+    def skill_tools(self) -> list[Tool]:
+        """The tools the configured skills bring (imported on first use)."""
+        if self._skill_tools is None:
+            self._skill_tools = [_import_tool(ref, skill.name) for skill in self.config.skills for ref in skill.tools]
+        return list(self._skill_tools)
+
+    def toolset(self, tools: Any = None) -> Toolset:
+        """``tools`` as a Toolset: None means the skills' tools, [] means none."""
+        if tools is None:
+            return Toolset(self.skill_tools())
+        return tools if isinstance(tools, Toolset) else Toolset(tools)
 
     def _session_id(self, session_id: Any) -> str:
         return check_session_id(session_id, limit=self.config.max_session_id_chars)
@@ -132,8 +164,55 @@ class SessionManager(_ManagerBase):
         """Forget a session entirely."""
         self.store.reset(self._session_id(session_id))
 
+    def chat(
+        self,
+        session_id: str,
+        user_message: str,
+        *,
+        model: str | None = None,
+        tools: Any = None,
+        stream: bool = False,
+        **litellm_kwargs: Any,
+    ) -> ChatResult | ChatStream:
+        """One full turn through litellm: compose, call, run tools, record, log.
+
+        ``tools``: Python callables (schemas from signatures and docstrings), ``Tool``
+        objects with explicit schemas, or None for the skills' tools. With
+        ``stream=True`` returns an iterator of text chunks that records the turn
+        when it ends; its ``.result`` then holds the ChatResult.
+        """
+        from .chat import ChatStream, run_chat
+
+        if stream:
+            return ChatStream(self, session_id, user_message, model, tools, litellm_kwargs)
+        return run_chat(self, session_id, user_message, model=model, tools=tools, kwargs=litellm_kwargs)
+
+    async def achat(
+        self,
+        session_id: str,
+        user_message: str,
+        *,
+        model: str | None = None,
+        tools: Any = None,
+        stream: bool = False,
+        **litellm_kwargs: Any,
+    ) -> ChatResult | AsyncChatStream:
+        """The async twin of :meth:`chat`, over ``litellm.acompletion``."""
+        from .chat import AsyncChatStream, arun_chat
+
+        if stream:
+            return AsyncChatStream(self, session_id, user_message, model, tools, litellm_kwargs)
+        return await arun_chat(self, session_id, user_message, model=model, tools=tools, kwargs=litellm_kwargs)
+
+    def wrap(self, fn: Any) -> Any:
+        """Wrap a chatbot ``fn(messages) -> reply`` as ``(session_id, user_message) -> reply``."""
+        from .chat import wrap
+
+        return wrap(self, fn)
+
     def close(self) -> None:
         self.store.close()
+        self.usage_log.close()
 
     def __enter__(self) -> SessionManager:
         return self
@@ -147,6 +226,8 @@ class SessionManager(_ManagerBase):
 
 class AsyncSessionManager(_ManagerBase):
     """The asyncio twin of :class:`SessionManager`: the same methods, awaited."""
+
+    is_async = True
 
     def __init__(
         self,
@@ -195,8 +276,35 @@ class AsyncSessionManager(_ManagerBase):
     async def reset(self, session_id: str) -> None:
         await self.store.reset(self._session_id(session_id))
 
+    async def chat(
+        self,
+        session_id: str,
+        user_message: str,
+        *,
+        model: str | None = None,
+        tools: Any = None,
+        stream: bool = False,
+        **litellm_kwargs: Any,
+    ) -> ChatResult | AsyncChatStream:
+        """One full turn through ``litellm.acompletion``; see ``SessionManager.chat``."""
+        from .chat import AsyncChatStream, arun_chat
+
+        if stream:
+            return AsyncChatStream(self, session_id, user_message, model, tools, litellm_kwargs)
+        return await arun_chat(self, session_id, user_message, model=model, tools=tools, kwargs=litellm_kwargs)
+
+    achat = chat
+
+    def wrap(self, fn: Any) -> Any:
+        """Wrap a chatbot ``fn(messages) -> reply`` (sync or async) as an async
+        ``(session_id, user_message) -> reply``."""
+        from .chat import wrap
+
+        return wrap(self, fn)
+
     async def close(self) -> None:
         await self.store.close()
+        self.usage_log.close()
 
     async def __aenter__(self) -> AsyncSessionManager:
         return self

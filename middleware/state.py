@@ -264,6 +264,8 @@ class Prompt:
     messages: list[dict[str, str]]
     tokens: TokenBreakdown
     full_history_tokens: int
+    # The number the turn will have once recorded (absent concurrent writers).
+    turn: int = 1
 
     @property
     def saved_tokens(self) -> int:

@@ -38,7 +38,16 @@ from .exceptions import StoreError, StoreUnavailableError
 from .state import SessionState, StoredMessage, TurnUpdate, whole_pairs
 from .text import one_line, redact_url
 
-__all__ = ["AsyncRedisStore", "RedisStore", "SessionKeys", "decode_state", "load_commands", "record_commands"]
+__all__ = [
+    "AsyncRedisStore",
+    "RedisStore",
+    "SessionKeys",
+    "SessionPage",
+    "SessionSummary",
+    "decode_state",
+    "load_commands",
+    "record_commands",
+]
 
 Command = tuple[str, str, tuple[Any, ...]]  # (redis-py method, key, arguments after the key)
 
@@ -300,6 +309,54 @@ class _SeenCache:
             self._items.pop(session_id, None)
 
 
+# --- listing -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """One entry of a session listing: what the session holds."""
+
+    session_id: str
+    updated_at: float
+    turns: int
+    context_keys: int
+    summary_lines: int
+    recent_messages: int
+    full_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPage:
+    entries: list[SessionSummary]
+    total: int
+    page: int
+    page_size: int
+
+    @property
+    def total_pages(self) -> int:
+        return max(1, -(-self.total // self.page_size))
+
+
+_GLOB_SPECIAL = str.maketrans({c: f"\\{c}" for c in "*?[]\\"})
+
+
+def page_bounds(page: int, page_size: int) -> tuple[int, int]:
+    """Page clamped to at least 1 and size to 1..200; returns (page, size)."""
+    return max(1, int(page)), min(max(1, int(page_size)), 200)
+
+
+def _summary(state: SessionState, score: float) -> SessionSummary:
+    return SessionSummary(
+        session_id=state.session_id,
+        updated_at=state.updated_at or score,
+        turns=state.turns,
+        context_keys=len(state.context),
+        summary_lines=len(state.summary),
+        recent_messages=len(state.recent),
+        full_tokens=state.full_tokens,
+    )
+
+
 # --- clients -----------------------------------------------------------------
 
 
@@ -341,6 +398,10 @@ def _store_error(url: str, exc: BaseException) -> StoreError:
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError)):
         return StoreUnavailableError(f"Redis store {where} is unreachable: {type(exc).__name__}: {redact_url(str(exc))}")
     return StoreError(f"Redis store {where} failed: {type(exc).__name__}: {redact_url(str(exc))}")
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _queue(pipe: Any, commands: Iterable[Command]) -> None:
@@ -432,6 +493,42 @@ class RedisStore(_StoreBase):
         self._run([("delete", key, ()) for key in keys.session_keys], transaction=not self._cluster)
         self._run([("zrem", keys.index, (session_id,))], transaction=False)
         self._seen.forget(session_id)
+
+    def _index_page(self, search: str | None, page: int, page_size: int) -> tuple[list[tuple[str, float]], int]:
+        index = f"{self.config.store.key_prefix}:sessions"
+        try:
+            if search:
+                pattern = f"*{search.translate(_GLOB_SPECIAL)}*"
+                found = sorted(
+                    ((_text(m), s) for m, s in self.client.zscan_iter(index, match=pattern, count=500)),
+                    key=lambda item: -item[1],
+                )
+                return found[(page - 1) * page_size : page * page_size], len(found)
+            start = (page - 1) * page_size
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zcard(index)
+            pipe.zrevrange(index, start, start + page_size - 1, withscores=True)
+            total, rows = pipe.execute()
+            return [(_text(m), s) for m, s in rows], int(total)
+        except Exception as exc:
+            raise _store_error(self.url, exc) from exc
+
+    def list_sessions(self, *, search: str | None = None, page: int = 1, page_size: int = 20) -> SessionPage:
+        """Sessions newest first, optionally those whose id contains ``search``."""
+        page, page_size = page_bounds(page, page_size)
+        rows, total = self._index_page(search, page, page_size)
+        commands = [cmd for sid, _ in rows for cmd in load_commands(self.keys(sid))]
+        replies = self._run(commands, transaction=False) if commands else []
+        entries, stale = [], []
+        for i, (sid, score) in enumerate(rows):
+            state, _ = decode_state(sid, replies[4 * i : 4 * i + 4], self.config)
+            if state.turns == 0 and not (state.recent or state.context or state.summary):
+                stale.append(sid)  # expired or deleted behind the index's back
+                continue
+            entries.append(_summary(state, score))
+        if stale:
+            self._run([("zrem", self.keys(stale[0]).index, tuple(stale))], transaction=False)
+        return SessionPage(entries=entries, total=total - len(stale), page=page, page_size=page_size)
 
     def ping(self) -> bool:
         try:

@@ -1,0 +1,320 @@
+"""The ``middleware`` command line: demo, chat, report and sessions.
+
+Every command has ``--help``. The store and config come from ``--config`` /
+``$MIDDLEWARE_CONFIG`` and ``--redis-url`` / ``$REDIS_URL``, as for the library.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .config import Config, load_config
+from .exceptions import MiddlewareError
+
+__all__ = ["main"]
+
+
+def _console(stderr: bool = False) -> Any:
+    import os
+
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped or captured output gets a readable width instead of rich's 80 columns.
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else 150
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Library errors become one clear line and exit status 1, not a traceback."""
+    try:
+        yield
+    except MiddlewareError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+class _Context:
+    def __init__(self, config_path: str | None, redis_url: str | None) -> None:
+        self.config_path = config_path
+        self.redis_url = redis_url
+
+    def config(self, **overrides: Any) -> Config:
+        with _errors():
+            config = load_config(self.config_path)
+            if self.redis_url:
+                overrides.setdefault("store", {})["url"] = self.redis_url
+            return config.with_overrides(**overrides) if overrides else config
+
+    def manager(self, **overrides: Any) -> Any:
+        from .manager import SessionManager
+
+        with _errors():
+            return SessionManager(self.config(**overrides))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--config", "config_path", envvar="MIDDLEWARE_CONFIG", type=click.Path(dir_okay=False),
+              help="Config file (default: $MIDDLEWARE_CONFIG, else the embedded default).")
+@click.option("--redis-url", envvar="REDIS_URL", help="Session store URL: memory://, redis://, rediss:// (default: $REDIS_URL, else the config's).")
+@click.version_option(package_name="token-middleware", prog_name="middleware")
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None, redis_url: str | None) -> None:
+    """Token-efficient memory between a chatbot and its LLM."""
+    ctx.obj = _Context(config_path, redis_url)
+
+
+# --- demo --------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--session", default="demo", show_default=True, help="Session id to play the conversation in.")
+@click.option("--model", default="scripted/atlas", show_default=True, help="Any litellm model string; the default runs offline.")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False), help="Usage log file (default: the config's usage_log.path).")
+@click.pass_obj
+def demo(obj: _Context, session: str, model: str, log_path: str | None) -> None:
+    """Play a 12-turn device-navigation conversation through chat() and show the tokens saved.
+
+    Runs offline on the embedded default: the memory:// store, the scripted
+    Atlas model served through litellm, and simulated devices. Each request
+    leaves out what earlier turns established (interface, device); the model
+    finds it only in the context the middleware injects.
+    """
+    from rich.table import Table
+
+    from .demo import SCRIPT
+    from .demo.device import LAB
+
+    overrides: dict[str, Any] = {"usage_log": {"path": log_path}} if log_path else {}
+    console = _console()
+    mgr = obj.manager(**overrides)
+    LAB.reset()
+    with _errors(), mgr:
+        mgr.reset(session)
+        table = Table(title=f"middleware demo · session '{session}' · model {model}", title_justify="left")
+        for column, justify in [("#", "right"), ("user", "left"), ("tools", "left"), ("reply", "left"),
+                                ("sent", "right"), ("full history", "right"), ("saved", "right")]:
+            table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        sent_total = full_total = 0
+        with console.status("Loading litellm (the first call takes a few seconds)…"):
+            from . import llm
+
+            llm.litellm()
+        for number, request in enumerate(SCRIPT, start=1):
+            result = mgr.chat(session, request, model=model)
+            first = result.calls[0]
+            sent_total += first["tokens"]["total"]
+            full_total += first["full_history_tokens"]
+            tools = ", ".join(call.name for call in result.tool_calls) or "-"
+            table.add_row(str(number), request, tools, result.text, f"{first['tokens']['total']:,}",
+                          f"{first['full_history_tokens']:,}", f"{first['saved_pct']:.0f}%")
+        console.print(table)
+        state = mgr.get_state(session)
+        saved = 100 * (full_total - sent_total) / full_total if full_total else 0.0
+        console.print(f"\n{len(SCRIPT)} turns: {sent_total:,} prompt tokens sent against {full_total:,} with the full "
+                      f"history, [bold]{saved:.0f}% saved[/bold] (first call of each turn; tool schemas included on both sides).")
+        console.print(f"Remembered context: {state.context}")
+        log_file = mgr.usage_log.path
+        if log_file is not None:
+            console.print(f"Usage log: {log_file}  ·  review it with: middleware report {log_file}")
+
+
+# --- chat --------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--session", default="cli", show_default=True, help="Session id.")
+@click.option("--model", help="Any litellm model string (default: the config's model). Try scripted/atlas offline.")
+@click.option("--stream/--no-stream", default=True, show_default=True, help="Print the reply as it arrives.")
+@click.pass_obj
+def chat(obj: _Context, session: str, model: str | None, stream: bool) -> None:
+    """Talk to a model with memory in the configured store. Type /exit to leave,
+    /state to see what the session remembers, /reset to forget it."""
+    console = _console()
+    mgr = obj.manager()
+    model = model or mgr.config.model
+    interactive = sys.stdin.isatty()
+    if interactive:
+        console.print(f"Session '{session}' · model {model} · store {mgr.store!r}. /exit to leave.")
+    with _errors(), mgr:
+        for line in _lines(interactive):
+            text = line.strip()
+            if not text:
+                continue
+            if text in {"/exit", "/quit"}:
+                break
+            if text == "/state":
+                console.print(mgr.get_state(session))
+                continue
+            if text == "/reset":
+                mgr.reset(session)
+                console.print("(session forgotten)")
+                continue
+            result = _chat_turn(mgr, session, text, model, stream, console)
+            first = result.calls[0] if result.calls else None
+            if first is not None:
+                console.print(f"[dim]{first['tokens']['total']:,} tokens sent · {first['full_history_tokens']:,} with the "
+                              f"full history · {first['saved_pct']:.0f}% saved[/dim]")
+
+
+def _lines(interactive: bool) -> Iterator[str]:
+    while True:
+        try:
+            line = input("you> ") if interactive else sys.stdin.readline()
+        except EOFError:
+            return
+        if not interactive and line == "":
+            return
+        yield line
+
+
+def _chat_turn(mgr: Any, session: str, text: str, model: str, stream: bool, console: Any) -> Any:
+    if not stream:
+        result = mgr.chat(session, text, model=model)
+        console.print(f"{mgr.config.assistant.name}> {result.text}")
+        return result
+    replies = mgr.chat(session, text, model=model, stream=True)
+    console.print(f"{mgr.config.assistant.name}> ", end="")
+    for chunk in replies:
+        console.print(chunk, end="", soft_wrap=True)
+    console.print()
+    return replies.result
+
+
+# --- report ------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("log", type=click.Path(exists=True, dir_okay=False))
+@click.option("--session", help="Only this session.")
+@click.option("--since", help="Only calls since a time: 2026-11-21, 2026-11-21T18:00Z, or 30m, 2h, 7d ago.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Also write a self-contained HTML page with a chart.")
+def report(log: str, session: str | None, since: str | None, fmt: str, html_path: str | None) -> None:
+    """Summarize a token usage log: totals, per session and per model (calls, tokens
+    sent, full-history tokens, saved, cost, cost saved, p50/p95 prompt tokens).
+    Lines that are not usage records are counted and skipped."""
+    from .report import load_report, render_csv, render_html, render_json
+
+    try:
+        moment = _parse_since(since)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since") from None
+    result = load_report(log, session=session, since=moment)
+    if fmt == "json":
+        click.echo(render_json(result))
+    elif fmt == "csv":
+        click.echo(render_csv(result), nl=False)
+    else:
+        _print_report(result)
+    if html_path:
+        Path(html_path).write_text(render_html(result, title=f"Token usage · {Path(log).name}"), encoding="utf-8")
+        click.echo(f"wrote {html_path}", err=fmt != "table")
+
+
+def _parse_since(since: str | None) -> datetime | None:
+    from .report import parse_since
+
+    return parse_since(since, now=datetime.now(timezone.utc)) if since else None
+
+
+def _print_report(result: Any) -> None:
+    from rich.table import Table
+
+    from .report import report_rows
+
+    table = Table(title_justify="left", title="Token usage")
+    columns = ["scope", "name", "calls", "tokens sent", "full history", "saved", "saved %", "cost $", "cost saved $", "p50", "p95"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in {"scope", "name"} else "right")
+    for scope, name, row in report_rows(result):
+        table.add_row(scope, name, f"{row['calls']:,}", f"{row['tokens_sent']:,}", f"{row['full_history_tokens']:,}",
+                      f"{row['saved_tokens']:,}", f"{row['saved_pct']:.1f}", f"{row['cost_usd']:.6f}",
+                      f"{row['cost_saved_usd']:.6f}", f"{row['p50_prompt_tokens']:,.0f}", f"{row['p95_prompt_tokens']:,.0f}")
+    console = _console()
+    console.print(table)
+    if result.bad_lines:
+        console.print(f"{result.bad_lines} line(s) were not usage records and were skipped.")
+
+
+# --- sessions ----------------------------------------------------------------
+
+
+@main.group()
+def sessions() -> None:
+    """List, show and reset sessions in the configured store."""
+
+
+@sessions.command("list")
+@click.option("--search", help="Only sessions whose id contains this text.")
+@click.option("--page", default=1, show_default=True, type=int, help="Page number (from 1).")
+@click.option("--page-size", default=20, show_default=True, type=int, help="Sessions per page (1-200).")
+@click.pass_obj
+def sessions_list(obj: _Context, search: str | None, page: int, page_size: int) -> None:
+    """Sessions, most recently updated first."""
+    from rich.table import Table
+
+    mgr = obj.manager()
+    with _errors(), mgr:
+        result = mgr.store.list_sessions(search=search, page=page, page_size=page_size)
+    table = Table(title=f"sessions · page {result.page}/{result.total_pages} · {result.total} in all", title_justify="left")
+    for column in ["session", "updated", "turns", "context keys", "summary lines", "recent", "full-history tokens"]:
+        table.add_column(column, justify="left" if column in {"session", "updated"} else "right")
+    for entry in result.entries:
+        updated = datetime.fromtimestamp(entry.updated_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(entry.session_id, updated, str(entry.turns), str(entry.context_keys), str(entry.summary_lines),
+                      str(entry.recent_messages), f"{entry.full_tokens:,}")
+    _console().print(table)
+
+
+@sessions.command("show")
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a readable view.")
+@click.pass_obj
+def sessions_show(obj: _Context, session_id: str, as_json: bool) -> None:
+    """What one session remembers: context keys, summary, recent messages, counters."""
+    from dataclasses import asdict
+
+    mgr = obj.manager()
+    with _errors(), mgr:
+        state = mgr.get_state(session_id)
+    if as_json:
+        click.echo(json.dumps(asdict(state), indent=2, ensure_ascii=False))
+        return
+    console = _console()
+    console.print(f"[bold]{session_id}[/bold] · {state.turns} turn(s) · full history would cost {state.full_tokens:,} tokens")
+    console.print("[bold]context[/bold]")
+    for key, value in state.context.items():
+        console.print(f"  {key}: {value}")
+    console.print("[bold]summary[/bold]")
+    for line in state.summary:
+        console.print(f"  {line}")
+    console.print("[bold]recent[/bold]")
+    for message in state.recent:
+        console.print(f"  {message['role']}: {message['content']}")
+
+
+@sessions.command("reset")
+@click.argument("session_id")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+def sessions_reset(obj: _Context, session_id: str, yes: bool) -> None:
+    """Forget a session entirely."""
+    if not yes and sys.stdin.isatty():
+        click.confirm(f"Forget session {session_id!r}?", abort=True)
+    mgr = obj.manager()
+    with _errors(), mgr:
+        mgr.reset(session_id)
+    click.echo(f"session {session_id!r} reset")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,301 @@
+"""Reading token usage logs: totals, per session and per model, and an HTML page.
+
+Parsing and aggregation are pure functions over lines; rendering to a table,
+JSON, CSV or a self-contained HTML page (with an SVG chart of tokens per turn,
+sent against the full history) sits on top.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Report", "Totals", "build_report", "parse_since", "read_log", "render_csv", "render_html", "render_json"]
+
+_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_since(value: str, *, now: datetime | None = None) -> datetime:
+    """``2026-11-21``, ``2026-11-21T18:00:00Z`` or a relative ``30m``, ``2h``, ``7d``."""
+    now = now or datetime.now(timezone.utc)
+    match = _RELATIVE.match(value)
+    if match:
+        return now - timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    try:
+        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--since {value!r} is not a date, a time or a duration like 30m, 2h, 7d") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def _valid(record: Any) -> bool:
+    tokens = record.get("tokens") if isinstance(record, dict) else None
+    return (
+        isinstance(tokens, dict)
+        and isinstance(tokens.get("total"), int)
+        and isinstance(record.get("full_history_tokens"), int)
+        and isinstance(record.get("session"), str)
+        and isinstance(record.get("time"), str)
+    )
+
+
+def read_log(lines: Iterable[str]) -> tuple[list[dict[str, Any]], int]:
+    """Usage records and the count of lines that were not usage records."""
+    records, bad = [], 0
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if _valid(record):
+            records.append(record)
+        else:
+            bad += 1
+    return records, bad
+
+
+def _percentile(values: Sequence[int], q: float) -> float:
+    """Nearest-rank percentile; 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return float(ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)])
+
+
+@dataclass
+class Totals:
+    calls: int = 0
+    turns: int = 0
+    tokens_sent: int = 0
+    full_history_tokens: int = 0
+    cost_usd: float = 0.0
+    cost_saved_usd: float = 0.0
+    cost_unknown: int = 0
+    prompt_tokens: list[int] = field(default_factory=list, repr=False)
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        self.calls += 1
+        self.turns += 1 if record.get("step", 0) == 0 else 0
+        self.tokens_sent += record["tokens"]["total"]
+        self.full_history_tokens += record["full_history_tokens"]
+        self.prompt_tokens.append(record["tokens"]["total"])
+        if record.get("cost_usd") is None:
+            self.cost_unknown += 1
+        else:
+            self.cost_usd += record["cost_usd"]
+        self.cost_saved_usd += record.get("cost_saved_usd") or 0.0
+
+    @property
+    def saved_tokens(self) -> int:
+        return self.full_history_tokens - self.tokens_sent
+
+    @property
+    def saved_pct(self) -> float:
+        return 100 * self.saved_tokens / self.full_history_tokens if self.full_history_tokens else 0.0
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "turns": self.turns,
+            "tokens_sent": self.tokens_sent,
+            "full_history_tokens": self.full_history_tokens,
+            "saved_tokens": self.saved_tokens,
+            "saved_pct": round(self.saved_pct, 1),
+            "cost_usd": round(self.cost_usd, 6),
+            "cost_saved_usd": round(self.cost_saved_usd, 6),
+            "calls_without_price": self.cost_unknown,
+            "p50_prompt_tokens": _percentile(self.prompt_tokens, 50),
+            "p95_prompt_tokens": _percentile(self.prompt_tokens, 95),
+        }
+
+
+@dataclass
+class Report:
+    total: Totals
+    sessions: dict[str, Totals]
+    models: dict[str, Totals]
+    records: list[dict[str, Any]]
+    bad_lines: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "total": self.total.row(),
+            "sessions": {k: v.row() for k, v in self.sessions.items()},
+            "models": {k: v.row() for k, v in self.models.items()},
+            "bad_lines": self.bad_lines,
+        }
+
+    def per_turn(self) -> list[tuple[int, float, float]]:
+        """(turn, mean tokens sent, mean full-history tokens) over the turns' first calls."""
+        by_turn: dict[int, list[tuple[int, int]]] = {}
+        for record in self.records:
+            if record.get("step", 0) == 0 and isinstance(record.get("turn"), int):
+                by_turn.setdefault(record["turn"], []).append((record["tokens"]["total"], record["full_history_tokens"]))
+        return [
+            (turn, sum(s for s, _ in pairs) / len(pairs), sum(f for _, f in pairs) / len(pairs))
+            for turn, pairs in sorted(by_turn.items())
+        ]
+
+
+def build_report(
+    records: Iterable[Mapping[str, Any]], *, bad_lines: int = 0, session: str | None = None, since: datetime | None = None
+) -> Report:
+    total, sessions, models, kept = Totals(), {}, {}, []
+    for record in records:
+        if session is not None and record["session"] != session:
+            continue
+        if since is not None:
+            try:
+                moment = datetime.fromisoformat(record["time"].replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            if moment < since:
+                continue
+        kept.append(dict(record))
+        total.add(record)
+        sessions.setdefault(record["session"], Totals()).add(record)
+        models.setdefault(str(record.get("model")), Totals()).add(record)
+    return Report(total=total, sessions=sessions, models=models, records=kept, bad_lines=bad_lines)
+
+
+def load_report(path: str | Path, **filters: Any) -> Report:
+    with Path(path).open(encoding="utf-8", errors="replace") as handle:
+        records, bad = read_log(handle)
+    return build_report(records, bad_lines=bad, **filters)
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report.as_dict(), indent=2)
+
+
+def render_csv(report: Report) -> str:
+    out = io.StringIO()
+    columns = ["scope", "name", *Totals().row().keys()]
+    writer = csv.DictWriter(out, fieldnames=columns)
+    writer.writeheader()
+    writer.writerow({"scope": "total", "name": "", **report.total.row()})
+    for scope, group in (("session", report.sessions), ("model", report.models)):
+        for name, totals in group.items():
+            writer.writerow({"scope": scope, "name": name, **totals.row()})
+    return out.getvalue()
+
+
+# --- HTML --------------------------------------------------------------------
+
+
+def _chart_svg(points: Sequence[tuple[int, float, float]], width: int = 760, height: int = 320) -> str:
+    """A line chart of tokens per turn: sent (filled) against the full history."""
+    if not points:
+        return '<p class="empty">No turns in this log.</p>'
+    left, right, top, bottom = 64, 20, 20, 44
+    plot_w, plot_h = width - left - right, height - top - bottom
+    top_value = max(max(f for _, _, f in points), 1)
+    step = 10 ** max(0, len(str(int(top_value))) - 1)
+    ceiling = math.ceil(top_value / step) * step
+    first, last = points[0][0], points[-1][0]
+    span = max(last - first, 1)
+
+    def x(turn: float) -> float:
+        return left + (turn - first) / span * plot_w
+
+    def y(value: float) -> float:
+        return top + plot_h - value / ceiling * plot_h
+
+    sent = " ".join(f"{x(t):.1f},{y(s):.1f}" for t, s, _ in points)
+    full = " ".join(f"{x(t):.1f},{y(f):.1f}" for t, _, f in points)
+    area = f"{x(first):.1f},{y(0):.1f} {sent} {x(last):.1f},{y(0):.1f}"
+    grid = []
+    for i in range(5):
+        value = ceiling * i / 4
+        grid.append(
+            f'<line x1="{left}" x2="{width - right}" y1="{y(value):.1f}" y2="{y(value):.1f}" class="grid"/>'
+            f'<text x="{left - 8}" y="{y(value) + 4:.1f}" class="tick" text-anchor="end">{int(value):,}</text>'
+        )
+    ticks = sorted({first, last, *(t for t, _, _ in points[:: max(1, len(points) // 10)])})
+    xlabels = "".join(f'<text x="{x(t):.1f}" y="{height - bottom + 18}" class="tick" text-anchor="middle">{t}</text>' for t in ticks)
+    dots = "".join(f'<circle cx="{x(t):.1f}" cy="{y(s):.1f}" r="3" class="sent-dot"><title>turn {t}: {s:,.0f} sent, {f:,.0f} full</title></circle>' for t, s, f in points)
+    return f"""<svg viewBox="0 0 {width} {height}" role="img" aria-label="Prompt tokens per turn">
+{"".join(grid)}
+<polygon points="{area}" class="sent-area"/>
+<polyline points="{full}" class="full"/>
+<polyline points="{sent}" class="sent"/>
+{dots}{xlabels}
+<text x="{left + plot_w / 2}" y="{height - 6}" class="axis" text-anchor="middle">turn</text>
+<text x="14" y="{top + plot_h / 2}" class="axis" text-anchor="middle" transform="rotate(-90 14 {top + plot_h / 2})">prompt tokens</text>
+</svg>"""
+
+
+_STYLE = """
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:32px auto;max-width:860px;color:#1d2330;padding:0 16px}
+h1{font-size:22px;margin:0 0 4px}.sub{color:#5b6475;margin:0 0 20px}
+.cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(140px,1fr));gap:12px;margin:0 0 20px}.card{background:#f4f6fa;border-radius:10px;padding:12px 14px}
+.card b{display:block;font-size:22px}.card span{color:#5b6475;font-size:13px}
+svg{width:100%;height:auto;background:#fff;border:1px solid #e3e7ee;border-radius:10px}
+.grid{stroke:#eef1f5}.tick{font-size:11px;fill:#6b7385}.axis{font-size:12px;fill:#3b4252}
+.full{fill:none;stroke:#d1495b;stroke-width:2.5;stroke-dasharray:6 4}.sent{fill:none;stroke:#2f6fdf;stroke-width:2.5}
+.sent-area{fill:#2f6fdf22}.sent-dot{fill:#2f6fdf}
+.legend{display:flex;gap:18px;font-size:13px;color:#3b4252;margin:8px 0 24px}.legend i{display:inline-block;width:22px;height:3px;vertical-align:middle;margin-right:6px}
+table{border-collapse:collapse;width:100%;font-size:13px;margin:0 0 24px}th,td{text-align:right;padding:6px 8px;border-bottom:1px solid #e9ecf2}
+th:first-child,td:first-child{text-align:left}th{color:#5b6475;font-weight:600}
+"""
+
+
+def _table(title: str, rows: Mapping[str, Totals]) -> str:
+    body = "".join(
+        f"<tr><td>{html.escape(name)}</td><td>{t.calls}</td><td>{t.tokens_sent:,}</td><td>{t.full_history_tokens:,}</td>"
+        f"<td>{t.saved_pct:.1f}%</td><td>${t.cost_usd:.4f}</td><td>${t.cost_saved_usd:.4f}</td>"
+        f"<td>{_percentile(t.prompt_tokens, 50):,.0f}</td><td>{_percentile(t.prompt_tokens, 95):,.0f}</td></tr>"
+        for name, t in rows.items()
+    )
+    return (
+        f"<h2>{html.escape(title)}</h2><table><tr><th>name</th><th>calls</th><th>tokens sent</th><th>full history</th>"
+        f"<th>saved</th><th>cost</th><th>cost saved</th><th>p50</th><th>p95</th></tr>{body}</table>"
+    )
+
+
+def render_html(report: Report, *, title: str = "Token usage") -> str:
+    """One self-contained page (inline CSS and SVG, no scripts or external files)."""
+    t = report.total
+    cards = [
+        (f"{t.calls:,}", "LLM calls"),
+        (f"{t.tokens_sent:,}", "prompt tokens sent"),
+        (f"{t.full_history_tokens:,}", "with the full history"),
+        (f"{t.saved_pct:.1f}%", "saved"),
+        (f"${t.cost_saved_usd:.4f}", "cost saved"),
+    ]
+    card_html = "".join(f'<div class="card"><b>{v}</b><span>{html.escape(k)}</span></div>' for v, k in cards)
+    note = f" · {report.bad_lines} bad line(s) skipped" if report.bad_lines else ""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_STYLE}</style></head>
+<body>
+<h1>{html.escape(title)}</h1>
+<p class="sub">{len(report.sessions)} session(s), {t.turns} turn(s), {len(report.models)} model(s){note}</p>
+<div class="cards">{card_html}</div>
+<h2>Prompt tokens per turn</h2>
+{_chart_svg(report.per_turn())}
+<div class="legend"><span><i style="background:#2f6fdf"></i>sent with middleware</span><span><i style="background:#d1495b"></i>full history with tool details</span></div>
+{_table("Per session", report.sessions)}
+{_table("Per model", report.models)}
+</body></html>
+"""
+
+
+def report_rows(report: Report) -> list[tuple[str, str, dict[str, Any]]]:
+    """(scope, name, row) for tables: the total, then sessions, then models."""
+    rows = [("total", "", report.total.row())]
+    rows += [("session", name, totals.row()) for name, totals in report.sessions.items()]
+    rows += [("model", name, totals.row()) for name, totals in report.models.items()]
+    return rows

@@ -1,0 +1,60 @@
+"""Scripted models: offline stand-ins for an LLM, for demos and tests.
+
+A responder is a pure function ``(messages, tools) -> assistant message dict``
+(``{"role": "assistant", "content": ..., "tool_calls": [...] | None}``).
+``middleware.llm`` serves every registered responder through litellm as the
+model ``scripted/<name>``, so scripted runs take the real litellm call path::
+
+    from middleware.scripted import register
+
+    def my_bot(messages, tools):
+        return {"role": "assistant", "content": "pong", "tool_calls": None}
+
+    register("pong", my_bot)          # now model="scripted/pong" works in chat()
+
+Built in: ``scripted/atlas`` (the device-navigation assistant of the demo) and
+``scripted/echo`` (replies with the user's last message).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .exceptions import LLMError
+
+__all__ = ["Responder", "get_responder", "register"]
+
+Responder = Callable[[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]] | None], Mapping[str, Any]]
+
+_responders: dict[str, Responder] = {}
+_lock = threading.Lock()
+
+
+def _echo(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    last_user = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "")
+    return {"role": "assistant", "content": f"echo: {last_user}", "tool_calls": None}
+
+
+def register(name: str, responder: Responder) -> None:
+    """Serve ``responder`` as the litellm model ``scripted/<name>``."""
+    if not name or "/" in name:
+        raise ValueError(f"Scripted model name {name!r} must be non-empty and hold no '/'.")
+    with _lock:
+        _responders[name] = responder
+
+
+def get_responder(name: str) -> Responder:
+    with _lock:
+        if name not in _responders:
+            if name == "atlas":
+                from .demo.atlas import respond
+
+                _responders[name] = respond
+            elif name == "echo":
+                _responders[name] = _echo
+        responder = _responders.get(name)
+    if responder is None:
+        raise LLMError(f"No scripted model '{name}'; registered: {sorted({'atlas', 'echo', *_responders})}.")
+    return responder

@@ -1,0 +1,235 @@
+"""Python callables as LLM tools: JSON schemas from signatures and docstrings, and
+safe execution (validated arguments; a failing tool becomes an error result).
+
+    def navigate_to_node(node: str, userinterface_name: str) -> dict:
+        '''Walk the shortest path to a screen.
+
+        Args:
+            node: the screen to reach, e.g. "shop".
+            userinterface_name: the UI, e.g. "google_tv".
+        '''
+
+    toolset = Toolset([navigate_to_node])      # or Tool(fn, schema={...}) for an explicit schema
+    toolset.schemas                             # OpenAI "tools" list for any chat API
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from .exceptions import InvalidToolCallError
+from .state import ToolCall, to_text
+
+__all__ = ["Tool", "ToolOutcome", "Toolset", "tool_schema"]
+
+_ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$", re.IGNORECASE)
+_ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+def _docstring_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+    """The description (text before an ``Args:`` section) and per-argument descriptions.
+
+    Google style: ``name: text`` lines under ``Args:``; deeper-indented lines continue
+    the previous argument; a blank line ends the section.
+    """
+    description: list[str] = []
+    params: dict[str, str] = {}
+    lines = iter((inspect.getdoc(fn) or "").splitlines())
+    for line in lines:
+        if _ARGS_HEADER.match(line):
+            break
+        description.append(line.strip())
+    indent: int | None = None
+    current = ""
+    for line in lines:
+        if not line.strip():
+            break
+        depth = len(line) - len(line.lstrip())
+        match = _ARG_LINE.match(line)
+        if match and (indent is None or depth <= indent):
+            indent, current = depth, match.group(1).lstrip("*")
+            params[current] = match.group(2).strip()
+        elif current:
+            params[current] = f"{params[current]} {line.strip()}"
+    return " ".join(" ".join(description).split()), params
+
+
+def _arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
+    hints = inspect.get_annotations(fn, eval_str=True)
+    _, param_docs = _docstring_parts(fn)
+    fields: dict[str, Any] = {}
+    for name, param in inspect.signature(fn).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        annotation = hints.get(name, Any)
+        default = ... if param.default is param.empty else param.default
+        fields[name] = (annotation, Field(default, description=param_docs.get(name) or None))
+    return create_model(  # type: ignore[call-overload, no-any-return]
+        f"{fn.__name__}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+    )
+
+
+def _compact(schema: dict[str, Any]) -> dict[str, Any]:
+    """Drop what costs tokens on every call and tells the model nothing: titles,
+    ``additionalProperties`` (arguments are validated here anyway), ``default: null``,
+    and the ``anyOf [T, null]`` of optional parameters (they are simply not required)."""
+    schema.pop("title", None)
+    schema.pop("additionalProperties", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+        options = prop.get("anyOf")
+        if isinstance(options, list) and {"type": "null"} in options and len(options) == 2:
+            prop.update(next(o for o in options if o != {"type": "null"}))
+            del prop["anyOf"]
+        if "default" in prop and prop["default"] is None:
+            del prop["default"]
+    return schema
+
+
+def tool_schema(fn: Callable[..., Any], *, name: str | None = None) -> dict[str, Any]:
+    """The OpenAI tool schema of ``fn``, from its signature, type hints and docstring."""
+    description, _ = _docstring_parts(fn)
+    parameters = _compact(_arguments_model(fn).model_json_schema())
+    parameters.setdefault("properties", {})
+    return {
+        "type": "function",
+        "function": {
+            "name": name or fn.__name__,
+            "description": description or (name or fn.__name__).replace("_", " "),
+            "parameters": parameters,
+        },
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A callable with its schema; the schema is derived when not given."""
+
+    fn: Callable[..., Any]
+    schema: Mapping[str, Any] | None = None
+    name: str = ""
+    _model: type[BaseModel] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise InvalidToolCallError(f"A tool must be callable, got {type(self.fn).__name__}.")
+        # Arguments are validated against the signature only when the schema came from it;
+        # an explicit schema is the caller's contract with the model.
+        object.__setattr__(self, "_model", _arguments_model(self.fn) if self.schema is None else None)
+        schema = dict(self.schema) if self.schema is not None else tool_schema(self.fn)
+        if "function" not in schema:  # a bare function schema: wrap it
+            schema = {"type": "function", "function": schema}
+        name = self.name or schema["function"].get("name") or self.fn.__name__
+        schema["function"] = {**schema["function"], "name": name}
+        object.__setattr__(self, "schema", schema)
+        object.__setattr__(self, "name", name)
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(getattr(self.fn, "__call__", None))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """What running one requested call gave: the message for the model and the record."""
+
+    call_id: str
+    message: dict[str, Any]
+    record: ToolCall
+
+
+class Toolset:
+    """Tools by name; runs the model's calls and never lets a tool crash the turn."""
+
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for item in tools:
+            tool = item if isinstance(item, Tool) else Tool(item)
+            if tool.name in self._tools:
+                raise InvalidToolCallError(f"Two tools are named '{tool.name}'; tool names must be unique.")
+            self._tools[tool.name] = tool
+
+    def __bool__(self) -> bool:
+        return bool(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    @property
+    def schemas(self) -> list[dict[str, Any]]:
+        return [dict(tool.schema or {}) for tool in self._tools.values()]
+
+    def prepare(self, name: str, arguments: Any) -> tuple[Tool | None, dict[str, Any] | str]:
+        """The tool and validated keyword arguments, or (None|tool, error text)."""
+        tool = self._tools.get(name)
+        if tool is None:
+            return None, f"unknown tool '{name}'; available: {sorted(self._tools)}"
+        call = ToolCall(name=name, arguments=arguments if arguments is not None else {})
+        if call.args is None:
+            return tool, f"arguments are not a JSON object: {call.arguments_text[:200]!r}"
+        if tool._model is None:
+            return tool, call.args
+        try:
+            return tool, tool._model.model_validate(call.args).model_dump(exclude_unset=True)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+            return tool, f"invalid arguments: {problems}"
+
+    @staticmethod
+    def outcome(call_id: str, name: str, arguments: Any, result: Any, ok: bool) -> ToolOutcome:
+        record = ToolCall(name=name, arguments=arguments if arguments is not None else {}, result=result, ok=ok, id=call_id)
+        content = record.result_text if ok else to_text(result)
+        return ToolOutcome(call_id=call_id, message={"role": "tool", "tool_call_id": call_id, "content": content}, record=record)
+
+    def run(self, call_id: str, name: str, arguments: Any) -> ToolOutcome:
+        """Run a call synchronously; exceptions become error results."""
+        tool, prepared = self.prepare(name, arguments)
+        if tool is None or isinstance(prepared, str):
+            return self.outcome(call_id, name, arguments, {"error": prepared}, ok=False)
+        if tool.is_async:
+            import asyncio
+
+            try:
+                result = asyncio.run(tool.fn(**prepared))
+            except Exception as exc:
+                return self.outcome(call_id, name, arguments, {"error": _describe(exc)}, ok=False)
+            return self.outcome(call_id, name, arguments, result, ok=True)
+        try:
+            result = tool.fn(**prepared)
+        except Exception as exc:
+            return self.outcome(call_id, name, arguments, {"error": _describe(exc)}, ok=False)
+        return self.outcome(call_id, name, arguments, result, ok=_succeeded(result))
+
+    async def arun(self, call_id: str, name: str, arguments: Any) -> ToolOutcome:
+        """Run a call, awaiting async tools; exceptions become error results."""
+        tool, prepared = self.prepare(name, arguments)
+        if tool is None or isinstance(prepared, str):
+            return self.outcome(call_id, name, arguments, {"error": prepared}, ok=False)
+        try:
+            result = tool.fn(**prepared)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            return self.outcome(call_id, name, arguments, {"error": _describe(exc)}, ok=False)
+        return self.outcome(call_id, name, arguments, result, ok=_succeeded(result))
+
+
+def _succeeded(result: Any) -> bool:
+    """A tool that returns ``{"success": False}`` or ``{"error": ...}`` did not succeed:
+    its arguments must not become context keys."""
+    if isinstance(result, Mapping):
+        if result.get("success") is False or result.get("ok") is False:
+            return False
+        if result.get("error") and "success" not in result:
+            return False
+    return True
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]

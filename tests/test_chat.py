@@ -1,0 +1,307 @@
+"""Tests for chat, achat, streaming and wrap, through litellm with scripted models."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from middleware import AsyncSessionManager, Config, LLMError, SessionManager, ToolCall
+from middleware.demo import atlas
+from middleware.demo.device import LAB
+from middleware.scripted import register
+from middleware.turnloop import valid_tool_sequence
+
+
+class Spy:
+    """A scripted model that records every request it receives, then answers like `inner`."""
+
+    def __init__(self, inner: Any = atlas.respond) -> None:
+        self.inner = inner
+        self.requests: list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]] = []
+        self.model = f"scripted/spy-{uuid.uuid4().hex[:8]}"
+        register(self.model.split("/", 1)[1], self)
+
+    def __call__(self, messages: Any, tools: Any) -> Any:
+        self.requests.append(([dict(m) for m in messages], tools))
+        return self.inner(messages, tools)
+
+
+@pytest.fixture
+def log_path(tmp_path: Path) -> Path:
+    return tmp_path / "usage.jsonl"
+
+
+@pytest.fixture
+def mgr(atlas: Config, store_url: str, log_path: Path) -> Iterator[SessionManager]:
+    LAB.reset()
+    config = atlas.with_overrides(usage_log={"path": str(log_path)})
+    with SessionManager(config, redis_url=store_url) as manager:
+        yield manager
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_chat_runs_tools_and_remembers_what_they_set(mgr: SessionManager) -> None:
+    """The tool loop runs the device tools; context keys come from their arguments and
+    'goto shop' reaches the model with the interface it never named."""
+    spy = Spy()
+    first = mgr.chat("s", "take control of device1 on sunri-pi1", model=spy.model)
+    assert first.text == "✅ In control of device1 on sunri-pi1."
+    assert [(c.name, c.ok) for c in first.tool_calls] == [("take_control", True)]
+    mgr.chat("s", "navigate to watchlist on google_tv", model=spy.model)
+    shop = mgr.chat("s", "goto shop", model=spy.model)
+    system = spy.requests[-2][0][0]["content"]  # the first call of the 'goto shop' turn
+    assert "- userinterface_name: google_tv" in system and "- device_id: device1" in system
+    assert json.loads(shop.tool_calls[0].arguments_text) == {"node": "shop", "userinterface_name": "google_tv", "device_id": "device1"}
+    assert shop.text == "✅ Navigated to shop on google_tv (3 steps)."
+    state = mgr.get_state("s")
+    assert state.turns == 3 == shop.turn
+    assert state.context == {"userinterface_name": "google_tv", "host_name": "sunri-pi1", "device_id": "device1"}
+    assert state.recent == [{"role": "user", "content": "goto shop"}, {"role": "assistant", "content": shop.text}]
+    assert state.summary[-1] == "• navigate to watchlist on google_tv → Navigated to 'watchlist' on google_tv"
+    # Tool calls and results were sent within the turn, in a valid order, and never stored.
+    assert valid_tool_sequence(spy.requests[-1][0])
+    assert all("tool_calls" not in m for m in state.recent)
+
+
+def test_every_call_logs_token_figures_that_match_what_was_sent(mgr: SessionManager, log_path: Path) -> None:
+    """One line per LLM call; its total equals litellm's count of the messages and tools
+    the provider actually received, and the provider's own prompt count agrees."""
+    import litellm
+
+    spy = Spy()
+    for request in ["take control of device1 on sunri-pi1", "navigate to watchlist on google_tv", "goto shop", "hello"]:
+        mgr.chat("s", request, model=spy.model)
+    logged = lines(log_path)
+    assert len(logged) == len(spy.requests) == 7  # three turns with a tool round, one without
+    for line, (messages, tools) in zip(logged, spy.requests, strict=True):
+        counted = litellm.token_counter(model=mgr.config.tokens.model, messages=messages, tools=tools)
+        assert line["tokens"]["total"] == counted
+        assert line["provider"]["prompt_tokens"] == counted
+        assert line["full_history_tokens"] - line["tokens"]["total"] == line["saved_tokens"]
+        layers = line["tokens"]
+        assert sum(layers[k] for k in ("system", "context", "summary", "recent", "current", "tool_loop", "tools")) + 3 == layers["total"]
+        assert line["cost_usd"] > 0 and line["latency_ms"] >= 0 and line["model"] == spy.model
+    assert [(line["turn"], line["step"]) for line in logged] == [(1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1), (4, 0)]
+    assert [line["tool_calls"] for line in logged] == [1, 0, 1, 0, 1, 0, 0]
+    assert logged[-1]["saved_tokens"] > 0
+
+
+def test_log_holds_no_content_and_no_secrets_unless_asked(atlas: Config, tmp_path: Path) -> None:
+    """Message text appears in the log only with include_content; an API key never does."""
+    for include in (False, True):
+        path = tmp_path / f"log-{include}.jsonl"
+        config = atlas.with_overrides(usage_log={"path": str(path), "include_content": include})
+        with SessionManager(config, redis_url=f"memory://{uuid.uuid4().hex}") as mgr:
+            mgr.chat("s", "navigate to watchlist on google_tv", model="scripted/atlas", api_key="sk-live-SECRET-123")
+        text = path.read_text()
+        assert "sk-live-SECRET" not in text
+        assert ("watchlist on google_tv" in text) is include
+
+
+def test_achat_and_the_async_manager_behave_like_chat(atlas: Config, store_url: str, tmp_path: Path) -> None:
+    """achat on both managers runs the same tools and records the same turn."""
+    config = atlas.with_overrides(usage_log={"path": str(tmp_path / "a.jsonl")})
+
+    async def run() -> list[Any]:
+        LAB.reset()
+        results = []
+        with SessionManager(config, redis_url=store_url) as sync_mgr:
+            results.append(await sync_mgr.achat("a", "take control of device1 on sunri-pi1", model="scripted/atlas"))
+            results.append(await sync_mgr.achat("a", "navigate to watchlist on google_tv", model="scripted/atlas"))
+        async with AsyncSessionManager(config, redis_url=store_url) as async_mgr:
+            results.append(await async_mgr.chat("a", "goto shop", model="scripted/atlas"))
+            results.append(await async_mgr.get_state("a"))
+        return results
+
+    control, watchlist, shop, state = asyncio.run(run())
+    assert control.text == "✅ In control of device1 on sunri-pi1."
+    assert watchlist.tool_calls[0].name == "navigate_to_node" and shop.turn == 3
+    assert state.context["userinterface_name"] == "google_tv" and state.turns == 3
+
+
+def test_streaming_yields_text_and_records_the_turn_when_it_ends(mgr: SessionManager, log_path: Path) -> None:
+    """stream=True yields the reply in chunks, runs tools between calls, records at the end."""
+    LAB.take_control("sunri-pi1", "device1")
+    stream = mgr.chat("s", "navigate to watchlist on google_tv", model="scripted/atlas", stream=True)
+    assert mgr.get_state("s").turns == 0  # nothing recorded before the stream is consumed
+    chunks = list(stream)
+    assert len(chunks) > 3 and "".join(chunks) == "✅ Navigated to watchlist on google_tv (2 steps)."
+    assert stream.result is not None and stream.result.text == "".join(chunks)
+    state = mgr.get_state("s")
+    assert state.turns == 1 and state.context["userinterface_name"] == "google_tv"
+    assert [line["kind"] for line in lines(log_path)] == ["stream", "stream"]
+
+
+def test_a_stream_closed_early_records_what_was_said(mgr: SessionManager) -> None:
+    """Stopping a stream midway still records the turn, marked as cut: nothing is lost."""
+    stream = mgr.chat("s", "hello there", model="scripted/atlas", stream=True)
+    next(iter(stream))
+    stream.close()
+    state = mgr.get_state("s")
+    assert state.turns == 1 and state.recent[1]["content"].endswith("(cut: the stream ended early)")
+
+
+def test_async_streaming_records_the_turn(atlas: Config, tmp_path: Path) -> None:
+    """achat(stream=True) is an async iterator that records when it ends."""
+    config = atlas.with_overrides(usage_log={"path": str(tmp_path / "s.jsonl")})
+
+    async def run() -> tuple[list[str], int]:
+        async with AsyncSessionManager(config, redis_url=f"memory://{uuid.uuid4().hex}") as amgr:
+            stream = await amgr.achat("s", "what have we done so far?", model="scripted/atlas", stream=True)
+            chunks = [chunk async for chunk in stream]
+            return chunks, (await amgr.get_state("s")).turns
+
+    chunks, turns = asyncio.run(run())
+    assert "".join(chunks).startswith("Nothing yet") and turns == 1
+
+
+def test_failing_tools_become_error_results_and_set_no_context(mgr: SessionManager) -> None:
+    """A tool that raises gives the model an error result; the turn completes."""
+
+    def navigate_to_node(node: str, userinterface_name: str) -> dict:
+        """Always fails."""
+        raise ConnectionError("device offline")
+
+    result = mgr.chat("s", "navigate to watchlist on google_tv", model="scripted/atlas", tools=[navigate_to_node])
+    assert result.text.startswith("❌ navigate to node failed: ConnectionError: device offline")
+    assert [(c.name, c.ok) for c in result.tool_calls] == [("navigate_to_node", False)]
+    assert mgr.get_state("s").context == {}
+
+
+def test_the_tool_loop_is_bounded(mgr: SessionManager) -> None:
+    """A model that never stops calling tools is cut off after max_tool_rounds."""
+
+    def always_calls(messages: Any, tools: Any) -> dict:
+        return {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{len(messages)}", "function": {"name": "get_node_tree", "arguments": '{"userinterface_name": "google_tv"}'}}]}
+
+    spy = Spy(always_calls)
+    result = mgr.chat("s", "loop forever", model=spy.model)
+    assert result.stopped_early and len(spy.requests) == mgr.config.max_tool_rounds + 1
+    assert len(result.tool_calls) == mgr.config.max_tool_rounds
+    assert mgr.get_state("s").turns == 1
+
+
+def test_a_model_failure_after_tools_ran_still_records_the_turn(mgr: SessionManager) -> None:
+    """If the model fails once tools have acted, the turn is recorded with those calls."""
+
+    def fails_second_time(messages: Any, tools: Any) -> Any:
+        if messages[-1]["role"] == "tool":
+            raise RuntimeError("provider down")
+        return atlas.respond(messages, tools)
+
+    spy = Spy(fails_second_time)
+    with pytest.raises(LLMError, match="provider down"):
+        mgr.chat("s", "take control of device1 on sunri-pi1", model=spy.model)
+    state = mgr.get_state("s")
+    assert state.turns == 1 and state.context == {"host_name": "sunri-pi1", "device_id": "device1"}
+
+
+def test_a_failure_before_any_tool_records_nothing(mgr: SessionManager) -> None:
+    """A model error with no side effects leaves the session untouched (the caller can retry)."""
+    with pytest.raises(LLMError, match="No scripted model 'missing'"):
+        mgr.chat("s", "hi", model="scripted/missing")
+    with pytest.raises(LLMError):
+        mgr.chat("s", "hi", model="no-such-provider/model-x")
+    assert mgr.get_state("s").turns == 0
+
+
+# --- wrap --------------------------------------------------------------------
+
+
+def test_wrap_a_chatbot_returning_text(mgr: SessionManager, log_path: Path) -> None:
+    """The wrapped function gets the composed messages; its reply is recorded and logged."""
+    seen: list[list[dict[str, str]]] = []
+
+    def bot(messages: list[dict[str, str]]) -> str:
+        seen.append(messages)
+        return f"you said: {messages[-1]['content']}"
+
+    chat = mgr.wrap(bot)
+    assert chat("w", "first") == "you said: first"
+    assert chat("w", "second") == "you said: second"
+    assert seen[1][1:] == [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "you said: first"},
+        {"role": "user", "content": "second"},
+    ]
+    assert mgr.get_state("w").turns == 2
+    logged = lines(log_path)
+    assert [line["kind"] for line in logged] == ["wrap", "wrap"]
+    assert logged[1]["tokens"]["total"] == mgr.tokenizer.count_messages(seen[1])
+
+
+def test_wrap_a_chatbot_returning_its_whole_turn(mgr: SessionManager) -> None:
+    """A list of the turn's messages gives the tool calls with their results."""
+
+    def bot(messages: list[dict[str, str]]) -> list[dict[str, Any]]:
+        return [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "navigate_to_node", "arguments": '{"userinterface_name": "google_tv", "node": "shop"}'}},
+                {"id": "b", "type": "function", "function": {"name": "take_control", "arguments": '{"device_id": "d2", "host_name": "h"}'}},
+            ]},
+            {"role": "tool", "tool_call_id": "a", "content": '{"success": true}'},
+            {"role": "tool", "tool_call_id": "b", "content": '{"success": false, "error": "busy"}'},
+            {"role": "assistant", "content": "At the shop; d2 was busy."},
+        ]
+
+    mgr.wrap(bot)("w", "goto shop")
+    state = mgr.get_state("w")
+    assert state.recent[1]["content"] == "At the shop; d2 was busy."
+    assert state.context == {"userinterface_name": "google_tv"}  # the failed call set nothing
+
+
+def test_wrap_a_chatbot_returning_a_message_or_a_litellm_response(mgr: SessionManager) -> None:
+    """OpenAI-style message dicts and litellm responses are understood."""
+    from middleware import llm
+
+    as_dict = mgr.wrap(lambda messages: {"role": "assistant", "content": "dict reply", "tool_calls": [
+        {"id": "x", "function": {"name": "navigate_to_node", "arguments": '{"userinterface_name": "tv2"}'}}]})
+    as_dict("w", "one")
+    response = mgr.wrap(lambda messages: llm.complete("scripted/echo", messages, None))("w", "two")
+    assert response.choices[0].message.content == "echo: two"
+    state = mgr.get_state("w")
+    assert state.context == {"userinterface_name": "tv2"} and state.recent[1]["content"] == "echo: two"
+
+
+def test_wrap_async_chatbots_with_either_manager(atlas: Config, tmp_path: Path) -> None:
+    """Async chatbots are awaited; the async manager wraps sync and async chatbots."""
+    config = atlas.with_overrides(usage_log={"path": str(tmp_path / "w.jsonl")})
+
+    async def bot(messages: list[dict[str, str]]) -> str:
+        await asyncio.sleep(0)
+        return "async " + messages[-1]["content"]
+
+    async def run() -> tuple[str, str, int]:
+        with SessionManager(config, redis_url=f"memory://{uuid.uuid4().hex}") as sync_mgr:
+            first = await sync_mgr.wrap(bot)("w", "hi")
+        async with AsyncSessionManager(config, redis_url=f"memory://{uuid.uuid4().hex}") as amgr:
+            second = await amgr.wrap(lambda messages: "sync under async")("w", "hey")
+            turns = (await amgr.get_state("w")).turns
+        return first, second, turns
+
+    assert asyncio.run(run()) == ("async hi", "sync under async", 1)
+
+
+def test_wrap_refuses_replies_it_cannot_read(mgr: SessionManager) -> None:
+    """A reply that is none of the understood shapes is a clear LLMError."""
+    with pytest.raises(LLMError, match="expected a string"):
+        mgr.wrap(lambda messages: 42)("w", "hi")
+
+
+def test_tool_call_records_keep_results_for_the_full_history_figure(mgr: SessionManager) -> None:
+    """Results count in the full-history tokens although they are never stored."""
+    LAB.take_control("sunri-pi1", "device1")
+    before = mgr.get_state("s").full_tokens
+    result = mgr.chat("s", "show the node tree of google_tv", model="scripted/atlas")
+    assert isinstance(result.tool_calls[0], ToolCall) and "nodes" in result.tool_calls[0].result_text
+    grown = mgr.get_state("s").full_tokens - before
+    assert grown > mgr.tokenizer.count(result.tool_calls[0].result_text)

@@ -1,0 +1,138 @@
+"""Tests for the `middleware` command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from middleware.cli import main
+
+COMMANDS = [[], ["demo"], ["chat"], ["report"], ["sessions"], ["sessions", "list"], ["sessions", "show"], ["sessions", "reset"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "middleware")
+def test_every_command_has_help(command: list[str]) -> None:
+    """--help works on every command and says what it does."""
+    result = CliRunner().invoke(main, [*command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output and len(result.output.splitlines()) > 4
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    """`python -m middleware` is the same command."""
+    out = subprocess.run([sys.executable, "-m", "middleware", "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "demo" in out.stdout and "report" in out.stdout
+
+
+@pytest.fixture(scope="module")
+def demo_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """Run `middleware demo` once, in a subprocess as a user would, with no Redis or key."""
+    folder = tmp_path_factory.mktemp("demo")
+    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "MIDDLEWARE_CONFIG", "OPENAI_API_KEY"}}
+    out = subprocess.run([sys.executable, "-m", "middleware", "demo"], cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return folder / "middleware-usage.jsonl", out.stdout
+
+
+def test_demo_plays_twelve_turns_offline_and_writes_the_log(demo_log: tuple[Path, str]) -> None:
+    """The demo shows every turn with tokens sent against the full history, then the log."""
+    log, stdout = demo_log
+    assert "take control of device1 on sunri-pi1" in stdout and "what have we done so far?" in stdout
+    assert "% saved" in stdout and "middleware report" in stdout
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    first_calls = [r for r in records if r["step"] == 0]
+    assert len(first_calls) == 12 and {r["model"] for r in records} == {"scripted/atlas"}
+    assert first_calls[-1]["saved_pct"] > 60  # the prompt stays flat while the history grows
+    assert first_calls[-1]["tokens"]["total"] < 1.3 * first_calls[2]["tokens"]["total"]
+
+
+def test_report_on_the_demo_log(demo_log: tuple[Path, str], tmp_path: Path) -> None:
+    """`middleware report` prints the totals and writes the HTML page."""
+    log, _ = demo_log
+    page = tmp_path / "report.html"
+    result = CliRunner().invoke(main, ["report", str(log), "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    assert "total" in result.output and "scripted/atlas" in result.output
+    assert "<svg" in page.read_text()
+    as_json = CliRunner().invoke(main, ["report", str(log), "--format", "json", "--session", "demo"])
+    assert json.loads(as_json.output)["total"]["turns"] == 12
+
+
+def test_report_rejects_a_bad_since(demo_log: tuple[Path, str]) -> None:
+    """A wrong --since is a usage error naming the option."""
+    result = CliRunner().invoke(main, ["report", str(demo_log[0]), "--since", "someday"])
+    assert result.exit_code == 2 and "--since" in result.output
+
+
+def test_the_report_page_renders_in_headless_chromium(demo_log: tuple[Path, str], tmp_path: Path) -> None:
+    """Chromium loads the page offline and paints it (a screenshot of real size and content)."""
+    from tests.conftest import require_binary
+
+    chromium = require_binary("chromium")
+    page = tmp_path / "report.html"
+    CliRunner().invoke(main, ["report", str(demo_log[0]), "--html", str(page)])
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=900,1200", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a blank page is a few kB
+
+
+def test_sessions_commands_against_real_redis(real_redis_url: str) -> None:
+    """list, show (readable and JSON) and reset work on a real server."""
+    from middleware import SessionManager, ToolCall, load_config
+
+    with SessionManager(load_config(), redis_url=real_redis_url) as mgr:
+        for sid in ["user-1", "user-2", "other"]:
+            mgr.record_turn(sid, user="navigate to watchlist on google_tv", assistant="done",
+                            tool_calls=[ToolCall(name="navigate_to_node", arguments={"userinterface_name": "google_tv"})])
+    runner = CliRunner()
+    listed = runner.invoke(main, ["--redis-url", real_redis_url, "sessions", "list", "--search", "user"])
+    assert listed.exit_code == 0 and "user-1" in listed.output and "other" not in listed.output
+    shown = runner.invoke(main, ["--redis-url", real_redis_url, "sessions", "show", "user-1", "--json"])
+    assert json.loads(shown.output)["context"] == {"userinterface_name": "google_tv"}
+    readable = runner.invoke(main, ["--redis-url", real_redis_url, "sessions", "show", "user-1"])
+    assert "userinterface_name: google_tv" in readable.output
+    reset = runner.invoke(main, ["--redis-url", real_redis_url, "sessions", "reset", "user-1", "--yes"])
+    assert reset.exit_code == 0
+    after = runner.invoke(main, ["--redis-url", real_redis_url, "sessions", "list"])
+    assert "user-1" not in after.output and "user-2" in after.output
+
+
+def test_chat_command_reads_stdin_and_remembers(tmp_path: Path) -> None:
+    """Piped input drives `middleware chat`; /state shows what the session holds."""
+    result = CliRunner().invoke(
+        main, ["chat", "--model", "scripted/atlas", "--session", "c1"],
+        input="take control of device1 on sunri-pi1\nnavigate to watchlist on google_tv\n/state\n/exit\n",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "In control of device1" in result.output and "Navigated to watchlist" in result.output
+    assert "google_tv" in result.output.split("Navigated to watchlist")[-1]  # from /state
+
+
+def test_library_errors_are_one_clear_line(tmp_path: Path) -> None:
+    """A bad config gives a short error, not a traceback."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("summary: {lines: -1}\n")
+    result = CliRunner().invoke(main, ["--config", str(bad), "sessions", "list"])
+    assert result.exit_code == 1 and "Config 'summary.lines'" in result.output and "Traceback" not in result.output
+
+
+def test_unreachable_store_is_reported_without_password() -> None:
+    """A dead Redis gives one line naming the store, password hidden."""
+    from tests.conftest import free_port
+
+    url = f"redis://:pw-hunter2@127.0.0.1:{free_port()}/0"
+    result = CliRunner().invoke(main, ["--redis-url", url, "sessions", "list"])
+    assert result.exit_code == 1 and "unreachable" in result.output and "hunter2" not in result.output

@@ -1,0 +1,126 @@
+"""Tests for middleware.tools: schemas from callables and safe execution."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from middleware import InvalidToolCallError
+from middleware.tools import Tool, Toolset, tool_schema
+
+
+def navigate(node: str, userinterface_name: str, tree_id: str | None = None, retries: int = 2) -> dict:
+    """Walk the shortest path to a screen.
+
+    Args:
+        node: the screen to reach, e.g. "shop".
+        userinterface_name: the interface,
+            e.g. "google_tv".
+        tree_id: the tree id.
+        retries: attempts before giving up.
+    """
+    return {"success": True, "node": node, "ui": userinterface_name, "retries": retries}
+
+
+def test_schema_comes_from_signature_hints_and_docstring() -> None:
+    """Names, types, required parameters and descriptions are derived; noise is dropped."""
+    schema = tool_schema(navigate)["function"]
+    assert schema["name"] == "navigate"
+    assert schema["description"] == "Walk the shortest path to a screen."
+    params = schema["parameters"]
+    assert params["required"] == ["node", "userinterface_name"]
+    assert params["properties"]["node"] == {"type": "string", "description": 'the screen to reach, e.g. "shop".'}
+    assert params["properties"]["userinterface_name"]["description"] == 'the interface, e.g. "google_tv".'
+    assert params["properties"]["tree_id"] == {"type": "string", "description": "the tree id."}  # no anyOf/null
+    assert params["properties"]["retries"]["default"] == 2
+    assert "additionalProperties" not in params and "title" not in params
+
+
+def test_explicit_schema_is_used_as_given() -> None:
+    """A Tool with a schema keeps it and passes arguments through unvalidated."""
+    schema = {"name": "nav", "description": "custom", "parameters": {"type": "object", "properties": {}}}
+    tool = Tool(lambda **kw: kw, schema=schema)
+    assert tool.schema["function"]["description"] == "custom" and tool.name == "nav"
+    outcome = Toolset([tool]).run("c1", "nav", '{"anything": 1}')
+    assert outcome.record.ok and outcome.record.result == {"anything": 1}
+
+
+def test_validated_arguments_reach_the_function() -> None:
+    """JSON-string arguments are parsed, validated and defaults applied by the function."""
+    outcome = Toolset([navigate]).run("c1", "navigate", '{"node": "shop", "userinterface_name": "tv"}')
+    assert outcome.record.ok and outcome.record.result["retries"] == 2
+    assert outcome.message == {"role": "tool", "tool_call_id": "c1", "content": outcome.record.result_text}
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "fragment"),
+    [
+        ("navigate", '{"node": 5}', "invalid arguments"),
+        ("navigate", "{not json", "not a JSON object"),
+        ("navigate", "[1, 2]", "not a JSON object"),
+        ("navigate", '{"node": "a", "userinterface_name": "b", "extra": 1}', "invalid arguments"),
+        ("missing_tool", "{}", "unknown tool 'missing_tool'"),
+    ],
+)
+def test_bad_calls_become_error_results(name: str, arguments: str, fragment: str) -> None:
+    """Unknown tools and bad arguments give an error result for the model, not an exception."""
+    outcome = Toolset([navigate]).run("c9", name, arguments)
+    assert not outcome.record.ok
+    assert fragment in outcome.message["content"]
+    assert outcome.message["tool_call_id"] == "c9"
+
+
+def test_a_raising_tool_becomes_an_error_result() -> None:
+    """An exception inside a tool is reported to the model and marks the call failed."""
+
+    def explode() -> None:
+        """Always fails."""
+        raise RuntimeError("device unplugged")
+
+    outcome = Toolset([explode]).run("c1", "explode", "{}")
+    assert not outcome.record.ok and "RuntimeError: device unplugged" in outcome.message["content"]
+
+
+def test_results_that_do_not_serialize_are_still_returned_as_text() -> None:
+    """A result json cannot encode (a cycle, an object) becomes text rather than a crash."""
+
+    def cyclic() -> dict:
+        """Returns a cycle."""
+        data: dict = {}
+        data["self"] = data
+        return data
+
+    outcome = Toolset([cyclic]).run("c1", "cyclic", "{}")
+    assert outcome.record.ok and "self" in outcome.message["content"]
+
+
+def test_tools_reporting_failure_do_not_count_as_successful() -> None:
+    """{"success": false} marks the call failed, so its arguments set no context."""
+
+    def fails(x: str) -> dict:
+        """Reports failure."""
+        return {"success": False, "error": "nope"}
+
+    assert not Toolset([fails]).run("c1", "fails", '{"x": "1"}').record.ok
+
+
+def test_async_tools_run_in_both_drivers() -> None:
+    """Async tools are awaited by arun and run to completion by run."""
+
+    async def slow(n: int) -> int:
+        """Doubles n."""
+        await asyncio.sleep(0)
+        return n * 2
+
+    toolset = Toolset([slow])
+    assert asyncio.run(toolset.arun("c1", "slow", '{"n": 2}')).record.result == 4
+    assert toolset.run("c2", "slow", '{"n": 3}').record.result == 6
+
+
+def test_duplicate_and_non_callable_tools_are_refused() -> None:
+    """Tool names must be unique and tools callable."""
+    with pytest.raises(InvalidToolCallError, match="unique"):
+        Toolset([navigate, navigate])
+    with pytest.raises(InvalidToolCallError, match="callable"):
+        Tool("not a function")  # type: ignore[arg-type]
