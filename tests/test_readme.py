@@ -40,10 +40,29 @@ def test_python_snippet_runs_as_written(index: int, tmp_path: Path) -> None:
     assert result.stdout.strip()
 
 
-def test_first_snippet_prints_the_injected_context(tmp_path: Path) -> None:
-    """The quick-start snippet shows the interface carried into the next prompt."""
-    result = subprocess.run([sys.executable, "-c", SNIPPETS[0]], cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)
-    assert result.stdout.splitlines()[0] == "- userinterface_name: google_tv"
+def run_snippet(marker: str, tmp_path: Path) -> list[str]:
+    snippet = next(s for s in SNIPPETS if marker in s)
+    result = subprocess.run([sys.executable, "-c", snippet], cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_message_building_snippet_prints_the_injected_context(tmp_path: Path) -> None:
+    """The build_messages snippet shows the interface carried into the next prompt."""
+    assert run_snippet('build_messages("s1", "goto shop")', tmp_path)[0] == "- userinterface_name: google_tv"
+
+
+def test_wrap_snippet_remembers_both_turns(tmp_path: Path) -> None:
+    """The wrap snippet replies through the wrapped bot and records two turns."""
+    assert run_snippet("mgr.wrap(my_chatbot)", tmp_path) == [
+        "echo: navigate to watchlist on google_tv", "echo: goto shop", "2 turns remembered"]
+
+
+def test_tools_snippet_runs_the_tool_and_keeps_its_argument(tmp_path: Path) -> None:
+    """The chat-with-tools snippet calls get_weather and remembers the city (auto mode)."""
+    lines = run_snippet("tools=[get_weather]", tmp_path)
+    assert lines[0].startswith("clear, 18°C in Paris | [('get_weather'")
+    assert lines[1] == "{'city': 'Paris'}"
 
 
 def test_readme_test_command_is_what_ci_runs() -> None:
