@@ -20,6 +20,7 @@ from . import llm
 from .events import log
 from .exceptions import LLMError
 from .state import Prompt, ToolCall
+from .text import CUT_MARKER, redact_secrets
 from .tools import Toolset, _succeeded
 from .turnloop import TurnLoop
 from .usage import usage_record
@@ -41,6 +42,12 @@ class ChatResult:
     prompt: Prompt
     calls: tuple[dict[str, Any], ...]  # the usage lines written, one per LLM call
     stopped_early: bool = False
+
+    @property
+    def recorded(self) -> bool:
+        """False when the store was unreachable (degrade mode): the turn waits in
+        ``pending_turns`` and is written once the store answers again."""
+        return self.turn > 0
 
     @property
     def usage(self) -> dict[str, int]:
@@ -86,6 +93,25 @@ class _Turn:
     def schemas(self) -> list[dict[str, Any]] | None:
         return self.toolset.schemas or None
 
+    def fit_loop(self) -> None:
+        """Keep the next call within the budget: cut the largest tool results in the middle."""
+        budget = self.manager.budget(self.model)
+        if budget is None:
+            return
+        tokenizer = self.manager.tokenizer
+        extra = llm.tools_tokens(self.manager.config.tokens.model, self.schemas)
+        results = [m for m in self.loop.loop_messages if m.get("role") == "tool"]
+        while results:
+            over = tokenizer.count_messages(self.loop.messages) + extra - budget
+            if over <= 0:
+                return
+            largest = max(results, key=lambda m: tokenizer.count(m["content"]))
+            size = tokenizer.count(largest["content"])
+            if size <= 64:
+                return
+            largest["content"] = tokenizer.cut_middle(largest["content"], max(size - over, 64), CUT_MARKER)
+            results.remove(largest)
+
     def log_call(self, sent: Sequence[Mapping[str, Any]], reply: Mapping[str, Any], usage: Any, latency: float) -> None:
         tokenizer = self.manager.tokenizer
         provider = llm.usage_of(usage)
@@ -120,20 +146,24 @@ class _Turn:
 
     def failed(self, error: BaseException) -> str:
         """Text recorded when the model fails after tools already ran (their effects happened)."""
-        log.warning("chat.failed_after_tools", session=self.session_id, tool_calls=len(self.loop.calls), error=str(error)[:200])
+        log.warning("chat.failed_after_tools", session=self.session_id, tool_calls=len(self.loop.calls), error=redact_secrets(str(error))[:200])
         return f"(the model failed after running tools: {type(error).__name__})"
 
 
-def _start(manager: _ManagerBase, session_id: Any, model: str | None, tools: Any) -> tuple[str, str, Toolset]:
-    return manager._session_id(session_id), model or manager.config.model, manager.toolset(tools)
+def _start(manager: _ManagerBase, session_id: Any, model: str | None, tools: Any) -> tuple[str, str, Toolset, int]:
+    """Session id, model, tools and the tokens their schemas add to every call."""
+    toolset = manager.toolset(tools)
+    extra = llm.tools_tokens(manager.config.tokens.model, toolset.schemas) if toolset else 0
+    return manager._session_id(session_id), model or manager.config.model, toolset, extra
 
 
 # --- synchronous -------------------------------------------------------------
 
 
 def run_chat(manager: Any, session_id: Any, user_message: Any, *, model: str | None, tools: Any, kwargs: dict[str, Any]) -> ChatResult:
-    session_id, model, toolset = _start(manager, session_id, model, tools)
-    turn = _Turn(manager, session_id, user_message, model, toolset, manager.prepare(session_id, user_message), "chat")
+    session_id, model, toolset, extra = _start(manager, session_id, model, tools)
+    prompt = manager.prepare(session_id, user_message, model=model, extra_tokens=extra)
+    turn = _Turn(manager, session_id, user_message, model, toolset, prompt, "chat")
     try:
         while not turn.loop.done:
             sent = list(turn.loop.messages)
@@ -144,6 +174,7 @@ def run_chat(manager: Any, session_id: Any, user_message: Any, *, model: str | N
             turn.log_call(sent, reply, response, time.perf_counter() - started)
             if pending:
                 turn.loop.give(toolset.run(p.id, p.name, p.arguments) for p in pending)
+                turn.fit_loop()
     except LLMError as error:
         if turn.loop.calls:
             manager.record_turn(session_id, user=user_message, assistant=turn.failed(error), tool_calls=turn.loop.calls)
@@ -160,9 +191,10 @@ class ChatStream:
     """
 
     def __init__(self, manager: Any, session_id: Any, user_message: Any, model: str | None, tools: Any, kwargs: dict[str, Any]) -> None:
-        session_id, model, toolset = _start(manager, session_id, model, tools)
+        session_id, model, toolset, extra = _start(manager, session_id, model, tools)
         self._manager = manager
-        self._turn = _Turn(manager, session_id, user_message, model, toolset, manager.prepare(session_id, user_message), "stream")
+        prompt = manager.prepare(session_id, user_message, model=model, extra_tokens=extra)
+        self._turn = _Turn(manager, session_id, user_message, model, toolset, prompt, "stream")
         self._kwargs = kwargs
         self._texts: list[str] = []
         self.result: ChatResult | None = None
@@ -195,6 +227,7 @@ class ChatStream:
                 turn.log_call(sent, reply, streamed.usage, time.perf_counter() - started)
                 if pending:
                     turn.loop.give(turn.toolset.run(p.id, p.name, p.arguments) for p in pending)
+                    turn.fit_loop()
             number = manager.record_turn(turn.session_id, user=turn.user_message, assistant=turn.loop.final or "", tool_calls=turn.loop.calls)
             recorded = True
             self.result = turn.result(number)
@@ -209,8 +242,8 @@ class ChatStream:
 
 
 async def arun_chat(manager: Any, session_id: Any, user_message: Any, *, model: str | None, tools: Any, kwargs: dict[str, Any]) -> ChatResult:
-    session_id, model, toolset = _start(manager, session_id, model, tools)
-    prompt = await _maybe(manager.prepare(session_id, user_message))
+    session_id, model, toolset, extra = _start(manager, session_id, model, tools)
+    prompt = await _maybe(manager.prepare(session_id, user_message, model=model, extra_tokens=extra))
     turn = _Turn(manager, session_id, user_message, model, toolset, prompt, "chat")
     try:
         while not turn.loop.done:
@@ -222,6 +255,7 @@ async def arun_chat(manager: Any, session_id: Any, user_message: Any, *, model: 
             turn.log_call(sent, reply, response, time.perf_counter() - started)
             if pending:
                 turn.loop.give([await toolset.arun(p.id, p.name, p.arguments) for p in pending])
+                turn.fit_loop()
     except LLMError as error:
         if turn.loop.calls:
             await _maybe(manager.record_turn(session_id, user=user_message, assistant=turn.failed(error), tool_calls=turn.loop.calls))
@@ -249,8 +283,8 @@ class AsyncChatStream:
 
     async def _run(self) -> AsyncIterator[str]:
         manager, session_id, user_message, model, tools, kwargs = self._args
-        session_id, model, toolset = _start(manager, session_id, model, tools)
-        prompt = await _maybe(manager.prepare(session_id, user_message))
+        session_id, model, toolset, extra = _start(manager, session_id, model, tools)
+        prompt = await _maybe(manager.prepare(session_id, user_message, model=model, extra_tokens=extra))
         turn = _Turn(manager, session_id, user_message, model, toolset, prompt, "stream")
         texts: list[str] = []
         recorded = False
@@ -269,6 +303,7 @@ class AsyncChatStream:
                 turn.log_call(sent, reply, streamed.usage, time.perf_counter() - started)
                 if pending:
                     turn.loop.give([await toolset.arun(p.id, p.name, p.arguments) for p in pending])
+                    turn.fit_loop()
             number = await _maybe(manager.record_turn(session_id, user=user_message, assistant=turn.loop.final or "", tool_calls=turn.loop.calls))
             recorded = True
             self.result = turn.result(number)

@@ -33,7 +33,8 @@ from .state import (
     check_user_message,
     whole_pairs,
 )
-from .text import cut_middle
+from .exceptions import TokenBudgetError
+from .text import CUT_MARKER, cut_middle
 from .summary import action_of, summary_line
 from .tokens import REPLY_PRIMING, Tokenizer, get_tokenizer
 
@@ -93,37 +94,113 @@ def _recent_pairs(state: SessionState, tokenizer: Tokenizer) -> list[StoredMessa
     return whole_pairs(messages)
 
 
-def compose(state: SessionState, user_message: str, config: Config, *, tokenizer: Tokenizer | None = None) -> Prompt:
-    """The messages to send for ``user_message`` and their token figures."""
+# Content tokens a cut recent message keeps at least; below that it is dropped with its pair.
+_MIN_RECENT_TOKENS = 16
+
+
+def _summary_messages(lines: Sequence[str], config: Config) -> list[dict[str, str]]:
+    if not lines:
+        return []
+    return [
+        {"role": "user", "content": "\n".join([config.summary.header, *lines])},
+        {"role": "assistant", "content": config.summary.acknowledgement},
+    ]
+
+
+def _count(messages: Sequence[Mapping[str, str]], tokenizer: Tokenizer) -> int:
+    return sum(tokenizer.count_chat(m["role"], m["content"]) for m in messages)
+
+
+def _fit(
+    lines: list[str],
+    recent: list[StoredMessage],
+    room: int,
+    config: Config,
+    tokenizer: Tokenizer,
+) -> tuple[list[str], list[StoredMessage], list[str]]:
+    """Shrink the history to ``room`` tokens. What gives, in order: recent messages are
+    cut in the middle (largest first), then summary lines go (oldest first), then the
+    recent pair goes. Returns the lines, the recent messages and what was done."""
+    done: list[str] = []
+
+    def used() -> int:
+        return _count(_summary_messages(lines, config), tokenizer) + sum(m.tokens for m in recent)
+
+    for index in sorted(range(len(recent)), key=lambda i: -recent[i].tokens):
+        over = used() - room
+        if over <= 0:
+            break
+        message = recent[index]
+        content_tokens = tokenizer.count(message.content)
+        target = max(content_tokens - over, _MIN_RECENT_TOKENS)
+        if target >= content_tokens:
+            continue
+        cut = tokenizer.cut_middle(message.content, target, CUT_MARKER)
+        recent[index] = StoredMessage(message.role, cut, tokenizer.count_chat(message.role, cut))
+        done.append(f"recent_cut:{message.role}")
+    while lines and used() > room:
+        lines.pop(0)
+        done.append("summary_line_dropped")
+    if recent and used() > room:
+        recent.clear()
+        done.append("recent_dropped")
+    return lines, recent, done
+
+
+def compose(
+    state: SessionState,
+    user_message: str,
+    config: Config,
+    *,
+    tokenizer: Tokenizer | None = None,
+    budget: int | None = None,
+    extra_tokens: int = 0,
+) -> Prompt:
+    """The messages to send for ``user_message`` and their token figures.
+
+    ``budget`` (default ``config.tokens.budget``) caps the prompt in tokens, counting
+    ``extra_tokens`` sent beside the messages (tool schemas). The system prompt and the
+    current message are never cut; if they alone exceed the budget, TokenBudgetError.
+    """
     tokenizer = tokenizer or tokenizer_for(config)
+    budget = budget if budget is not None else config.tokens.budget
     current = check_user_message(user_message, limit=config.tokens.max_message_chars)
     static_tokens = config.derived(
         f"static_tokens:{tokenizer.encoding_name}",
         lambda c: tokenizer.count_chat("system", static_prefix(c)),
     )
     system = system_prompt(config, state.context)
-    messages = [{"role": "system", "content": system}]
-    summary_tokens = 0
-    lines = state.summary[-config.summary.lines :] if config.summary.lines else []
-    if lines:
-        text = "\n".join([config.summary.header, *lines])
-        ack = config.summary.acknowledgement
-        messages += [{"role": "user", "content": text}, {"role": "assistant", "content": ack}]
-        summary_tokens = tokenizer.count_chat("user", text) + tokenizer.count_chat("assistant", ack)
-    recent = _recent_pairs(state, tokenizer)[-config.recent.messages :] if config.recent.messages else []
-    messages += [{"role": m.role, "content": m.content} for m in recent]
-    messages.append({"role": "user", "content": current})
+    system_tokens = tokenizer.count_chat("system", system)
     current_tokens = tokenizer.count_chat("user", current)
+    lines = list(state.summary[-config.summary.lines :]) if config.summary.lines else []
+    recent = _recent_pairs(state, tokenizer)[-config.recent.messages :] if config.recent.messages else []
+    trimmed: list[str] = []
+    if budget is not None:
+        fixed = system_tokens + current_tokens + REPLY_PRIMING + extra_tokens
+        if fixed > budget:
+            raise TokenBudgetError(
+                f"The prompt needs {fixed:,} tokens before any history (system prompt {system_tokens:,}, "
+                f"current message {current_tokens:,}, tool schemas {extra_tokens:,}); the budget is {budget:,}. "
+                "Shorten the message or raise tokens.budget."
+            )
+        lines, recent, trimmed = _fit(lines, list(recent), budget - fixed, config, tokenizer)
+    summary = _summary_messages(lines, config)
+    messages = [
+        {"role": "system", "content": system},
+        *summary,
+        *({"role": m.role, "content": m.content} for m in recent),
+        {"role": "user", "content": current},
+    ]
     breakdown = TokenBreakdown(
         system=static_tokens,
-        context=tokenizer.count_chat("system", system) - static_tokens,
-        summary=summary_tokens,
+        context=system_tokens - static_tokens,
+        summary=_count(summary, tokenizer),
         recent=sum(m.tokens for m in recent),
         current=current_tokens,
         priming=REPLY_PRIMING,
     )
     full = static_tokens + state.full_tokens + current_tokens + REPLY_PRIMING
-    return Prompt(messages=messages, tokens=breakdown, full_history_tokens=full, turn=state.turns + 1)
+    return Prompt(messages=messages, tokens=breakdown, full_history_tokens=full, turn=state.turns + 1, trimmed=tuple(trimmed))
 
 
 def build_messages(state: SessionState, user_message: str, config: Config) -> list[dict[str, str]]:

@@ -155,8 +155,17 @@ class StoreConfig(_Section):
     # Idle time after which a whole session expires; 0 keeps sessions forever.
     ttl_seconds: int = Field(default=7 * 24 * 3600, ge=0)
     timeout_seconds: float = Field(default=2.0, gt=0, le=600)
+    # The URL names any node of a Redis Cluster (keys of a session share one slot).
     cluster: bool = False
+    # raise: an unreachable store raises StoreUnavailableError. degrade: compose from
+    # the system prompt and the current message, keep unrecorded turns in memory.
     on_store_error: Literal["raise", "degrade"] = "raise"
+    max_pending_turns: int = Field(default=10_000, ge=1)
+
+    def __repr_args__(self) -> Any:
+        # A password in the URL must not reach logs or tracebacks through a repr.
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if name == "url" and isinstance(value, str) else value
 
     @field_validator("url")
     @classmethod
@@ -172,8 +181,10 @@ class TokensConfig(_Section):
     model: str = "gpt-4o-mini"
     # Force a tiktoken encoding (cl100k_base, o200k_base, p50k_base); None chooses from the model.
     encoding: str | None = None
-    # Hard cap on the composed prompt in tokens; None means no cap.
+    # Hard cap on the composed prompt in tokens (tool schemas included). None: the
+    # model's context window (from litellm's local price map) minus reply_reserve.
     budget: int | None = Field(default=None, ge=64)
+    reply_reserve: int = Field(default=4096, ge=0)
     max_message_chars: int = Field(default=200_000, ge=100)
 
 

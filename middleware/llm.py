@@ -17,7 +17,7 @@ from typing import Any
 
 from .exceptions import LLMError
 from .scripted import get_responder
-from .text import redact_url
+from .text import redact_secrets
 from .tokens import get_tokenizer
 
 __all__ = [
@@ -123,8 +123,8 @@ def _price_model(model: str) -> str:
 
 
 def _llm_error(model: str, exc: BaseException) -> LLMError:
-    # litellm masks keys in its messages; URLs with credentials are redacted here too.
-    return LLMError(f"Model {model!r} failed: {type(exc).__name__}: {redact_url(str(exc))[:800]}")
+    # litellm masks keys in its messages; keys, tokens and URL passwords are hidden here too.
+    return LLMError(f"Model {model!r} failed: {type(exc).__name__}: {redact_secrets(str(exc))[:800]}")
 
 
 def complete(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, **kwargs: Any) -> Any:

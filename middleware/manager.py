@@ -8,15 +8,19 @@ and build the same store commands.
 from __future__ import annotations
 
 import os
+import threading
+from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .composer import apply_turn, compose, tokenizer_for
 from .config import Config, load_config
 from .events import log
-from .exceptions import ConfigError, InvalidToolCallError
+from .exceptions import ConfigError, InvalidToolCallError, StoreError
 from .state import Prompt, SessionState, ToolCall, Turn, TurnUpdate, check_record_text, check_session_id
 from .store import AsyncRedisStore, RedisStore
+from .text import redact_secrets
+from .tokens import context_window
 from .tools import Tool, Toolset
 from .usage import UsageLog
 
@@ -62,6 +66,54 @@ class _ManagerBase:
         self.tokenizer = tokenizer_for(config)
         self.usage_log = UsageLog(config.usage_log.path, include_content=config.usage_log.include_content)
         self._skill_tools: list[Tool] | None = None
+        # Turns the store could not take (on_store_error: degrade), oldest first; written
+        # before anything else on the next store call that works.
+        self._pending: deque[tuple[str, TurnUpdate]] = deque()
+        self._pending_lock = threading.Lock()
+
+    @property
+    def pending_turns(self) -> list[tuple[str, TurnUpdate]]:
+        """Turns recorded while the store was unreachable, not yet written (degrade mode)."""
+        with self._pending_lock:
+            return list(self._pending)
+
+    @property
+    def _degrade(self) -> bool:
+        return self.config.store.on_store_error == "degrade"
+
+    def budget(self, model: str | None = None) -> int | None:
+        """The prompt cap: tokens.budget, else the model's context window minus reply_reserve."""
+        if self.config.tokens.budget is not None:
+            return self.config.tokens.budget
+        window = context_window(model or self.config.tokens.model)
+        return max(window - self.config.tokens.reply_reserve, 64) if window else None
+
+    def _degraded_state(self, session_id: str, exc: StoreError) -> SessionState:
+        log.warning("store.degraded", session=session_id, operation="load", error=redact_secrets(str(exc)))
+        return SessionState(session_id=session_id)
+
+    def _hold(self, session_id: str, update: TurnUpdate, exc: StoreError) -> int:
+        with self._pending_lock:
+            if len(self._pending) >= self.config.store.max_pending_turns:
+                dropped, _ = self._pending.popleft()
+                log.error("store.pending_overflow", session=dropped, limit=self.config.store.max_pending_turns)
+            self._pending.append((session_id, update))
+            waiting = len(self._pending)
+        log.warning(
+            "store.turn_not_recorded", session=session_id, pending=waiting, line=self._content(update.summary_line),
+            error=redact_secrets(str(exc)),
+        )
+        return 0
+
+    def _next_pending(self) -> tuple[str, TurnUpdate] | None:
+        with self._pending_lock:
+            return self._pending[0] if self._pending else None
+
+    def _done_pending(self, item: tuple[str, TurnUpdate], turns: int) -> None:
+        with self._pending_lock:
+            if self._pending and self._pending[0] is item:
+                self._pending.popleft()
+        log.info("store.pending_recorded", session=item[0], turn=turns)
 
     def skill_tools(self) -> list[Tool]:
         """The tools the configured skills bring (imported on first use)."""
@@ -92,8 +144,10 @@ class _ManagerBase:
     def _update(self, turn: Turn) -> TurnUpdate:
         return apply_turn(turn, self.config, tokenizer=self.tokenizer)
 
-    def _compose(self, state: SessionState, user_message: Any) -> Prompt:
-        return compose(state, user_message, self.config, tokenizer=self.tokenizer)
+    def _compose(self, state: SessionState, user_message: Any, model: str | None, extra_tokens: int) -> Prompt:
+        return compose(
+            state, user_message, self.config, tokenizer=self.tokenizer, budget=self.budget(model), extra_tokens=extra_tokens
+        )
 
     def _content(self, text: str) -> str:
         return text if self.config.usage_log.include_content else f"<{len(text)} chars>"
@@ -133,10 +187,27 @@ class SessionManager(_ManagerBase):
         """Load ``path`` (or ``$MIDDLEWARE_CONFIG``, or the embedded default) and connect."""
         return cls(config=load_config(path), **kwargs)
 
-    def prepare(self, session_id: str, user_message: str) -> Prompt:
-        """Compose the prompt for ``user_message``, with its token figures."""
+    def _flush_pending(self) -> None:
+        while (item := self._next_pending()) is not None:
+            self._done_pending(item, self.store.record(*item))
+
+    def _load_for_prompt(self, session_id: str) -> SessionState:
+        try:
+            self._flush_pending()
+            return self.store.load(session_id)
+        except StoreError as exc:
+            if not self._degrade:
+                raise
+            return self._degraded_state(session_id, exc)
+
+    def prepare(self, session_id: str, user_message: str, *, model: str | None = None, extra_tokens: int = 0) -> Prompt:
+        """Compose the prompt for ``user_message``, with its token figures.
+
+        The prompt stays within :meth:`budget` for ``model`` (default: tokens.model),
+        counting ``extra_tokens`` sent beside the messages (tool schemas).
+        """
         session_id = self._session_id(session_id)
-        return self._compose(self.store.load(session_id), user_message)
+        return self._compose(self._load_for_prompt(session_id), user_message, model, extra_tokens)
 
     def build_messages(self, session_id: str, user_message: str) -> list[dict[str, str]]:
         """OpenAI-format messages for ``user_message``, ready for any chat API."""
@@ -150,10 +221,21 @@ class SessionManager(_ManagerBase):
         assistant: str = "",
         tool_calls: Iterable[ToolCall | Mapping[str, Any]] | None = None,
     ) -> int:
-        """Remember a finished turn; returns the session's turn count after it."""
+        """Remember a finished turn; returns the session's turn count after it.
+
+        With ``on_store_error: degrade`` an unreachable store does not raise: the turn
+        is kept in :attr:`pending_turns`, a warning is logged, 0 is returned, and the
+        turn is written before anything else once the store answers again.
+        """
         session_id = self._session_id(session_id)
         update = self._update(self._turn(user, assistant, tool_calls))
-        turns = self.store.record(session_id, update)
+        try:
+            self._flush_pending()
+            turns = self.store.record(session_id, update)
+        except StoreError as exc:
+            if not self._degrade:
+                raise
+            return self._hold(session_id, update, exc)
         self._log_recorded(session_id, update, turns)
         return turns
 
@@ -249,9 +331,22 @@ class AsyncSessionManager(_ManagerBase):
     def from_config(cls, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> AsyncSessionManager:
         return cls(config=load_config(path), **kwargs)
 
-    async def prepare(self, session_id: str, user_message: str) -> Prompt:
+    async def _flush_pending(self) -> None:
+        while (item := self._next_pending()) is not None:
+            self._done_pending(item, await self.store.record(*item))
+
+    async def _load_for_prompt(self, session_id: str) -> SessionState:
+        try:
+            await self._flush_pending()
+            return await self.store.load(session_id)
+        except StoreError as exc:
+            if not self._degrade:
+                raise
+            return self._degraded_state(session_id, exc)
+
+    async def prepare(self, session_id: str, user_message: str, *, model: str | None = None, extra_tokens: int = 0) -> Prompt:
         session_id = self._session_id(session_id)
-        return self._compose(await self.store.load(session_id), user_message)
+        return self._compose(await self._load_for_prompt(session_id), user_message, model, extra_tokens)
 
     async def build_messages(self, session_id: str, user_message: str) -> list[dict[str, str]]:
         return (await self.prepare(session_id, user_message)).messages
@@ -266,7 +361,13 @@ class AsyncSessionManager(_ManagerBase):
     ) -> int:
         session_id = self._session_id(session_id)
         update = self._update(self._turn(user, assistant, tool_calls))
-        turns = await self.store.record(session_id, update)
+        try:
+            await self._flush_pending()
+            turns = await self.store.record(session_id, update)
+        except StoreError as exc:
+            if not self._degrade:
+                raise
+            return self._hold(session_id, update, exc)
         self._log_recorded(session_id, update, turns)
         return turns
 

@@ -266,6 +266,8 @@ class Prompt:
     full_history_tokens: int
     # The number the turn will have once recorded (absent concurrent writers).
     turn: int = 1
+    # What the token budget took away (e.g. "recent_cut:assistant", "summary_line_dropped").
+    trimmed: tuple[str, ...] = ()
 
     @property
     def saved_tokens(self) -> int:

@@ -23,6 +23,8 @@ so even racing writers never lose a value.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import threading
 import time
@@ -370,32 +372,60 @@ def _memory_server(url: str) -> Any:
         return _MEMORY_SERVERS[name]
 
 
-def _client_options(config: Config) -> dict[str, Any]:
+def _client_options(config: Config, *, asyncio: bool) -> dict[str, Any]:
+    """Timeouts, and one immediate retry on connection errors only.
+
+    redis-py's default (10 retries with exponential backoff) would hold a caller for
+    tens of seconds during an outage. One retry heals a pooled connection left stale
+    by a server restart; a timeout is not retried, so a hung server costs one timeout.
+    """
+    import redis
+    from redis.backoff import NoBackoff
+
+    if asyncio:
+        from redis.asyncio.retry import Retry
+    else:
+        from redis.retry import Retry  # type: ignore[assignment]
     timeout = config.store.timeout_seconds
-    return {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    return {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+    }
 
 
 def make_client(url: str, config: Config, *, asyncio: bool = False) -> Any:
-    """A redis-py client for ``url``; ``memory://[name]`` is an in-process fakeredis server."""
+    """A redis-py client for ``url``: ``memory://[name]`` is an in-process fakeredis
+    server; with ``store.cluster`` the URL names any node of a Redis Cluster."""
     if url.startswith("memory://"):
         import fakeredis
 
         cls = fakeredis.FakeAsyncRedis if asyncio else fakeredis.FakeRedis
         return cls(server=_memory_server(url))
+    options = _client_options(config, asyncio=asyncio)
+    if config.store.cluster:
+        if asyncio:
+            from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+            return AsyncCluster.from_url(url, **options)
+        from redis.cluster import RedisCluster
+
+        return RedisCluster.from_url(url, **options)
     if asyncio:
         import redis.asyncio as aioredis
 
-        return aioredis.Redis.from_url(url, **_client_options(config))
+        return aioredis.Redis.from_url(url, **options)
     import redis
 
-    return redis.Redis.from_url(url, **_client_options(config))
+    return redis.Redis.from_url(url, **options)
 
 
 def _store_error(url: str, exc: BaseException) -> StoreError:
     import redis
+    from redis.exceptions import ClusterDownError, MaxConnectionsError
 
     where = redact_url(url)
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError)):
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError, ClusterDownError, MaxConnectionsError)):
         return StoreUnavailableError(f"Redis store {where} is unreachable: {type(exc).__name__}: {redact_url(str(exc))}")
     return StoreError(f"Redis store {where} failed: {type(exc).__name__}: {redact_url(str(exc))}")
 
@@ -448,6 +478,17 @@ class _StoreBase:
         state, seen = decode_state(session_id, replies, self.config)
         self._seen.put(session_id, seen.members)
         return state
+
+    def _page_entries(self, rows: Sequence[tuple[str, float]], replies: Sequence[Any]) -> tuple[list[SessionSummary], list[str]]:
+        """Summaries of listed sessions, and ids the index holds but the store no longer does."""
+        entries, stale = [], []
+        for i, (sid, score) in enumerate(rows):
+            state, _ = decode_state(sid, replies[4 * i : 4 * i + 4], self.config)
+            if state.turns == 0 and not (state.recent or state.context or state.summary):
+                stale.append(sid)  # expired or deleted behind the index's back
+                continue
+            entries.append(_summary(state, score))
+        return entries, stale
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(url={redact_url(self.url)!r})"
@@ -519,13 +560,7 @@ class RedisStore(_StoreBase):
         rows, total = self._index_page(search, page, page_size)
         commands = [cmd for sid, _ in rows for cmd in load_commands(self.keys(sid))]
         replies = self._run(commands, transaction=False) if commands else []
-        entries, stale = [], []
-        for i, (sid, score) in enumerate(rows):
-            state, _ = decode_state(sid, replies[4 * i : 4 * i + 4], self.config)
-            if state.turns == 0 and not (state.recent or state.context or state.summary):
-                stale.append(sid)  # expired or deleted behind the index's back
-                continue
-            entries.append(_summary(state, score))
+        entries, stale = self._page_entries(rows, replies)
         if stale:
             self._run([("zrem", self.keys(stale[0]).index, tuple(stale))], transaction=False)
         return SessionPage(entries=entries, total=total - len(stale), page=page, page_size=page_size)
@@ -542,14 +577,33 @@ class RedisStore(_StoreBase):
 
 
 class AsyncRedisStore(_StoreBase):
-    """The asyncio twin of :class:`RedisStore`, over ``redis.asyncio``."""
+    """The asyncio twin of :class:`RedisStore`, over ``redis.asyncio``.
+
+    On a Redis Cluster it drives the synchronous cluster client in a worker thread:
+    redis-py's asyncio cluster transactions run every queued command through a new
+    thread and event loop (12x slower here, and broken before the client has been
+    initialized), while the sync cluster client sends a transaction in one round trip.
+    """
+
+    def __init__(self, client: Any, config: Config, *, url: str | None = None, owns_client: bool = False) -> None:
+        super().__init__(client, config, url=url, owns_client=owns_client)
+        # A synchronous client (the cluster case) is driven through a worker thread.
+        self._threaded = not inspect.iscoroutinefunction(client.ping)
 
     @classmethod
     def from_url(cls, url: str, config: Config) -> AsyncRedisStore:
-        return cls(make_client(url, config, asyncio=True), config, url=url, owns_client=True)
+        threaded = config.store.cluster and not url.startswith("memory://")
+        return cls(make_client(url, config, asyncio=not threaded), config, url=url, owns_client=True)
+
+    def _run_blocking(self, commands: Sequence[Command], transaction: bool) -> list[Any]:
+        pipe = self.client.pipeline(transaction=transaction)
+        _queue(pipe, commands)
+        return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
     async def _run(self, commands: Sequence[Command], *, transaction: bool) -> list[Any]:
         try:
+            if self._threaded:
+                return await asyncio.to_thread(self._run_blocking, commands, transaction)
             pipe = self.client.pipeline(transaction=transaction)
             _queue(pipe, commands)
             return await pipe.execute(raise_on_error=False)
@@ -557,6 +611,36 @@ class AsyncRedisStore(_StoreBase):
             raise
         except Exception as exc:
             raise _store_error(self.url, exc) from exc
+
+    async def _index_page(self, search: str | None, page: int, page_size: int) -> tuple[list[tuple[str, float]], int]:
+        index = f"{self.config.store.key_prefix}:sessions"
+        if self._threaded:
+            return await asyncio.to_thread(RedisStore._index_page, self, search, page, page_size)  # type: ignore[arg-type]
+        try:
+            if search:
+                pattern = f"*{search.translate(_GLOB_SPECIAL)}*"
+                found = [(_text(m), s) async for m, s in self.client.zscan_iter(index, match=pattern, count=500)]
+                found.sort(key=lambda item: -item[1])
+                return found[(page - 1) * page_size : page * page_size], len(found)
+            start = (page - 1) * page_size
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zcard(index)
+            pipe.zrevrange(index, start, start + page_size - 1, withscores=True)
+            total, rows = await pipe.execute()
+            return [(_text(m), s) for m, s in rows], int(total)
+        except Exception as exc:
+            raise _store_error(self.url, exc) from exc
+
+    async def list_sessions(self, *, search: str | None = None, page: int = 1, page_size: int = 20) -> SessionPage:
+        """Sessions newest first, optionally those whose id contains ``search``."""
+        page, page_size = page_bounds(page, page_size)
+        rows, total = await self._index_page(search, page, page_size)
+        commands = [cmd for sid, _ in rows for cmd in load_commands(self.keys(sid))]
+        replies = await self._run(commands, transaction=False) if commands else []
+        entries, stale = self._page_entries(rows, replies)
+        if stale:
+            await self._run([("zrem", self.keys(stale[0]).index, tuple(stale))], transaction=False)
+        return SessionPage(entries=entries, total=total - len(stale), page=page, page_size=page_size)
 
     async def load(self, session_id: str) -> SessionState:
         return self._after_load(session_id, await self._run(load_commands(self.keys(session_id)), transaction=False))
@@ -583,10 +667,16 @@ class AsyncRedisStore(_StoreBase):
 
     async def ping(self) -> bool:
         try:
+            if self._threaded:
+                return bool(await asyncio.to_thread(self.client.ping))
             return bool(await self.client.ping())
         except Exception as exc:
             raise _store_error(self.url, exc) from exc
 
     async def close(self) -> None:
-        if self._owns_client:
+        if not self._owns_client:
+            return
+        if self._threaded:
+            await asyncio.to_thread(self.client.close)
+        else:
             await self.client.aclose()

@@ -72,6 +72,21 @@ _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.\-]*://[^:@/?#]*:)(?P<secret
 _QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)[^&]*", re.IGNORECASE)
 
 
+# API keys as providers issue them (sk-..., sk-ant-..., AIza..., gsk_..., xai-...), and
+# key=value pairs whose name says secret.
+_KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|gsk_[A-Za-z0-9]{16,}|xai-[A-Za-z0-9]{16,})")
+_BEARER = re.compile(r"(?i)\bBearer\s+[A-Za-z0-9._~+/=\-]+")
+_SECRET_PAIR = re.compile(r"(?i)\b((?:api[_-]?key|password|secret|token|authorization)[\"']?\s*[:=]\s*[\"']?)([^\s\"',}&]+)")
+
+
+def redact_secrets(text: str) -> str:
+    """Hide passwords in URLs, provider API keys and ``password=...``-style values."""
+    text = redact_url(text)
+    text = _KEY_LIKE.sub(lambda m: m.group(1)[:3] + "***", text)
+    text = _BEARER.sub("Bearer ***", text)
+    return _SECRET_PAIR.sub(lambda m: m.group(1) + "***", text)
+
+
 def redact_url(url: str) -> str:
     """Hide the password of a URL (``redis://user:secret@host`` -> ``redis://user:***@host``)."""
     url = _URL_PASSWORD.sub(r"\g<head>***@", url)

@@ -20,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "REPLY_PRIMING",
+    "context_window",
     "TOKENS_PER_MESSAGE",
     "Tokenizer",
     "encoding_name_for_model",
@@ -113,6 +114,17 @@ class Tokenizer:
                 total += sum(self.count(part["text"]) for part in value if isinstance(part, Mapping) and isinstance(part.get("text"), str))
         return total
 
+    def cut_middle(self, text: str, max_tokens: int, marker: str) -> str:
+        """``text`` within ``max_tokens`` (the marker included): its first and last tokens
+        around ``marker``. Returned unchanged when it already fits."""
+        tokens = self._encoding.encode_ordinary(text)
+        if len(tokens) <= max_tokens:
+            return text
+        keep = max(max_tokens - self.count(marker), 0)
+        head, tail = keep - keep // 2, keep // 2
+        end = self._encoding.decode(tokens[-tail:], errors="replace") if tail else ""
+        return (self._encoding.decode(tokens[:head], errors="replace") + marker + end).strip()
+
     def count_messages(self, messages: Iterable[Mapping[str, Any]]) -> int:
         """Prompt tokens of a whole request: every message plus the reply priming."""
         return sum(map(self.count_message, messages)) + REPLY_PRIMING
@@ -132,6 +144,42 @@ def _tokenizer_for_encoding(encoding_name: str) -> Tokenizer:
 
     log.warning("tokens.encoding_unavailable", encoding=encoding_name, using=FALLBACK_ENCODING)
     return _tokenizer_for_encoding(FALLBACK_ENCODING)
+
+
+def _price_map_path() -> Path | None:
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "model_prices_and_context_window_backup.json"
+    return path if path.is_file() else None
+
+
+@functools.cache
+def _context_windows() -> dict[str, int]:
+    """Input token limits from litellm's bundled price map, read without importing litellm."""
+    import json
+
+    path = _price_map_path()
+    if path is None:
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    windows = {}
+    for name, info in data.items():
+        limit = info.get("max_input_tokens") or info.get("max_tokens") if isinstance(info, dict) else None
+        if isinstance(limit, int) and limit > 0:
+            windows[name] = limit
+    return windows
+
+
+def context_window(model: str) -> int | None:
+    """The model's input token limit from litellm's local price map, or None when unknown.
+
+    Scripted models (``scripted/...``) have gpt-4o-mini's window.
+    """
+    if model.startswith("scripted/"):
+        model = "gpt-4o-mini"
+    windows = _context_windows()
+    return windows.get(model) or windows.get(model.split("/", 1)[-1])
 
 
 def get_tokenizer(model: str | None = None, *, encoding: str | None = None) -> Tokenizer:

@@ -84,6 +84,82 @@ class RedisServer:
         return redis.Redis(host="127.0.0.1", port=self.port)
 
 
+def cluster_ports(count: int) -> list[int]:
+    """Free loopback ports whose cluster bus ports (+10000) are free too."""
+    import random
+
+    ports: list[int] = []
+    while len(ports) < count:
+        port = random.randint(20000, 45000)
+        if port in ports:
+            continue
+        try:
+            for candidate in (port, port + 10000):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        ports.append(port)
+    return ports
+
+
+class RedisClusterProcesses:
+    """A 3-master Redis Cluster on loopback, made with redis-cli --cluster create."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.nodes = [
+            RedisServer(workdir / f"n{i}", port, ("--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
+                                                  "--cluster-node-timeout", "2000"))
+            for i, port in enumerate(cluster_ports(3))
+        ]  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self) -> None:
+        cli = require_binary("redis-cli")
+        for node in self.nodes:
+            node.workdir.mkdir(parents=True, exist_ok=True)
+            node.start()
+        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+        subprocess.run([cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+                       check=True, capture_output=True, timeout=60)
+        self.wait_ok()
+
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        import redis
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = [redis.Redis(host="127.0.0.1", port=n.port).cluster("info").get("cluster_state") for n in self.nodes]
+            if all(state == "ok" for state in states):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("the cluster did not reach cluster_state:ok")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterProcesses]:
+    cluster = RedisClusterProcesses(tmp_path_factory.mktemp("cluster"))
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: RedisClusterProcesses) -> str:
+    import redis
+
+    for node in redis_cluster.nodes:
+        redis.Redis(host="127.0.0.1", port=node.port).flushall()
+    return redis_cluster.url
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path_factory.mktemp("redis"))
