@@ -39,7 +39,7 @@ def sanitize_value(value: Any, limit: int) -> str | None:
     else:
         try:
             text = json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
-        except (TypeError, ValueError, RecursionError):
+        except Exception:  # default=str runs user __str__ code, which may raise anything
             return None
     return one_line(text, limit) or None
 

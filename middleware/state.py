@@ -29,7 +29,7 @@ def to_text(value: Any) -> str:
         return clean_text(value)
     try:
         return clean_text(json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":")))
-    except (TypeError, ValueError, RecursionError):
+    except Exception:  # default=str runs user __str__ code, which may raise anything
         pass
     try:
         return clean_text(str(value))

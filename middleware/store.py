@@ -24,7 +24,6 @@ so even racing writers never lose a value.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import threading
 import time
@@ -576,6 +575,13 @@ class RedisStore(_StoreBase):
             self.client.close()
 
 
+def _is_async_client(client: Any) -> bool:
+    from redis.asyncio import Redis as AsyncRedis
+    from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+    return isinstance(client, (AsyncRedis, AsyncCluster))  # fakeredis' async client is a Redis subclass
+
+
 class AsyncRedisStore(_StoreBase):
     """The asyncio twin of :class:`RedisStore`, over ``redis.asyncio``.
 
@@ -588,7 +594,7 @@ class AsyncRedisStore(_StoreBase):
     def __init__(self, client: Any, config: Config, *, url: str | None = None, owns_client: bool = False) -> None:
         super().__init__(client, config, url=url, owns_client=owns_client)
         # A synchronous client (the cluster case) is driven through a worker thread.
-        self._threaded = not inspect.iscoroutinefunction(client.ping)
+        self._threaded = not _is_async_client(client)
 
     @classmethod
     def from_url(cls, url: str, config: Config) -> AsyncRedisStore:

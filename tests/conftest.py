@@ -41,11 +41,12 @@ def require_binary(name: str) -> str:
 class RedisServer:
     """A redis-server process on 127.0.0.1 with nothing persisted."""
 
-    def __init__(self, workdir: Path, port: int | None = None, extra: tuple[str, ...] = ()) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, extra: tuple[str, ...] = (), password: str | None = None) -> None:
         self.binary = require_binary("redis-server")
         self.workdir = workdir
         self.port = port or free_port()
-        self.extra = extra
+        self.password = password
+        self.extra = (*extra, "--requirepass", password) if password else extra
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -66,7 +67,7 @@ class RedisServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=0.5).ping():
+                if redis.Redis(host="127.0.0.1", port=self.port, password=self.password, socket_timeout=0.5).ping():
                     return
             except redis.RedisError:
                 time.sleep(0.02)
@@ -81,7 +82,7 @@ class RedisServer:
     def client(self):  # type: ignore[no-untyped-def]
         import redis
 
-        return redis.Redis(host="127.0.0.1", port=self.port)
+        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password)
 
 
 def cluster_ports(count: int) -> list[int]:

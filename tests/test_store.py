@@ -262,3 +262,22 @@ def test_index_lists_recently_updated_sessions(manager: SessionManager) -> None:
     manager.record_turn("s-index", user="a", assistant="b")
     score = raw_client(manager).zscore("mw:sessions", "s-index")
     assert score is not None and score >= before - 1
+
+
+def test_a_session_expires_as_a_whole_after_its_idle_ttl(atlas: Config, store_url: str) -> None:
+    """With a 1 s TTL: a write keeps every key alive together; idle, all vanish together."""
+    with SessionManager(atlas.with_overrides(store={"ttl_seconds": 1}), redis_url=store_url) as mgr:
+        mgr.record_turn("short", user="a", assistant="b", tool_calls=[nav("x")])
+        time.sleep(0.6)
+        mgr.record_turn("short", user="c", assistant="d")  # no context key set: ctx must still be refreshed
+        time.sleep(0.6)  # 1.2 s after the first write, 0.6 s after the last
+        state = mgr.get_state("short")
+        assert state.turns == 2 and state.context == {"userinterface_name": "google_tv"} and len(state.recent) == 2
+        client = raw_client(mgr)
+        deadline = time.monotonic() + 3
+        while any(client.exists(k) for k in SessionKeys("mw", "short").session_keys) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        remaining = [k for k in SessionKeys("mw", "short").session_keys if client.exists(k)]
+        assert remaining == []
+        assert mgr.get_state("short").turns == 0
+        assert mgr.store.list_sessions(search="short").entries == []  # the index forgets it too
