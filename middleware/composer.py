@@ -36,7 +36,7 @@ from .state import (
 from .exceptions import TokenBudgetError
 from .text import CUT_MARKER, cut_middle
 from .summary import action_of, summary_line
-from .tokens import REPLY_PRIMING, Tokenizer, get_tokenizer
+from .tokens import REPLY_PRIMING, TOKENS_PER_MESSAGE, Tokenizer, get_tokenizer
 
 __all__ = ["apply_turn", "build_messages", "compose", "is_valid_chat", "static_prefix", "system_prompt"]
 
@@ -64,7 +64,28 @@ def static_prefix(config: Config) -> str:
     return config.derived("static_prefix", _render_static)
 
 
+class _Memo(dict):  # type: ignore[type-arg]
+    """A small per-config memo: the same inputs give the same string object, whose hash
+    Python keeps, so the token-count cache answers without rehashing long text."""
+
+    limit = 4096
+
+    def get_or(self, key: Any, make: Any) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            if len(self) >= self.limit:
+                self.clear()
+            self[key] = value = make()
+            return value
+
+
 def system_prompt(config: Config, context: Mapping[str, str]) -> str:
+    memo = config.derived("system_memo", lambda c: _Memo())
+    return memo.get_or(tuple(context.items()), lambda: _render_system(config, context))  # type: ignore[no-any-return]
+
+
+def _render_system(config: Config, context: Mapping[str, str]) -> str:
     section = render_context(order_context(context, config.context), config.context)
     prefix = static_prefix(config)
     return f"{prefix}\n{section}" if section else prefix
@@ -83,8 +104,10 @@ def _already_pairs(recent: Sequence[Mapping[str, Any]], counts: Sequence[int]) -
 def _recent_pairs(state: SessionState, tokenizer: Tokenizer) -> list[StoredMessage]:
     """Whole (user, assistant) pairs with text, however the state was made; counts
     stored with the messages are used, missing ones (-1) are counted here."""
+    if state.pairs is not None:  # loaded by the store, which validated them
+        return list(state.pairs)
     counts = state.recent_tokens if len(state.recent_tokens) == len(state.recent) else (-1,) * len(state.recent)
-    if _already_pairs(state.recent, counts):  # what the store loads: nothing to repair
+    if _already_pairs(state.recent, counts):  # a well-formed hand-made state: nothing to repair
         return [StoredMessage(m["role"], m["content"], t) for m, t in zip(state.recent, counts, strict=True)]
     messages = []
     for message, tokens in zip(state.recent, counts, strict=True):
@@ -101,10 +124,9 @@ _MIN_RECENT_TOKENS = 16
 def _summary_messages(lines: Sequence[str], config: Config) -> list[dict[str, str]]:
     if not lines:
         return []
-    return [
-        {"role": "user", "content": "\n".join([config.summary.header, *lines])},
-        {"role": "assistant", "content": config.summary.acknowledgement},
-    ]
+    memo = config.derived("summary_memo", lambda c: _Memo())
+    text = memo.get_or(tuple(lines), lambda: "\n".join([config.summary.header, *lines]))
+    return [{"role": "user", "content": text}, {"role": "assistant", "content": config.summary.acknowledgement}]
 
 
 def _count(messages: Sequence[Mapping[str, str]], tokenizer: Tokenizer) -> int:
@@ -174,6 +196,9 @@ def compose(
     current_tokens = tokenizer.count_chat("user", current)
     lines = list(state.summary[-config.summary.lines :]) if config.summary.lines else []
     recent = _recent_pairs(state, tokenizer)[-config.recent.messages :] if config.recent.messages else []
+    summary = _summary_messages(lines, config)
+    summary_tokens = _count(summary, tokenizer)
+    recent_tokens = sum(m.tokens for m in recent)
     trimmed: list[str] = []
     if budget is not None:
         fixed = system_tokens + current_tokens + REPLY_PRIMING + extra_tokens
@@ -183,8 +208,11 @@ def compose(
                 f"current message {current_tokens:,}, tool schemas {extra_tokens:,}); the budget is {budget:,}. "
                 "Shorten the message or raise tokens.budget."
             )
-        lines, recent, trimmed = _fit(lines, list(recent), budget - fixed, config, tokenizer)
-    summary = _summary_messages(lines, config)
+        if fixed + summary_tokens + recent_tokens > budget:  # only then is there anything to cut
+            lines, recent, trimmed = _fit(lines, list(recent), budget - fixed, config, tokenizer)
+            summary = _summary_messages(lines, config)
+            summary_tokens = _count(summary, tokenizer)
+            recent_tokens = sum(m.tokens for m in recent)
     messages = [
         {"role": "system", "content": system},
         *summary,
@@ -194,8 +222,8 @@ def compose(
     breakdown = TokenBreakdown(
         system=static_tokens,
         context=system_tokens - static_tokens,
-        summary=_count(summary, tokenizer),
-        recent=sum(m.tokens for m in recent),
+        summary=summary_tokens,
+        recent=recent_tokens,
         current=current_tokens,
         priming=REPLY_PRIMING,
     )
@@ -234,6 +262,19 @@ def _turn_messages(turn: Turn, final: str) -> list[dict[str, Any]]:
     return messages
 
 
+def _tool_tokens(turn: Turn, tokenizer: Tokenizer) -> int:
+    """What the turn's tool messages cost in a full history, counted as litellm counts
+    the messages _turn_messages builds (equal by test), without building them."""
+    if not turn.tool_calls:
+        return 0
+    total = TOKENS_PER_MESSAGE + tokenizer.count("assistant")  # the tool-calling message
+    tool_role = TOKENS_PER_MESSAGE + tokenizer.count("tool")
+    for index, call in enumerate(turn.tool_calls):
+        total += tokenizer.count(call.arguments_text)
+        total += tool_role + tokenizer.count(call.id or f"call_{index}") + tokenizer.count(call.result_text)
+    return total
+
+
 def apply_turn(turn: Turn, config: Config, *, tokenizer: Tokenizer | None = None) -> TurnUpdate:
     """What recording ``turn`` writes. It depends on the turn alone, never on stored
     state, so concurrent writers need no read-modify-write."""
@@ -242,13 +283,12 @@ def apply_turn(turn: Turn, config: Config, *, tokenizer: Tokenizer | None = None
     # cut in the middle so one reply cannot bloat the session.
     final = turn.assistant if turn.assistant.strip() else action_of(turn, config.summary)
     final = cut_middle(final, config.tokens.max_message_chars)
-    recent: tuple[StoredMessage, ...] = ()
-    if config.recent.messages:
-        recent = tuple(
-            StoredMessage(role, text, tokenizer.count_chat(role, text))
-            for role, text in (("user", turn.user), ("assistant", final))
-        )
-    full = sum(map(tokenizer.count_message, _turn_messages(turn, final)))
+    pair = (
+        StoredMessage("user", turn.user, tokenizer.count_chat("user", turn.user)),
+        StoredMessage("assistant", final, tokenizer.count_chat("assistant", final)),
+    )
+    recent = pair if config.recent.messages else ()
+    full = pair[0].tokens + pair[1].tokens + _tool_tokens(turn, tokenizer)
     return TurnUpdate(
         context=extract_context(turn.tool_calls, config.context),
         summary_line=summary_line(turn, config.summary),

@@ -61,6 +61,9 @@ class ContextConfig(_Section):
     labels: dict[str, str] = Field(default_factory=dict)
     # Tools whose successful calls update the keys; None (or empty) means every tool.
     tools: tuple[str, ...] | None = None
+    # Also take keys from the short scalar fields of a successful call's JSON-object
+    # result (tracked keys only, in tracked mode): state the tool reported, not just asked for.
+    from_results: bool = False
     max_keys: int = Field(default=12, ge=1, le=256)
     max_value_chars: int = Field(default=80, ge=8, le=4000)
     header: str = "## Current Context (use as defaults)"

@@ -44,8 +44,35 @@ def sanitize_value(value: Any, limit: int) -> str | None:
     return one_line(text, limit) or None
 
 
+# Result fields that describe the call itself rather than the state it produced.
+_RESULT_NOISE = frozenset({"success", "ok", "error", "errors", "status", "message", "detail", "details"})
+_LIST_ITEMS = 8
+
+
 def _tool_counts(call: ToolCall, config: ContextConfig) -> bool:
     return call.ok and call.args is not None and (config.tools is None or call.name in config.tools)
+
+
+def _auto_value(value: Any) -> Any:
+    """What auto mode keeps: scalars, and short lists of scalars (joined with commas)."""
+    if isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, (list, tuple)) and 0 < len(value) <= _LIST_ITEMS and all(isinstance(v, _SCALARS) for v in value):
+        return ", ".join(str(v) for v in value)
+    return None
+
+
+def _candidates(call: ToolCall, config: ContextConfig) -> Iterable[tuple[Any, Any]]:
+    """Argument pairs, then (with from_results) scalar fields of a JSON-object result."""
+    assert call.args is not None
+    sources: list[Mapping[Any, Any]] = [call.args]
+    if config.from_results and isinstance(call.result, Mapping):
+        sources.append({k: v for k, v in call.result.items() if k not in _RESULT_NOISE and not isinstance(v, bool)})
+    for source in sources:
+        if config.auto:
+            yield from ((k, v) for k, v in ((k, _auto_value(v)) for k, v in source.items()) if v is not None)
+        else:
+            yield from ((k, source[k]) for k in config.keys or () if k in source)
 
 
 def extract_context(tool_calls: Iterable[ToolCall], config: ContextConfig) -> tuple[tuple[str, str], ...]:
@@ -54,12 +81,7 @@ def extract_context(tool_calls: Iterable[ToolCall], config: ContextConfig) -> tu
     for call in tool_calls:
         if not _tool_counts(call, config):
             continue
-        assert call.args is not None
-        if config.auto:
-            candidates = ((k, v) for k, v in call.args.items() if isinstance(v, _SCALARS))
-        else:
-            candidates = ((k, call.args[k]) for k in config.keys or () if k in call.args)
-        for raw_key, raw_value in candidates:
+        for raw_key, raw_value in _candidates(call, config):
             key = sanitize_key(raw_key)
             value = sanitize_value(raw_value, config.max_value_chars)
             if key is not None and value is not None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import structlog
 
-__all__ = ["log"]
+__all__ = ["debug_enabled", "log"]
 
 # Open capture_events() blocks; process-wide so events from worker threads are caught too.
 _sinks: list[list[dict[str, Any]]] = []
@@ -40,8 +40,19 @@ def _render(_logger: Any, _method: str, event_dict: dict[str, Any]) -> tuple[tup
     return ((f"{event} {fields}" if fields else event),), {"extra": {"mw_event": event, "mw_fields": event_dict}}
 
 
+_stdlib = logging.getLogger("middleware")
+
+
+def debug_enabled() -> bool:
+    """Whether a debug event would reach anyone: a capture, or a logger set to DEBUG.
+
+    Callers check this before building debug events on the hot path.
+    """
+    return bool(_sinks) or _stdlib.isEnabledFor(logging.DEBUG)
+
+
 log = structlog.wrap_logger(
-    logging.getLogger("middleware"),
+    _stdlib,
     processors=[_capture_processor, structlog.stdlib.filter_by_level, _render],
     wrapper_class=structlog.stdlib.BoundLogger,
     cache_logger_on_first_use=True,

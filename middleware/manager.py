@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .composer import apply_turn, compose, tokenizer_for
 from .config import Config, load_config
-from .events import log
+from .events import debug_enabled, log
 from .exceptions import ConfigError, InvalidToolCallError, StoreError
 from .state import Prompt, SessionState, ToolCall, Turn, TurnUpdate, check_record_text, check_session_id
 from .store import AsyncRedisStore, RedisStore
@@ -153,6 +153,8 @@ class _ManagerBase:
         return text if self.config.usage_log.include_content else f"<{len(text)} chars>"
 
     def _log_recorded(self, session_id: str, update: TurnUpdate, turns: int) -> None:
+        if not debug_enabled():
+            return
         for key, value in update.context:
             log.debug("context.set", session=session_id, key=key, value=self._content(value))
         log.debug("summary.updated", session=session_id, line=self._content(update.summary_line))

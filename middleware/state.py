@@ -184,6 +184,8 @@ def check_session_id(value: Any, *, limit: int) -> str:
         raise InvalidSessionIdError(
             f"Session id has {len(value):,} characters; expected at most {limit} (max_session_id_chars)."
         )
+    if value.isprintable():  # the usual case: no control, format, surrogate or separator characters
+        return value
     for index, char in enumerate(value):
         if unicodedata.category(char) in _SESSION_ID_BANNED:
             raise InvalidSessionIdError(
@@ -212,6 +214,9 @@ class SessionState:
     recent_tokens: tuple[int, ...] = ()
     created_at: float | None = None
     updated_at: float | None = None
+    # Set by the store's decoder: the recent window as validated (user, assistant) pairs
+    # with their counts, so composing does not check and rebuild it again.
+    pairs: tuple[StoredMessage, ...] | None = field(default=None, repr=False, compare=False)
 
     @property
     def recent_messages(self) -> tuple[StoredMessage, ...]:

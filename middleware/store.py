@@ -24,6 +24,7 @@ so even racing writers never lose a value.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 import time
@@ -55,6 +56,7 @@ Command = tuple[str, str, tuple[Any, ...]]  # (redis-py method, key, arguments a
 _MEMORY_SERVERS: dict[str, Any] = {}
 # One decoder reused for every record: skips json.loads' per-call wrapper work.
 _decode_json = json.JSONDecoder().decode
+_encode_json = json.JSONEncoder(ensure_ascii=False).encode
 _MEMORY_LOCK = threading.Lock()
 
 
@@ -85,6 +87,11 @@ class SessionKeys:
     @property
     def session_keys(self) -> tuple[str, str, str, str]:
         return (self.ctx, self.sum, self.recent, self.meta)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _session_keys(prefix: str, session_id: str) -> SessionKeys:
+    return SessionKeys(prefix, session_id)
 
 
 # --- command building (pure) -------------------------------------------------
@@ -132,15 +139,16 @@ def record_commands(
     with_index: bool = True,
 ) -> list[Command]:
     """The commands of one recorded turn, all commutative, for one MULTI/EXEC."""
-    limits = _Limits.of(config)
+    limits: _Limits = config.derived("store_limits", _Limits.of)
     now_us = int(now * 1_000_000)
     commands: list[Command] = []
+    scored: dict[str, int] = {}
     if update.context:
-        scored: dict[str, int] = {}
         for offset, (key, value) in enumerate(update.context):
             scored[_member(key, value)] = now_us + offset
         commands.append(("zadd", keys.ctx, (scored,)))
-    stale = [m for m in superseded if m not in {_member(k, v) for k, v in update.context}]
+    written = set(scored)
+    stale = [m for m in superseded if m not in written]
     if stale:
         commands.append(("zrem", keys.ctx, tuple(stale)))
     if update.context:
@@ -149,10 +157,7 @@ def record_commands(
         commands.append(("rpush", keys.sum, (update.summary_line,)))
         commands.append(("ltrim", keys.sum, (-limits.summary_lines, -1)))
     if limits.recent_messages and update.recent:
-        records = [
-            json.dumps({"role": m.role, "content": m.content, "tokens": m.tokens}, ensure_ascii=False)
-            for m in update.recent
-        ]
+        records = [_encode_json({"role": m.role, "content": m.content, "tokens": m.tokens}) for m in update.recent]
         commands.append(("rpush", keys.recent, tuple(records)))
         commands.append(("ltrim", keys.recent, (-limits.recent_messages, -1)))
     commands += [
@@ -186,17 +191,21 @@ def _decode_context(session_id: str, reply: Any, config: Config, seen: dict[str,
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
         key, equals, value = text.partition("=")
         clean_key = sanitize_key(key)
-        clean_value = sanitize_value(value, config.context.max_value_chars) if equals else None
+        # Values were sanitized when written; a record written behind our back is re-sanitized.
+        limit = config.context.max_value_chars
+        clean_value = (value if value.isprintable() and len(value) <= limit and value == value.strip() and value
+                       else sanitize_value(value, limit)) if equals else None  # fmt: skip
         if clean_key is None or clean_value is None:
             _warn_corrupt(session_id, "ctx", f"member {text[:80]!r} has an unusable key or value")
             continue
         seen.setdefault(clean_key, set()).add(text)
         if clean_key not in best or score >= best[clean_key][0]:
             best[clean_key] = (score, clean_value)
-    if config.context.keys is not None:
+    if config.context.keys is not None and not best.keys() <= set(config.context.keys):
         best = {k: v for k, v in best.items() if k in config.context.keys}
-    newest = sorted(best.items(), key=lambda item: item[1][0])[-config.context.max_keys :]
-    return {key: value for key, (_, value) in newest}
+    if len(best) > config.context.max_keys:
+        best = dict(sorted(best.items(), key=lambda item: item[1][0])[-config.context.max_keys :])
+    return {key: value for key, (_, value) in best.items()}
 
 
 def _decode_recent(session_id: str, reply: Any) -> list[StoredMessage]:
@@ -252,8 +261,9 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> tup
         session_id=session_id,
         context=context,
         summary=lines[-config.summary.lines :] if config.summary.lines else [],
-        recent=[m.as_dict() for m in recent],
+        recent=[{"role": m.role, "content": m.content} for m in recent],
         recent_tokens=tuple(m.tokens for m in recent),
+        pairs=tuple(recent) if all(m.tokens >= 0 for m in recent) else None,
         turns=_meta_number(session_id, meta, "turns", int) or 0,
         full_tokens=_meta_number(session_id, meta, "full_tokens", int) or 0,
         created_at=_meta_number(session_id, meta, "created", float),
@@ -465,7 +475,7 @@ class _StoreBase:
         self._cluster = config.store.cluster
 
     def keys(self, session_id: str) -> SessionKeys:
-        return SessionKeys(self.config.store.key_prefix, session_id)
+        return _session_keys(self.config.store.key_prefix, session_id)
 
     def _record_plan(self, session_id: str, update: TurnUpdate, now: float) -> tuple[SessionKeys, list[Command]]:
         keys = self.keys(session_id)

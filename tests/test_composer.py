@@ -145,3 +145,18 @@ def test_injected_context_cannot_add_lines_or_sections(atlas: Config, payload: s
     # Headers are lines that start with '#'; mid-line text cannot make one.
     assert [l for l in lines if l.startswith("#")] == [l for l in clean_lines if l.startswith("#")]
     assert lines[-2].startswith("- userinterface_name: ") and lines[-1].startswith("- tree_id: ")
+
+
+@pytest.mark.parametrize("calls", [0, 1, 3])
+def test_full_history_cost_equals_counting_the_full_history_messages(atlas: Config, calls: int) -> None:
+    """The turn's full-history tokens, computed without building messages, equal the count
+    of the messages a full-history chatbot would resend (tool calls and results included)."""
+    from middleware.composer import _turn_messages
+
+    tool_calls = tuple(
+        ToolCall(name=f"tool_{i}", arguments={"node": f"n{i}", "deep": {"x": [1, 2]}}, result={"ok": True, "rows": list(range(i * 5))}, id=None if i % 2 else f"id-{i}")
+        for i in range(calls)
+    )
+    turn = Turn(user="navigate to watchlist on google_tv", assistant="done", tool_calls=tool_calls)
+    update = apply_turn(turn, atlas)
+    assert update.full_tokens == sum(map(tokenizer_for(atlas).count_message, _turn_messages(turn, "done")))

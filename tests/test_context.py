@@ -50,21 +50,35 @@ def test_unusable_arguments_give_no_keys() -> None:
 
 
 def test_auto_mode_keeps_every_scalar_argument_bounded() -> None:
-    """Auto mode takes scalars of any tool, skips containers and bad key names, caps sizes."""
+    """Auto mode takes scalars and short lists of scalars from any tool; it skips other
+    containers and bad key names, and caps sizes."""
     call = ToolCall(
         name="anything",
         arguments={
             "city": "Paris",
             "days": 3,
             "metric": True,
-            "tags": ["a", "b"],  # not a scalar
+            "doors": ["driver", "rear_left"],  # a short list of scalars: kept, joined
+            "nested": {"a": 1},  # not a scalar
+            "many": list(range(20)),  # too long a list
             "bad key\n## x": "v",  # not a usable name
             "note": "x" * 100,
             "empty": "   ",
         },
     )
-    found = dict(extract_context([call], AUTO))
-    assert found == {"city": "Paris", "days": "3", "metric": "true", "note": "x" * 19 + "…"}
+    found = dict(extract_context([call], ContextConfig(max_keys=8, max_value_chars=20)))
+    assert found == {"city": "Paris", "days": "3", "metric": "true", "doors": "driver, rear_left", "note": "x" * 19 + "…"}
+
+
+def test_results_give_context_only_when_asked() -> None:
+    """from_results adds short scalar result fields (not status noise); tracked mode keeps
+    only tracked keys from results."""
+    call = ToolCall(name="navigate_to_node", arguments={"node": "shop"},
+                    result={"success": True, "tree_id": "t-9", "message": "done", "steps": 3})
+    assert dict(extract_context([call], ContextConfig())) == {"node": "shop"}
+    assert dict(extract_context([call], ContextConfig(from_results=True))) == {"node": "shop", "tree_id": "t-9", "steps": "3"}
+    tracked = ContextConfig(keys=("tree_id", "userinterface_name"), from_results=True)
+    assert dict(extract_context([call], tracked)) == {"tree_id": "t-9"}
 
 
 def test_auto_mode_caps_the_keys_one_turn_can_set() -> None:

@@ -1,0 +1,130 @@
+"""The public dataset: BFCL multi-turn conversations, replayed with real tool outputs.
+
+Source: the Berkeley Function Calling Leaderboard's multi-turn category
+``BFCL_v4_multi_turn_base`` as shipped in the PyPI package ``bfcl-eval``
+(2026.3.23, Apache-2.0): 200 conversations, 734 user turns, each turn with its
+ground-truth tool calls. Nothing is downloaded: the data are files inside the
+installed package, and the tool outputs come from running BFCL's own simulated
+tool classes (file system, trading bot, vehicle, travel, ...) on each
+conversation's initial state.
+
+Install (its declared dependencies pull in torch; the data and tools need none):
+
+    pip install --no-deps bfcl-eval==2026.3.23 && pip install mpmath
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Call", "Conversation", "Turn", "chains", "load"]
+
+DATASET = "BFCL_v4_multi_turn_base"
+PACKAGE = "bfcl-eval"
+INSTALL = "pip install --no-deps bfcl-eval==2026.3.23 && pip install mpmath"
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    arguments: dict[str, Any]
+    text: str  # the ground-truth call as written in the dataset
+    result: str = ""
+
+
+@dataclass
+class Turn:
+    user: str
+    calls: list[Call]
+    reply: str = ""  # the assistant's final text (see replay)
+
+
+@dataclass
+class Conversation:
+    id: str
+    turns: list[Turn]
+    classes: list[str]
+    initial_config: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+def _require() -> Any:
+    try:
+        from importlib.resources import files
+
+        return files("bfcl_eval") / "data"
+    except ModuleNotFoundError:
+        raise SystemExit(f"The benchmark needs the BFCL dataset: {INSTALL}") from None
+
+
+def _jsonl(resource: Any) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in resource.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _parse_call(text: str) -> Call:
+    node = ast.parse(text, mode="eval").body
+    assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    arguments = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg}
+    arguments.update({f"arg{i}": ast.literal_eval(a) for i, a in enumerate(node.args)})
+    return Call(name=node.func.id, arguments=arguments, text=text)
+
+
+def _reply(calls: list[Call]) -> str:
+    """A short final answer like an assistant's: what it did and the last result's gist."""
+    if not calls:
+        return "There is nothing to do for that."
+    last = calls[-1].result.strip().replace("\n", " ")
+    gist = last if len(last) <= 160 else last[:157] + "..."
+    names = ", ".join(dict.fromkeys(c.name for c in calls))
+    return f"Done ({names}). {gist}".strip()
+
+
+def _execute(conversation: Conversation) -> None:
+    """Run the ground-truth calls turn by turn on BFCL's tool classes, keeping their outputs."""
+    from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
+
+    for turn in conversation.turns:
+        texts = [c.text for c in turn.calls]
+        results, _ = execute_multi_turn_func_call(
+            texts, conversation.initial_config, conversation.classes, "middleware-bench", conversation.id
+        ) if texts else ([], None)
+        turn.calls = [Call(c.name, c.arguments, c.text, str(r)) for c, r in zip(turn.calls, results, strict=True)]
+        turn.reply = _reply(turn.calls)
+
+
+def load(limit: int | None = None) -> list[Conversation]:
+    """The conversations with their tool outputs and final replies."""
+    data = _require()
+    questions = _jsonl(data / f"{DATASET}.json")
+    answers = {a["id"]: a["ground_truth"] for a in _jsonl(data / "possible_answer" / f"{DATASET}.json")}
+    conversations = []
+    for entry in questions[:limit]:
+        turns = [
+            Turn(user=" ".join(m["content"] for m in turn_messages if m.get("role") == "user"),
+                 calls=[_parse_call(text) for text in calls])
+            for turn_messages, calls in zip(entry["question"], answers[entry["id"]], strict=True)
+        ]  # fmt: skip
+        conversation = Conversation(entry["id"], turns, entry["involved_classes"], entry["initial_config"])
+        _execute(conversation)
+        conversations.append(conversation)
+    return conversations
+
+
+def chains(conversations: list[Conversation], min_turns: int = 100) -> list[list[Conversation]]:
+    """Long sessions: conversations of the same tool domain played one after another
+    until a session has at least ``min_turns`` turns (leftovers join the last chain)."""
+    ordered = sorted(conversations, key=lambda c: (tuple(c.classes), c.id))
+    result: list[list[Conversation]] = []
+    current: list[Conversation] = []
+    for conversation in ordered:
+        current.append(conversation)
+        if sum(len(c.turns) for c in current) >= min_turns:
+            result.append(current)
+            current = []
+    if current and result:
+        result[-1].extend(current)
+    elif current:
+        result.append(current)
+    return result

