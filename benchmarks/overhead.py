@@ -229,8 +229,11 @@ class LangchainRedis(System):
         self.client = redis.Redis.from_url(url)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            # A fresh index per instance: langchain-redis 0.2.4 fails to reopen an existing
+            # index (it reads FT.INFO's reply as a list).
+            tag = uuid.uuid4().hex[:8]
             self.history = RedisChatMessageHistory(
-                session_id=f"lc-{uuid.uuid4().hex[:8]}", redis_client=self.client, key_prefix="lcbench:", index_name="idx:lcbench"
+                session_id=f"lc-{tag}", redis_client=self.client, key_prefix=f"lc{tag}:", index_name=f"idx:lc{tag}"
             )
 
     def fill(self, turns: int) -> None:

@@ -16,6 +16,7 @@ recovered by any history strategy: they come from the tools' initial state).
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 import uuid
 from collections import Counter
@@ -108,6 +109,19 @@ class LastK(Strategy):
         return [{"role": "system", "content": system}, *window, {"role": "user", "content": current}]
 
 
+class _TrimFailures(logging.Handler):
+    """litellm's trim_messages logs its own exceptions and returns the messages untrimmed;
+    this counts those failures (and keeps their tracebacks off the console)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "trimming" in record.getMessage():
+            self.count += 1
+
+
 class LitellmTrim(Strategy):
     name, label = "litellm_trim", "litellm trim_messages"
 
@@ -117,10 +131,17 @@ class LitellmTrim(Strategy):
         self.trim = trim_messages
         self.max_tokens = max_tokens
         self.label = f"litellm trim_messages (max_tokens={max_tokens})"
+        self.failures = _TrimFailures()
+        logger = logging.getLogger("LiteLLM")
+        logger.handlers = [self.failures]
+        logger.propagate = False
 
     def compose(self, system: str, history: Messages, current: str) -> Messages:
         full = [{"role": "system", "content": system}, *history, {"role": "user", "content": current}]
+        before = self.failures.count
         result = self.trim([dict(m) for m in full], model="gpt-4o-mini", max_tokens=self.max_tokens)
+        if self.failures.count > before:
+            raise RuntimeError("litellm trim_messages failed and returned the messages untrimmed")
         return list(result[0] if isinstance(result, tuple) else result)
 
 
@@ -238,6 +259,8 @@ class StrategyResult:
     needed_in_full: int = 0
     kept_of_full: int = 0
     valid: int = 0
+    errors: int = 0  # turns on which the strategy raised (then the full history is counted)
+    over_budget: int = 0  # prompts larger than the strategy's own max_tokens
     misses: Counter[str] = field(default_factory=Counter)
 
     def add(self, position: int, tokens: int) -> None:
@@ -272,13 +295,22 @@ def replay(
             for turn in conversation.turns:
                 position += 1
                 needed = needed_values(turn)
-                prompts = {s.name: s.compose(system, history, turn.user) for s in strategies}
+                prompts = {}
+                for strategy in strategies:
+                    try:
+                        prompts[strategy.name] = strategy.compose(system, history, turn.user)
+                    except Exception:  # a peer that crashes on this input: count it, send everything
+                        results[strategy.name].errors += 1
+                        prompts[strategy.name] = FullHistory().compose(system, history, turn.user)
                 own_text = prompt_text([{"role": "system", "content": system}, *own, {"role": "user", "content": turn.user}])
                 in_full = {v for v in needed if v in own_text}
                 for strategy in strategies:
                     messages = prompts[strategy.name]
                     result = results[strategy.name]
-                    result.add(position, tokenizer.count_messages(messages))
+                    tokens = tokenizer.count_messages(messages)
+                    result.add(position, tokens)
+                    limit = getattr(strategy, "max_tokens", None)
+                    result.over_budget += limit is not None and tokens > limit
                     text = prompt_text(messages)
                     kept = {v for v in needed if v in text}
                     result.needed += len(needed)
@@ -311,6 +343,9 @@ def summary_rows(results: dict[str, StrategyResult]) -> list[dict[str, Any]]:
             "kept_all": result.kept / result.needed if result.needed else 1.0,
             "kept_of_full": result.kept_of_full / result.needed_in_full if result.needed_in_full else 1.0,
             "valid": result.valid / len(result.tokens),
+            "errors": result.errors,
+            "over_budget": result.over_budget,
+            "turns": len(result.tokens),
             "turn20": result.mean_at(range(18, 23)),
             "turn100": result.mean_at(range(98, 103)),
         })  # fmt: skip

@@ -7,8 +7,10 @@ and build the same store commands.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
+import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -106,6 +108,8 @@ class _ManagerBase:
         return 0
 
     def _next_pending(self) -> tuple[str, TurnUpdate] | None:
+        if not self._pending:  # the usual case, checked without the lock (deque truth is atomic)
+            return None
         with self._pending_lock:
             return self._pending[0] if self._pending else None
 
@@ -113,7 +117,10 @@ class _ManagerBase:
         with self._pending_lock:
             if self._pending and self._pending[0] is item:
                 self._pending.popleft()
-        log.info("store.pending_recorded", session=item[0], turn=turns)
+        if turns:
+            log.info("store.pending_recorded", session=item[0], turn=turns)
+        else:
+            log.info("store.pending_already_recorded", session=item[0])
 
     def skill_tools(self) -> list[Tool]:
         """The tools the configured skills bring (imported on first use)."""
@@ -142,7 +149,8 @@ class _ManagerBase:
         )
 
     def _update(self, turn: Turn) -> TurnUpdate:
-        return apply_turn(turn, self.config, tokenizer=self.tokenizer)
+        update = apply_turn(turn, self.config, tokenizer=self.tokenizer)
+        return dataclasses.replace(update, turn_id=uuid.uuid4().hex)
 
     def _compose(self, state: SessionState, user_message: Any, model: str | None, extra_tokens: int) -> Prompt:
         return compose(
@@ -191,7 +199,9 @@ class SessionManager(_ManagerBase):
 
     def _flush_pending(self) -> None:
         while (item := self._next_pending()) is not None:
-            self._done_pending(item, self.store.record(*item))
+            # A held turn may have reached Redis before the failure (the reply was lost).
+            turns = 0 if self.store.has_turn(*item) else self.store.record(*item)
+            self._done_pending(item, turns)
 
     def _load_for_prompt(self, session_id: str) -> SessionState:
         try:
@@ -335,7 +345,8 @@ class AsyncSessionManager(_ManagerBase):
 
     async def _flush_pending(self) -> None:
         while (item := self._next_pending()) is not None:
-            self._done_pending(item, await self.store.record(*item))
+            turns = 0 if await self.store.has_turn(*item) else await self.store.record(*item)
+            self._done_pending(item, turns)
 
     async def _load_for_prompt(self, session_id: str) -> SessionState:
         try:

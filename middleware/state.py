@@ -234,6 +234,9 @@ class TurnUpdate:
     summary_line: str
     recent: tuple[StoredMessage, ...]
     full_tokens: int
+    # Names this write, so a turn held through an outage is not written twice when its
+    # first attempt did reach Redis but the reply was lost. Set by the session manager.
+    turn_id: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

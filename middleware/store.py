@@ -97,13 +97,15 @@ def _session_keys(prefix: str, session_id: str) -> SessionKeys:
 # --- command building (pure) -------------------------------------------------
 
 
-def load_commands(keys: SessionKeys) -> list[Command]:
-    return [
+@functools.lru_cache(maxsize=65_536)
+def load_commands(keys: SessionKeys) -> tuple[Command, ...]:
+    """The reads of one load; the same for a session every time, so built once."""
+    return (
         ("zrange", keys.ctx, (0, -1, False, True)),  # desc=False, withscores=True
         ("lrange", keys.sum, (0, -1)),
         ("lrange", keys.recent, (0, -1)),
         ("hgetall", keys.meta, ()),
-    ]
+    )
 
 
 def _member(key: str, value: str) -> str:
@@ -157,14 +159,15 @@ def record_commands(
         commands.append(("rpush", keys.sum, (update.summary_line,)))
         commands.append(("ltrim", keys.sum, (-limits.summary_lines, -1)))
     if limits.recent_messages and update.recent:
-        records = [_encode_json({"role": m.role, "content": m.content, "tokens": m.tokens}) for m in update.recent]
+        records = [_encode_json({"role": m.role, "content": m.content, "tokens": m.tokens, "turn": update.turn_id}) for m in update.recent]
         commands.append(("rpush", keys.recent, tuple(records)))
         commands.append(("ltrim", keys.recent, (-limits.recent_messages, -1)))
     commands += [
         ("hincrby", keys.meta, ("turns", 1)),
         ("hincrby", keys.meta, ("full_tokens", update.full_tokens)),
         ("hsetnx", keys.meta, ("created", repr(now))),
-        ("hset", keys.meta, ("updated", repr(now))),
+        # hset(name, key, value, mapping): both fields in one command
+        ("hset", keys.meta, (None, None, {"updated": repr(now), "last_turn": update.turn_id})),
     ]
     for key in keys.session_keys:
         commands.append(("pexpire", key, (limits.ttl_ms,)) if limits.ttl_ms else ("persist", key, ()))
@@ -448,6 +451,25 @@ def _queue(pipe: Any, commands: Iterable[Command]) -> None:
         getattr(pipe, method)(key, *args)
 
 
+def _has_turn_commands(keys: SessionKeys) -> list[Command]:
+    return [("hget", keys.meta, ("last_turn",)), ("lrange", keys.recent, (0, -1))]
+
+
+def _holds_turn(replies: Sequence[Any], turn_id: str) -> bool:
+    if not turn_id:
+        return False
+    last, recent = replies
+    if isinstance(last, bytes) and last.decode("utf-8", "replace") == turn_id:
+        return True
+    for record in recent if isinstance(recent, list) else ():
+        try:
+            if _decode_json(record.decode("utf-8", "replace")).get("turn") == turn_id:
+                return True
+        except (ValueError, AttributeError):
+            continue
+    return False
+
+
 def _failed_keys(commands: Sequence[Command], results: Sequence[Any]) -> set[str]:
     return {cmd[1] for cmd, result in zip(commands, results, strict=True) if isinstance(result, Exception)}
 
@@ -537,6 +559,13 @@ class RedisStore(_StoreBase):
         if self._cluster:
             self._run(index_commands(keys, self.config, now=now), transaction=False)
         return _turns_of(commands, results)
+
+    def has_turn(self, session_id: str, update: TurnUpdate) -> bool:
+        """Whether this turn's write already reached Redis (the replay check of degrade mode).
+
+        Exact unless other writers recorded two or more turns in the same session since."""
+        keys = self.keys(session_id)
+        return _holds_turn(self._run(_has_turn_commands(keys), transaction=False), update.turn_id)
 
     def reset(self, session_id: str) -> None:
         keys = self.keys(session_id)
@@ -674,6 +703,10 @@ class AsyncRedisStore(_StoreBase):
         if self._cluster:
             await self._run(index_commands(keys, self.config, now=now), transaction=False)
         return _turns_of(commands, results)
+
+    async def has_turn(self, session_id: str, update: TurnUpdate) -> bool:
+        keys = self.keys(session_id)
+        return _holds_turn(await self._run(_has_turn_commands(keys), transaction=False), update.turn_id)
 
     async def reset(self, session_id: str) -> None:
         keys = self.keys(session_id)

@@ -141,3 +141,25 @@ def test_turns_recorded_through_an_outage_all_arrive_in_degrade_mode(atlas: Conf
     assert len(attempts) > 20
     assert state.turns == len(attempts) + 1
     assert state.recent[0]["content"] == "final"
+
+
+def test_a_held_turn_that_did_reach_redis_is_not_written_twice(atlas: Config, server: RedisServer, tmp_path: Path) -> None:
+    """A write whose reply is lost (the server applied it, then the connection dropped) is
+    held in degrade mode; replaying it must not record the turn a second time."""
+    from middleware.store import StoreUnavailableError as Unavailable
+
+    with SessionManager(config(atlas, server, tmp_path, "degrade")) as mgr:
+        mgr.record_turn("dup", user="first", assistant="ok")
+        real_record = mgr.store.record
+
+        def applied_then_lost(session_id: str, update):  # type: ignore[no-untyped-def]
+            real_record(session_id, update)  # Redis applies the turn...
+            raise Unavailable("Redis store ... is unreachable: reply lost")  # ...but the reply never arrives
+
+        mgr.store.record = applied_then_lost  # type: ignore[method-assign]
+        assert mgr.record_turn("dup", user="second", assistant="ok") == 0
+        mgr.store.record = real_record  # type: ignore[method-assign]
+        assert mgr.pending_turns[0][1].turn_id  # the held write carries its id
+        assert mgr.record_turn("dup", user="third", assistant="ok") == 3  # not 4
+        assert mgr.pending_turns == []
+        assert [m["content"] for m in mgr.get_state("dup").recent] == ["third", "ok"]
