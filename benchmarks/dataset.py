@@ -23,6 +23,7 @@ from typing import Any
 __all__ = ["Call", "Conversation", "Turn", "chains", "load"]
 
 DATASET = "BFCL_v4_multi_turn_base"
+LONG_OUTPUTS = "BFCL_v4_multi_turn_long_context"
 PACKAGE = "bfcl-eval"
 INSTALL = "pip install --no-deps bfcl-eval==2026.3.23 && pip install mpmath"
 
@@ -81,24 +82,28 @@ def _reply(calls: list[Call]) -> str:
     return f"Done ({names}). {gist}".strip()
 
 
-def _execute(conversation: Conversation) -> None:
+def _execute(conversation: Conversation, *, long_context: bool) -> None:
     """Run the ground-truth calls turn by turn on BFCL's tool classes, keeping their outputs."""
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
 
     for turn in conversation.turns:
         texts = [c.text for c in turn.calls]
         results, _ = execute_multi_turn_func_call(
-            texts, conversation.initial_config, conversation.classes, "middleware-bench", conversation.id
+            texts, conversation.initial_config, conversation.classes, "middleware-bench", conversation.id, long_context
         ) if texts else ([], None)
         turn.calls = [Call(c.name, c.arguments, c.text, str(r)) for c, r in zip(turn.calls, results, strict=True)]
         turn.reply = _reply(turn.calls)
 
 
-def load(limit: int | None = None) -> list[Conversation]:
-    """The conversations with their tool outputs and final replies."""
+def load(limit: int | None = None, *, category: str = DATASET) -> list[Conversation]:
+    """The conversations with their tool outputs and final replies.
+
+    ``BFCL_v4_multi_turn_long_context`` holds the same kind of tasks with much larger
+    tool states, so some outputs run to tens of thousands of characters.
+    """
     data = _require()
-    questions = _jsonl(data / f"{DATASET}.json")
-    answers = {a["id"]: a["ground_truth"] for a in _jsonl(data / "possible_answer" / f"{DATASET}.json")}
+    questions = _jsonl(data / f"{category}.json")
+    answers = {a["id"]: a["ground_truth"] for a in _jsonl(data / "possible_answer" / f"{category}.json")}
     conversations = []
     for entry in questions[:limit]:
         turns = [
@@ -107,7 +112,7 @@ def load(limit: int | None = None) -> list[Conversation]:
             for turn_messages, calls in zip(entry["question"], answers[entry["id"]], strict=True)
         ]  # fmt: skip
         conversation = Conversation(entry["id"], turns, entry["involved_classes"], entry["initial_config"])
-        _execute(conversation)
+        _execute(conversation, long_context="long_context" in category)
         conversations.append(conversation)
     return conversations
 

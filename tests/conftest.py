@@ -19,6 +19,9 @@ import pytest
 
 from middleware import Config, SessionManager, load_config
 
+# Tests import litellm directly too; it must never reach for the network.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
 REPO = Path(__file__).resolve().parent.parent
 CONFIG_PATH = REPO / "config.yaml"
 
