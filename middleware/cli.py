@@ -245,6 +245,45 @@ def _print_report(result: Any) -> None:
         console.print(f"{result.bad_lines} line(s) were not usage records and were skipped.")
 
 
+# --- inspect -----------------------------------------------------------------
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
+@click.option("--port", default=8300, show_default=True, type=int, help="Port to listen on.")
+@click.option("--token", envvar="MIDDLEWARE_INSPECT_TOKEN",
+              help="Require this token on every request (Authorization: Bearer or ?token=); needed off loopback.")
+@click.pass_obj
+def inspect(obj: _Context, host: str, port: int, token: str | None) -> None:
+    """Serve the memory inspector: a JSON API and a page to browse sessions, open one and
+    see what the model was sent on its last turn. Point it at a shared store (--redis-url)."""
+    import uvicorn
+
+    from .inspector_app import create_app
+
+    if not _is_loopback(host) and not token:
+        raise click.UsageError(
+            f"--host {host} is not loopback: the inspector shows conversation content, so set --token "
+            "(or MIDDLEWARE_INSPECT_TOKEN), and put it behind TLS (see README, 'The memory inspector')."
+        )
+    mgr = obj.manager()
+    url = f"http://{host}:{port}/" + (f"?token={token}" if token else "")
+    click.echo(f"Memory inspector on {url}  (store {mgr.store!r}; Ctrl-C to stop)")
+    with _errors(), mgr:
+        uvicorn.run(create_app(mgr, token=token), host=host, port=port, log_level="warning")
+
+
 # --- sessions ----------------------------------------------------------------
 
 

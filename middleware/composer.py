@@ -22,6 +22,7 @@ from typing import Any
 
 from .config import Config
 from .context import extract_context, order_context, render_context
+from .notes import render_notes
 from .skills import render_skills
 from .state import (
     Prompt,
@@ -48,8 +49,7 @@ def tokenizer_for(config: Config) -> Tokenizer:
 
 
 def _render_static(config: Config) -> str:
-    template = config.prompt.template
-    head = template[: template.rindex("{context}")]
+    head = config.prompt.static_head()
     text = head.format(
         name=config.assistant.name,
         instructions=config.assistant.instructions.strip(),
@@ -80,15 +80,30 @@ class _Memo(dict):  # type: ignore[type-arg]
             return value
 
 
-def system_prompt(config: Config, context: Mapping[str, str]) -> str:
+def system_prompt(config: Config, context: Mapping[str, str], notes_section: str = "") -> str:
+    """Static prefix, then the notes section, then the Current Context section."""
     memo = config.derived("system_memo", lambda c: _Memo())
-    return memo.get_or(tuple(context.items()), lambda: _render_system(config, context))  # type: ignore[no-any-return]
+    key = (tuple(context.items()), notes_section)
+    return memo.get_or(key, lambda: _render_system(config, context, notes_section))  # type: ignore[no-any-return]
 
 
-def _render_system(config: Config, context: Mapping[str, str]) -> str:
+def _render_system(config: Config, context: Mapping[str, str], notes_section: str) -> str:
     section = render_context(order_context(context, config.context), config.context)
-    prefix = static_prefix(config)
-    return f"{prefix}\n{section}" if section else prefix
+    return "\n".join(part for part in (static_prefix(config), notes_section, section) if part)
+
+
+def notes_section(config: Config, notes: str, max_tokens: int, tokenizer: Tokenizer) -> str:
+    """The quoted notes section within ``max_tokens`` (cut in the middle beyond), or ""."""
+    if not notes.strip() or max_tokens <= 0:
+        return ""
+    memo = config.derived("notes_memo", lambda c: _Memo())
+
+    def make() -> str:
+        rendered = render_notes(notes, config.notes.header)
+        # Cutting the rendered text keeps every line quoted: the cut joins two quoted lines.
+        return tokenizer.cut_middle(rendered, max_tokens, CUT_MARKER) if tokenizer.count(rendered) > max_tokens else rendered
+
+    return memo.get_or((notes, max_tokens, tokenizer.encoding_name), make)  # type: ignore[no-any-return]
 
 
 def _already_pairs(recent: Sequence[Mapping[str, Any]], counts: Sequence[int]) -> bool:
@@ -169,6 +184,42 @@ def _fit(
     return lines, recent, done
 
 
+def _fit_memory(
+    lines: list[str],
+    notes: str,
+    notes_cap: int,
+    context: dict[str, str],
+    budget: int,
+    config: Config,
+    tokenizer: Tokenizer,
+) -> tuple[list[str], int, dict[str, str], list[str]]:
+    """Keep notes + context section + summary within ``budget`` tokens. What gives, in order:
+    summary lines (oldest first), then the notes (cut in the middle, then dropped), then
+    context keys (least recently set first: ``context`` is in the order keys were set)."""
+    done: list[str] = []
+
+    def parts() -> tuple[int, int, int]:
+        section = render_context(order_context(context, config.context), config.context)
+        return (
+            _count(_summary_messages(lines, config), tokenizer),
+            tokenizer.count(notes_section(config, notes, notes_cap, tokenizer)),
+            tokenizer.count(section),
+        )
+
+    while lines and sum(parts()) > budget:
+        lines = lines[1:]
+        done.append("summary_line_dropped")
+    summary_tokens, notes_tokens, context_tokens = parts()
+    if notes_tokens and summary_tokens + notes_tokens + context_tokens > budget:
+        room = budget - summary_tokens - context_tokens
+        notes_cap = room if room >= 24 else 0  # too little room for useful notes: leave them out
+        done.append("notes_cut" if notes_cap else "notes_dropped")
+    while context and sum(parts()) > budget:
+        context = dict(list(context.items())[1:])
+        done.append("context_key_dropped")
+    return lines, notes_cap, context, done
+
+
 def compose(
     state: SessionState,
     user_message: str,
@@ -191,15 +242,22 @@ def compose(
         f"static_tokens:{tokenizer.encoding_name}",
         lambda c: tokenizer.count_chat("system", static_prefix(c)),
     )
-    system = system_prompt(config, state.context)
-    system_tokens = tokenizer.count_chat("system", system)
-    current_tokens = tokenizer.count_chat("user", current)
     lines = list(state.summary[-config.summary.lines :]) if config.summary.lines else []
+    context, notes_cap = dict(state.context), config.notes.max_tokens
+    trimmed: list[str] = []
+    if config.tokens.memory_budget is not None:
+        lines, notes_cap, context, trimmed = _fit_memory(
+            lines, state.notes, notes_cap, context, config.tokens.memory_budget, config, tokenizer
+        )
+    notes = notes_section(config, state.notes, notes_cap, tokenizer)
+    system = system_prompt(config, context, notes)
+    system_tokens = tokenizer.count_chat("system", system)
+    notes_tokens = tokenizer.count_chat("system", system_prompt(config, {}, notes)) - static_tokens if notes else 0
+    current_tokens = tokenizer.count_chat("user", current)
     recent = _recent_pairs(state, tokenizer)[-config.recent.messages :] if config.recent.messages else []
     summary = _summary_messages(lines, config)
     summary_tokens = _count(summary, tokenizer)
     recent_tokens = sum(m.tokens for m in recent)
-    trimmed: list[str] = []
     if budget is not None:
         fixed = system_tokens + current_tokens + REPLY_PRIMING + extra_tokens
         if fixed > budget:
@@ -209,7 +267,8 @@ def compose(
                 "Shorten the message or raise tokens.budget."
             )
         if fixed + summary_tokens + recent_tokens > budget:  # only then is there anything to cut
-            lines, recent, trimmed = _fit(lines, list(recent), budget - fixed, config, tokenizer)
+            lines, recent, cut = _fit(lines, list(recent), budget - fixed, config, tokenizer)
+            trimmed += cut
             summary = _summary_messages(lines, config)
             summary_tokens = _count(summary, tokenizer)
             recent_tokens = sum(m.tokens for m in recent)
@@ -221,7 +280,8 @@ def compose(
     ]
     breakdown = TokenBreakdown(
         system=static_tokens,
-        context=system_tokens - static_tokens,
+        notes=notes_tokens,
+        context=system_tokens - static_tokens - notes_tokens,
         summary=summary_tokens,
         recent=recent_tokens,
         current=current_tokens,
@@ -294,7 +354,19 @@ def apply_turn(turn: Turn, config: Config, *, tokenizer: Tokenizer | None = None
         summary_line=summary_line(turn, config.summary),
         recent=recent,
         full_tokens=full,
+        traces=_traces(turn, final) if config.traces.max_entries else (),
     )
+
+
+def _traces(turn: Turn, final: str) -> tuple[dict[str, Any], ...]:
+    """The turn as raw trace entries: user, each tool call and its result, assistant."""
+    entries: list[dict[str, Any]] = [{"type": "user", "content": turn.user}]
+    for index, call in enumerate(turn.tool_calls):
+        call_id = call.id or f"call_{index}"
+        entries.append({"type": "tool_call", "call_id": call_id, "tool": call.name, "arguments": call.arguments_text})
+        entries.append({"type": "tool_result", "call_id": call_id, "tool": call.name, "ok": call.ok, "result": call.result_text})
+    entries.append({"type": "assistant", "content": final})
+    return tuple(entries)
 
 
 def is_valid_chat(messages: Sequence[Mapping[str, Any]]) -> bool:

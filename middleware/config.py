@@ -26,11 +26,13 @@ __all__ = [
     "AssistantConfig",
     "Config",
     "ContextConfig",
+    "NotesConfig",
     "PromptConfig",
     "RecentConfig",
     "StoreConfig",
     "SummaryConfig",
     "TokensConfig",
+    "TracesConfig",
     "UsageLogConfig",
     "default_config_path",
     "load_config",
@@ -39,7 +41,8 @@ __all__ = [
 ENV_CONFIG = "MIDDLEWARE_CONFIG"
 ENV_REDIS_URL = "REDIS_URL"
 
-_PROMPT_FIELDS = ("name", "instructions", "skills", "context")
+_PROMPT_FIELDS = ("name", "instructions", "skills", "notes", "context")
+_VOLATILE = ("{notes}", "{context}")
 _KEY_NAME = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$"
 
 
@@ -127,7 +130,7 @@ class RecentConfig(_Section):
         return self.messages // 2
 
 
-_DEFAULT_TEMPLATE = "You are {name}, AI Assistant.\n{instructions}\n{skills}\n{context}"
+_DEFAULT_TEMPLATE = "You are {name}, AI Assistant.\n{instructions}\n{skills}\n{notes}\n{context}"
 
 
 class PromptConfig(_Section):
@@ -148,7 +151,30 @@ class PromptConfig(_Section):
                 "must end with {context}: text after the volatile context section breaks "
                 "the provider's prompt cache on every turn"
             )
+        if "notes" in fields and value[value.index("{notes}") + len("{notes}") : value.index("{context}")].strip():
+            raise ValueError("must have nothing but whitespace between {notes} and {context}: both change between sessions")
         return value
+
+    def static_head(self) -> str:
+        """The template up to its first per-session field ({notes} or {context})."""
+        cut = min(self.template.index(p) for p in _VOLATILE if p in self.template)
+        return self.template[:cut]
+
+
+class NotesConfig(_Section):
+    """Long-term notes per (user, agent), edited by the agent through a tool."""
+
+    # Cap of the notes section in the system prompt (cut in the middle beyond); 0 hides notes.
+    max_tokens: int = Field(default=300, ge=0)
+    max_chars: int = Field(default=20_000, ge=100, le=1_000_000)
+    header: str = "## Long-term notes (your own, kept across sessions)"
+
+
+class TracesConfig(_Section):
+    """Raw traces: each turn's messages, tool calls and results, for inspection only."""
+
+    max_entries: int = Field(default=200, ge=0, le=100_000)  # 0 keeps none
+    max_entry_chars: int = Field(default=2_000, ge=100, le=1_000_000)
 
 
 class StoreConfig(_Section):
@@ -188,6 +214,10 @@ class TokensConfig(_Section):
     # model's context window (from litellm's local price map) minus reply_reserve.
     budget: int | None = Field(default=None, ge=64)
     reply_reserve: int = Field(default=4096, ge=0)
+    # Cap on notes + context keys + summary together (seed 003's context_limit); None: no cap.
+    # What gives first: summary lines (oldest first), then notes (cut in the middle),
+    # then context keys (least recently set first).
+    memory_budget: int | None = Field(default=None, ge=16)
     max_message_chars: int = Field(default=200_000, ge=100)
 
 
@@ -209,6 +239,8 @@ class Config(_Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     tokens: TokensConfig = Field(default_factory=TokensConfig)
     usage_log: UsageLogConfig = Field(default_factory=UsageLogConfig)
+    notes: NotesConfig = Field(default_factory=NotesConfig)
+    traces: TracesConfig = Field(default_factory=TracesConfig)
     # The default LLM for chat(); any litellm model string.
     model: str = "gpt-4o-mini"
     # Tool rounds one chat turn may take before it stops with a note.

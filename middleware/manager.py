@@ -8,10 +8,11 @@ and build the same store commands.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import threading
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -19,9 +20,10 @@ from .composer import apply_turn, compose, tokenizer_for
 from .config import Config, load_config
 from .events import debug_enabled, log
 from .exceptions import ConfigError, InvalidToolCallError, StoreError
+from .notes import WRITES, NotesError, apply_operation, notes_tool_schema
 from .state import Prompt, SessionState, ToolCall, Turn, TurnUpdate, check_record_text, check_session_id
 from .store import AsyncRedisStore, RedisStore
-from .text import redact_secrets
+from .text import cut_middle, redact_secrets
 from .tokens import context_window
 from .tools import Tool, Toolset
 from .usage import UsageLog
@@ -57,6 +59,9 @@ def _import_tool(ref: str, skill: str) -> Tool:
     return Tool(fn)
 
 
+_PROMPT_CHARS = 64_000
+
+
 class _ManagerBase:
     is_async = False
 
@@ -72,6 +77,9 @@ class _ManagerBase:
         # before anything else on the next store call that works.
         self._pending: deque[tuple[str, TurnUpdate]] = deque()
         self._pending_lock = threading.Lock()
+        # The last prompt composed per session, stored with the turn for the inspector.
+        self._prompts: OrderedDict[str, str] = OrderedDict()
+        self._prompts_lock = threading.Lock()
 
     @property
     def pending_turns(self) -> list[tuple[str, TurnUpdate]]:
@@ -148,9 +156,43 @@ class _ManagerBase:
             tool_calls=tuple(_tool_call(call) for call in tool_calls or ()),
         )
 
-    def _update(self, turn: Turn) -> TurnUpdate:
+    def _update(self, session_id: str, turn: Turn) -> TurnUpdate:
         update = apply_turn(turn, self.config, tokenizer=self.tokenizer)
-        return dataclasses.replace(update, turn_id=uuid.uuid4().hex)
+        with self._prompts_lock:
+            prompt = self._prompts.pop(session_id, "")
+        return dataclasses.replace(update, turn_id=uuid.uuid4().hex, prompt=prompt)
+
+    def _remember_prompt(self, session_id: str, prompt: Prompt) -> None:
+        """Keep what the model is about to be sent, as JSON, until the turn is recorded."""
+        messages = prompt.messages
+        record = {"messages": messages, "tokens": prompt.tokens.as_dict(), "full_history_tokens": prompt.full_history_tokens,
+                  "turn": prompt.turn, "trimmed": list(prompt.trimmed)}  # fmt: skip
+        text = json.dumps(record, ensure_ascii=False)
+        if len(text) > _PROMPT_CHARS:  # keep it small: long messages are stored cut in the middle
+            record["messages"] = [{**m, "content": cut_middle(m["content"], 2_000)} for m in messages]
+            text = json.dumps(record, ensure_ascii=False)
+        with self._prompts_lock:
+            self._prompts[session_id] = text
+            self._prompts.move_to_end(session_id)
+            while len(self._prompts) > 4_096:
+                self._prompts.popitem(last=False)
+
+    def _party(self, user_id: Any, agent: Any) -> tuple[str, str]:
+        limit = 128
+        return (
+            check_session_id(user_id, limit=limit, what="User id"),
+            check_session_id(agent, limit=limit, what="Agent name"),
+        )
+
+    def notes_tool(self, user_id: str, agent: str) -> Tool:
+        """The ``manage_long_term_memory`` tool for this (user, agent), for chat(tools=[...])."""
+        user_id, agent = self._party(user_id, agent)
+        manage = self.manage_notes
+
+        def manage_long_term_memory(operation: str = "read", content: str | None = None, section_header: str | None = None) -> Any:
+            return manage(user_id, agent, operation, content=content, section_header=section_header)
+
+        return Tool(manage_long_term_memory, schema=notes_tool_schema())
 
     def _compose(self, state: SessionState, user_message: Any, model: str | None, extra_tokens: int) -> Prompt:
         return compose(
@@ -219,7 +261,9 @@ class SessionManager(_ManagerBase):
         counting ``extra_tokens`` sent beside the messages (tool schemas).
         """
         session_id = self._session_id(session_id)
-        return self._compose(self._load_for_prompt(session_id), user_message, model, extra_tokens)
+        prompt = self._compose(self._load_for_prompt(session_id), user_message, model, extra_tokens)
+        self._remember_prompt(session_id, prompt)
+        return prompt
 
     def build_messages(self, session_id: str, user_message: str) -> list[dict[str, str]]:
         """OpenAI-format messages for ``user_message``, ready for any chat API."""
@@ -240,7 +284,7 @@ class SessionManager(_ManagerBase):
         turn is written before anything else once the store answers again.
         """
         session_id = self._session_id(session_id)
-        update = self._update(self._turn(user, assistant, tool_calls))
+        update = self._update(session_id, self._turn(user, assistant, tool_calls))
         try:
             self._flush_pending()
             turns = self.store.record(session_id, update)
@@ -257,6 +301,37 @@ class SessionManager(_ManagerBase):
     def reset(self, session_id: str) -> None:
         """Forget a session entirely."""
         self.store.reset(self._session_id(session_id))
+
+    def resolve_session(self, user_id: str, agent: str) -> str:
+        """The active session of (user, agent), created if there is none."""
+        return self.store.resolve_session(*self._party(user_id, agent))
+
+    def new_session(self, user_id: str, agent: str) -> str:
+        """Start a fresh session for (user, agent) and make it the active one."""
+        return self.store.resolve_session(*self._party(user_id, agent), new=True)
+
+    def notes(self, user_id: str, agent: str) -> str:
+        """The long-term notes of (user, agent) (Markdown; "" when there are none)."""
+        return self.store.get_notes(*self._party(user_id, agent))
+
+    def manage_notes(
+        self, user_id: str, agent: str, operation: str = "read", *, content: str | None = None, section_header: str | None = None
+    ) -> str:
+        """Read or edit the notes (see middleware.notes for the operations); returns what to
+        tell the caller. Raises NotesError for a bad operation."""
+        user_id, agent = self._party(user_id, agent)
+        if operation not in WRITES:
+            return apply_operation(self.store.get_notes(user_id, agent), operation, content=content, section_header=section_header)[1]
+        limit = self.config.notes.max_chars
+        outcome: list[str] = []
+
+        def edit(current: str) -> str:
+            updated, message = apply_operation(current, operation, content=content, section_header=section_header, max_chars=limit)
+            outcome[:] = [message]
+            return updated
+
+        self.store.update_notes(user_id, agent, edit)
+        return outcome[0]
 
     def chat(
         self,
@@ -359,7 +434,9 @@ class AsyncSessionManager(_ManagerBase):
 
     async def prepare(self, session_id: str, user_message: str, *, model: str | None = None, extra_tokens: int = 0) -> Prompt:
         session_id = self._session_id(session_id)
-        return self._compose(await self._load_for_prompt(session_id), user_message, model, extra_tokens)
+        prompt = self._compose(await self._load_for_prompt(session_id), user_message, model, extra_tokens)
+        self._remember_prompt(session_id, prompt)
+        return prompt
 
     async def build_messages(self, session_id: str, user_message: str) -> list[dict[str, str]]:
         return (await self.prepare(session_id, user_message)).messages
@@ -373,7 +450,7 @@ class AsyncSessionManager(_ManagerBase):
         tool_calls: Iterable[ToolCall | Mapping[str, Any]] | None = None,
     ) -> int:
         session_id = self._session_id(session_id)
-        update = self._update(self._turn(user, assistant, tool_calls))
+        update = self._update(session_id, self._turn(user, assistant, tool_calls))
         try:
             await self._flush_pending()
             turns = await self.store.record(session_id, update)
@@ -389,6 +466,33 @@ class AsyncSessionManager(_ManagerBase):
 
     async def reset(self, session_id: str) -> None:
         await self.store.reset(self._session_id(session_id))
+
+    async def resolve_session(self, user_id: str, agent: str) -> str:
+        return await self.store.resolve_session(*self._party(user_id, agent))
+
+    async def new_session(self, user_id: str, agent: str) -> str:
+        return await self.store.resolve_session(*self._party(user_id, agent), new=True)
+
+    async def notes(self, user_id: str, agent: str) -> str:
+        return await self.store.get_notes(*self._party(user_id, agent))
+
+    async def manage_notes(
+        self, user_id: str, agent: str, operation: str = "read", *, content: str | None = None, section_header: str | None = None
+    ) -> str:
+        user_id, agent = self._party(user_id, agent)
+        if operation not in WRITES:
+            current = await self.store.get_notes(user_id, agent)
+            return apply_operation(current, operation, content=content, section_header=section_header)[1]
+        limit = self.config.notes.max_chars
+        outcome: list[str] = []
+
+        def edit(current: str) -> str:
+            updated, message = apply_operation(current, operation, content=content, section_header=section_header, max_chars=limit)
+            outcome[:] = [message]
+            return updated
+
+        await self.store.update_notes(user_id, agent, edit)
+        return outcome[0]
 
     async def chat(
         self,

@@ -169,28 +169,22 @@ def whole_pairs(messages: Iterable[StoredMessage]) -> list[StoredMessage]:
 _SESSION_ID_BANNED = frozenset({"Cc", "Cs", "Zl", "Zp"})
 
 
-def check_session_id(value: Any, *, limit: int) -> str:
-    """A session id: a non-empty string of at most ``limit`` characters, no control characters.
-
-    Braces are allowed (they are escaped in Redis keys, so the cluster hash tag holds).
-    """
+def check_session_id(value: Any, *, limit: int, what: str = "Session id") -> str:
+    """An id (session, user, agent): a non-empty string of at most ``limit`` characters,
+    no control characters. Braces are allowed (escaped in Redis keys, so hash tags hold)."""
     import unicodedata
 
     if not isinstance(value, str):
-        raise InvalidSessionIdError(f"Session id must be a string, got {type(value).__name__}.")
+        raise InvalidSessionIdError(f"{what} must be a string, got {type(value).__name__}.")
     if not value or not value.strip():
-        raise InvalidSessionIdError("Session id is empty; expected a non-empty string.")
+        raise InvalidSessionIdError(f"{what} is empty; expected a non-empty string.")
     if len(value) > limit:
-        raise InvalidSessionIdError(
-            f"Session id has {len(value):,} characters; expected at most {limit} (max_session_id_chars)."
-        )
+        raise InvalidSessionIdError(f"{what} has {len(value):,} characters; expected at most {limit}.")
     if value.isprintable():  # the usual case: no control, format, surrogate or separator characters
         return value
     for index, char in enumerate(value):
         if unicodedata.category(char) in _SESSION_ID_BANNED:
-            raise InvalidSessionIdError(
-                f"Session id has a control character {char!r} at index {index}; expected printable text."
-            )
+            raise InvalidSessionIdError(f"{what} has a control character {char!r} at index {index}; expected printable text.")
     return value
 
 
@@ -214,6 +208,9 @@ class SessionState:
     recent_tokens: tuple[int, ...] = ()
     created_at: float | None = None
     updated_at: float | None = None
+    # The long-term notes of the session's (user, agent), when it has an owner.
+    notes: str = ""
+    owner: tuple[str, str] | None = None  # (user_id, agent) for sessions made by resolve_session
     # Set by the store's decoder: the recent window as validated (user, assistant) pairs
     # with their counts, so composing does not check and rebuild it again.
     pairs: tuple[StoredMessage, ...] | None = field(default=None, repr=False, compare=False)
@@ -237,11 +234,17 @@ class TurnUpdate:
     # Names this write, so a turn held through an outage is not written twice when its
     # first attempt did reach Redis but the reply was lost. Set by the session manager.
     turn_id: str = ""
+    # Raw trace entries of the turn (user message, tool calls, results, reply), kept for
+    # the inspector only; never sent to the model.
+    traces: tuple[dict[str, Any], ...] = ()
+    # The prompt the model was sent for this turn (JSON), when the manager composed it.
+    prompt: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TokenBreakdown:
-    """Prompt tokens by layer. ``system`` excludes the context section, counted in ``context``."""
+    """Prompt tokens by layer. ``system`` is the static part of the system prompt; the
+    notes and context sections are counted in ``notes`` and ``context``."""
 
     system: int
     context: int
@@ -249,14 +252,16 @@ class TokenBreakdown:
     recent: int
     current: int
     priming: int
+    notes: int = 0
 
     @property
     def total(self) -> int:
-        return self.system + self.context + self.summary + self.recent + self.current + self.priming
+        return self.system + self.notes + self.context + self.summary + self.recent + self.current + self.priming
 
     def as_dict(self) -> dict[str, int]:
         return {
             "system": self.system,
+            "notes": self.notes,
             "context": self.context,
             "summary": self.summary,
             "recent": self.recent,

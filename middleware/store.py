@@ -24,21 +24,25 @@ so even racing writers never lose a value.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import threading
 import time
+import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+_V = TypeVar("_V")
 
 from .config import Config
 from .context import sanitize_key, sanitize_value
 from .events import log
-from .exceptions import StoreError, StoreUnavailableError
+from .exceptions import MiddlewareError, StoreError, StoreUnavailableError
 from .state import SessionState, StoredMessage, TurnUpdate, whole_pairs
-from .text import one_line, redact_url
+from .text import cut_middle, one_line, redact_url
 
 __all__ = [
     "AsyncRedisStore",
@@ -76,17 +80,47 @@ class SessionKeys:
     sum: str = field(init=False)
     recent: str = field(init=False)
     meta: str = field(init=False)
+    traces: str = field(init=False)
+    prompt: str = field(init=False)
     index: str = field(init=False)
 
     def __post_init__(self) -> None:
         base = f"{self.prefix}:{{{_escape_tag(self.session_id)}}}"
-        for name in ("ctx", "sum", "recent", "meta"):
+        for name in ("ctx", "sum", "recent", "meta", "traces", "prompt"):
             object.__setattr__(self, name, f"{base}:{name}")
         object.__setattr__(self, "index", f"{self.prefix}:sessions")
 
     @property
-    def session_keys(self) -> tuple[str, str, str, str]:
-        return (self.ctx, self.sum, self.recent, self.meta)
+    def session_keys(self) -> tuple[str, ...]:
+        """Every key of the session: written together, expiring together, reset together."""
+        return (self.ctx, self.sum, self.recent, self.meta, self.traces, self.prompt)
+
+
+@dataclass(frozen=True, slots=True)
+class PairKeys:
+    """The keys of one (user, agent) pair: its active session, its sessions and its notes."""
+
+    prefix: str
+    user_id: str
+    agent: str
+
+    @property
+    def base(self) -> str:
+        # '|' separates the two parts, so it is escaped inside them like the braces.
+        tag = f"{_escape_tag(self.user_id).replace('|', '%7C')}|{_escape_tag(self.agent).replace('|', '%7C')}"
+        return f"{self.prefix}:{{u:{tag}}}"
+
+    @property
+    def active(self) -> str:
+        return f"{self.base}:active"
+
+    @property
+    def sessions(self) -> str:
+        return f"{self.base}:sessions"
+
+    @property
+    def notes(self) -> str:
+        return f"{self.base}:notes"
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -118,6 +152,7 @@ class _Limits:
     summary_lines: int  # lines kept in Redis: shown lines plus those of turns still in the window
     recent_messages: int
     ttl_ms: int
+    trace_entries: int
 
     @classmethod
     def of(cls, config: Config) -> _Limits:
@@ -128,6 +163,7 @@ class _Limits:
             summary_lines=shown + (0 if cover or not shown else config.recent.turns),
             recent_messages=config.recent.messages,
             ttl_ms=config.store.ttl_seconds * 1000,
+            trace_entries=config.traces.max_entries,
         )
 
 
@@ -162,6 +198,13 @@ def record_commands(
         records = [_encode_json({"role": m.role, "content": m.content, "tokens": m.tokens, "turn": update.turn_id}) for m in update.recent]
         commands.append(("rpush", keys.recent, tuple(records)))
         commands.append(("ltrim", keys.recent, (-limits.recent_messages, -1)))
+    if update.traces and limits.trace_entries:
+        cap = config.traces.max_entry_chars
+        entries = [_encode_json(_trace_entry(entry, update.turn_id, seq, now, cap)) for seq, entry in enumerate(update.traces)]
+        commands.append(("rpush", keys.traces, tuple(entries)))
+        commands.append(("ltrim", keys.traces, (-limits.trace_entries, -1)))
+    if update.prompt:
+        commands.append(("set", keys.prompt, (update.prompt,)))
     commands += [
         ("hincrby", keys.meta, ("turns", 1)),
         ("hincrby", keys.meta, ("full_tokens", update.full_tokens)),
@@ -176,6 +219,14 @@ def record_commands(
     return commands
 
 
+def _trace_entry(entry: Mapping[str, Any], turn_id: str, seq: int, now: float, cap: int) -> dict[str, Any]:
+    """One raw trace record, with long texts cut in the middle to ``cap`` characters."""
+    record: dict[str, Any] = {"ts": now, "turn_id": turn_id, "seq": seq}
+    for key, value in entry.items():
+        record[key] = cut_middle(value, cap) if isinstance(value, str) else value
+    return record
+
+
 def index_commands(keys: SessionKeys, config: Config, *, now: float) -> list[Command]:
     """Keep the listing index: this session's last update; forget sessions past their TTL."""
     commands: list[Command] = [("zadd", keys.index, ({keys.session_id: now},))]
@@ -184,8 +235,24 @@ def index_commands(keys: SessionKeys, config: Config, *, now: float) -> list[Com
     return commands
 
 
+_corrupt_sink: threading.local = threading.local()
+
+
 def _warn_corrupt(session_id: str, key: str, reason: str) -> None:
     log.warning("store.corrupt_record", session=session_id, key=key, reason=reason)
+    sink = getattr(_corrupt_sink, "items", None)
+    if sink is not None:
+        sink.append(f"{key}: {reason}")
+
+
+def decode_with_warnings(session_id: str, replies: Sequence[Any], config: Config) -> tuple[SessionState, list[str]]:
+    """decode_state, also returning the corrupt records it skipped (for the inspector)."""
+    _corrupt_sink.items = []
+    try:
+        state, _ = decode_state(session_id, replies, config)
+        return state, list(_corrupt_sink.items)
+    finally:
+        _corrupt_sink.items = None
 
 
 def _decode_context(session_id: str, reply: Any, config: Config, seen: dict[str, set[str]]) -> dict[str, str]:
@@ -271,8 +338,16 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> tup
         full_tokens=_meta_number(session_id, meta, "full_tokens", int) or 0,
         created_at=_meta_number(session_id, meta, "created", float),
         updated_at=_meta_number(session_id, meta, "updated", float),
+        owner=_owner(meta),
     )
     return state, seen
+
+
+def _owner(meta: Mapping[bytes, bytes]) -> tuple[str, str] | None:
+    user, agent = meta.get(b"user"), meta.get(b"agent")
+    if isinstance(user, bytes) and isinstance(agent, bytes):
+        return user.decode("utf-8", "replace"), agent.decode("utf-8", "replace")
+    return None
 
 
 def _decode_summary(reply: Iterable[bytes], config: Config) -> list[str]:
@@ -287,6 +362,30 @@ class _Seen:
 
     members: dict[str, set[str]]
     bad_keys: set[str]
+
+
+class _Lru(Generic[_V]):
+    """A small thread-safe LRU map (session id -> value)."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._items: OrderedDict[str, _V] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> _V | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def put(self, key: str, value: _V) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._items.pop(key, None)
 
 
 class _SeenCache:
@@ -323,6 +422,46 @@ class _SeenCache:
             self._items.pop(session_id, None)
 
 
+# --- users, agents and notes ----------------------------------------------------
+
+
+def new_session_id(user_id: str, agent: str) -> str:
+    """A fresh session id for a (user, agent) pair: readable, searchable, unique."""
+    return f"{user_id}/{agent}/{uuid.uuid4().hex[:12]}"
+
+
+def resolve_commands(pair: PairKeys, candidate: str, now: float, ttl_ms: int) -> list[Command]:
+    """Take the pair's active session, or make ``candidate`` active if there is none:
+    HSETNX settles a race between two first calls, and HGET says who won."""
+    commands: list[Command] = [
+        ("hsetnx", pair.active, ("session_id", candidate)),
+        ("hsetnx", pair.active, ("created", repr(now))),
+        ("hset", pair.active, ("last_active", repr(now))),
+        ("hget", pair.active, ("session_id",)),
+    ]
+    if ttl_ms:
+        commands.append(("pexpire", pair.active, (ttl_ms,)))
+    return commands
+
+
+def activate_commands(pair: PairKeys, session_id: str, now: float, ttl_ms: int) -> list[Command]:
+    """Make ``session_id`` the pair's active session and list it among the pair's sessions."""
+    commands: list[Command] = [
+        ("hset", pair.active, (None, None, {"session_id": session_id, "created": repr(now), "last_active": repr(now)})),
+        ("zadd", pair.sessions, ({session_id: now},)),
+    ]
+    if ttl_ms:
+        commands += [("pexpire", pair.active, (ttl_ms,)), ("pexpire", pair.sessions, (ttl_ms,))]
+    return commands
+
+
+def owner_commands(keys: SessionKeys, user_id: str, agent: str, ttl_ms: int) -> list[Command]:
+    commands: list[Command] = [("hset", keys.meta, (None, None, {"user": user_id, "agent": agent}))]
+    if ttl_ms:
+        commands.append(("pexpire", keys.meta, (ttl_ms,)))
+    return commands
+
+
 # --- listing -----------------------------------------------------------------
 
 
@@ -337,6 +476,8 @@ class SessionSummary:
     summary_lines: int
     recent_messages: int
     full_tokens: int
+    user: str | None = None
+    agent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +509,8 @@ def _summary(state: SessionState, score: float) -> SessionSummary:
         summary_lines=len(state.summary),
         recent_messages=len(state.recent),
         full_tokens=state.full_tokens,
+        user=state.owner[0] if state.owner else None,
+        agent=state.owner[1] if state.owner else None,
     )
 
 
@@ -494,10 +637,33 @@ class _StoreBase:
         self.url = url or config.store.url
         self._owns_client = owns_client
         self._seen = _SeenCache()
+        self._owners: _Lru[tuple[str, str]] = _Lru()
         self._cluster = config.store.cluster
 
     def keys(self, session_id: str) -> SessionKeys:
         return _session_keys(self.config.store.key_prefix, session_id)
+
+    def pair(self, user_id: str, agent: str) -> PairKeys:
+        return PairKeys(self.config.store.key_prefix, user_id, agent)
+
+    def _load_plan(self, session_id: str) -> tuple[SessionKeys, list[Command], tuple[str, str] | None]:
+        """The reads of a load; the notes join them when this process knows the session's owner."""
+        keys = self.keys(session_id)
+        owner = self._owners.get(session_id)
+        commands = list(load_commands(keys))
+        if owner is not None and self.config.notes.max_tokens:
+            commands.append(("get", self.pair(*owner).notes, ()))
+        return keys, commands, owner
+
+    def _loaded(self, session_id: str, replies: Sequence[Any], owner: tuple[str, str] | None) -> tuple[SessionState, tuple[str, str] | None]:
+        """The state, with notes if they were read; else the owner whose notes still need reading."""
+        state = self._after_load(session_id, replies[:4])
+        if state.owner is None:
+            return state, None
+        self._owners.put(session_id, state.owner)
+        if owner == state.owner and len(replies) > 4:
+            return dataclasses.replace(state, notes=_text(replies[4]) if isinstance(replies[4], bytes) else ""), None
+        return state, (state.owner if self.config.notes.max_tokens else None)
 
     def _record_plan(self, session_id: str, update: TurnUpdate, now: float) -> tuple[SessionKeys, list[Command]]:
         keys = self.keys(session_id)
@@ -543,7 +709,63 @@ class RedisStore(_StoreBase):
             raise _store_error(self.url, exc) from exc
 
     def load(self, session_id: str) -> SessionState:
-        return self._after_load(session_id, self._run(load_commands(self.keys(session_id)), transaction=False))
+        """The session's state in one round trip (a second one, once per process, to find
+        the notes of a session made by resolve_session)."""
+        _, commands, owner = self._load_plan(session_id)
+        state, missing = self._loaded(session_id, self._run(commands, transaction=False), owner)
+        if missing is not None:
+            notes = self._run([("get", self.pair(*missing).notes, ())], transaction=False)[0]
+            state = dataclasses.replace(state, notes=_text(notes) if isinstance(notes, bytes) else "")
+        return state
+
+    def resolve_session(self, user_id: str, agent: str, *, new: bool = False) -> str:
+        """The pair's active session, created (or, with ``new``, replaced) as needed."""
+        pair, now, ttl = self.pair(user_id, agent), time.time(), self.config.store.ttl_seconds * 1000
+        candidate = new_session_id(user_id, agent)
+        if not new:
+            replies = self._run(resolve_commands(pair, candidate, now, ttl), transaction=True)
+            winner = _text(replies[3])
+            if winner != candidate:
+                return winner
+        self._run(activate_commands(pair, candidate, now, ttl), transaction=True)
+        self._run(owner_commands(self.keys(candidate), user_id, agent, ttl), transaction=False)
+        self._owners.put(candidate, (user_id, agent))
+        return candidate
+
+    def pair_sessions(self, user_id: str, agent: str) -> list[tuple[str, float]]:
+        """The pair's sessions, newest first, with their creation times."""
+        rows = self._run([("zrevrange", self.pair(user_id, agent).sessions, (0, -1, True))], transaction=False)[0]
+        return [(_text(member), score) for member, score in rows or ()]
+
+    def get_notes(self, user_id: str, agent: str) -> str:
+        value = self._run([("get", self.pair(user_id, agent).notes, ())], transaction=False)[0]
+        return _text(value) if isinstance(value, bytes) else ""
+
+    def update_notes(self, user_id: str, agent: str, edit: Callable[[str], str]) -> str:
+        """Apply ``edit`` to the notes atomically (WATCH/MULTI, retried if someone else wrote)."""
+        key = self.pair(user_id, agent).notes
+        try:
+            def transaction(pipe: Any) -> str:
+                current = pipe.get(key)
+                updated = edit(_text(current) if isinstance(current, bytes) else "")
+                pipe.multi()
+                pipe.set(key, updated) if updated else pipe.delete(key)
+                return updated
+
+            return self.client.transaction(transaction, key, value_from_callable=True)  # type: ignore[no-any-return]
+        except (StoreError, MiddlewareError):
+            raise
+        except Exception as exc:
+            raise _store_error(self.url, exc) from exc
+
+    def inspect(self, session_id: str, *, traces: int = 100) -> dict[str, Any]:
+        """Everything stored for a session, read in one pipeline, for the inspector."""
+        keys = self.keys(session_id)
+        commands = [*load_commands(keys), ("lrange", keys.traces, (-max(traces, 1), -1)), ("get", keys.prompt, ())]
+        replies = self._run(commands, transaction=False)
+        state, warnings = decode_with_warnings(session_id, replies[:4], self.config)
+        notes = self.get_notes(*state.owner) if state.owner else ""
+        return {"state": dataclasses.replace(state, notes=notes), "traces": replies[4], "prompt": replies[5], "warnings": warnings}
 
     def record(self, session_id: str, update: TurnUpdate, *, now: float | None = None) -> int:
         now = time.time() if now is None else now
@@ -572,6 +794,7 @@ class RedisStore(_StoreBase):
         self._run([("delete", key, ()) for key in keys.session_keys], transaction=not self._cluster)
         self._run([("zrem", keys.index, (session_id,))], transaction=False)
         self._seen.forget(session_id)
+        self._owners.forget(session_id)
 
     def _index_page(self, search: str | None, page: int, page_size: int) -> tuple[list[tuple[str, float]], int]:
         index = f"{self.config.store.key_prefix}:sessions"
@@ -688,7 +911,60 @@ class AsyncRedisStore(_StoreBase):
         return SessionPage(entries=entries, total=total - len(stale), page=page, page_size=page_size)
 
     async def load(self, session_id: str) -> SessionState:
-        return self._after_load(session_id, await self._run(load_commands(self.keys(session_id)), transaction=False))
+        _, commands, owner = self._load_plan(session_id)
+        state, missing = self._loaded(session_id, await self._run(commands, transaction=False), owner)
+        if missing is not None:
+            notes = (await self._run([("get", self.pair(*missing).notes, ())], transaction=False))[0]
+            state = dataclasses.replace(state, notes=_text(notes) if isinstance(notes, bytes) else "")
+        return state
+
+    async def resolve_session(self, user_id: str, agent: str, *, new: bool = False) -> str:
+        pair, now, ttl = self.pair(user_id, agent), time.time(), self.config.store.ttl_seconds * 1000
+        candidate = new_session_id(user_id, agent)
+        if not new:
+            replies = await self._run(resolve_commands(pair, candidate, now, ttl), transaction=True)
+            winner = _text(replies[3])
+            if winner != candidate:
+                return winner
+        await self._run(activate_commands(pair, candidate, now, ttl), transaction=True)
+        await self._run(owner_commands(self.keys(candidate), user_id, agent, ttl), transaction=False)
+        self._owners.put(candidate, (user_id, agent))
+        return candidate
+
+    async def pair_sessions(self, user_id: str, agent: str) -> list[tuple[str, float]]:
+        rows = (await self._run([("zrevrange", self.pair(user_id, agent).sessions, (0, -1, True))], transaction=False))[0]
+        return [(_text(member), score) for member, score in rows or ()]
+
+    async def get_notes(self, user_id: str, agent: str) -> str:
+        value = (await self._run([("get", self.pair(user_id, agent).notes, ())], transaction=False))[0]
+        return _text(value) if isinstance(value, bytes) else ""
+
+    async def update_notes(self, user_id: str, agent: str, edit: Callable[[str], str]) -> str:
+        key = self.pair(user_id, agent).notes
+        try:
+            if self._threaded:
+                return await asyncio.to_thread(RedisStore.update_notes, self, user_id, agent, edit)  # type: ignore[arg-type]
+
+            async def transaction(pipe: Any) -> str:
+                current = await pipe.get(key)
+                updated = edit(_text(current) if isinstance(current, bytes) else "")
+                pipe.multi()
+                pipe.set(key, updated) if updated else pipe.delete(key)
+                return updated
+
+            return await self.client.transaction(transaction, key, value_from_callable=True)  # type: ignore[no-any-return]
+        except (StoreError, MiddlewareError):
+            raise
+        except Exception as exc:
+            raise _store_error(self.url, exc) from exc
+
+    async def inspect(self, session_id: str, *, traces: int = 100) -> dict[str, Any]:
+        keys = self.keys(session_id)
+        commands = [*load_commands(keys), ("lrange", keys.traces, (-max(traces, 1), -1)), ("get", keys.prompt, ())]
+        replies = await self._run(commands, transaction=False)
+        state, warnings = decode_with_warnings(session_id, replies[:4], self.config)
+        notes = await self.get_notes(*state.owner) if state.owner else ""
+        return {"state": dataclasses.replace(state, notes=notes), "traces": replies[4], "prompt": replies[5], "warnings": warnings}
 
     async def record(self, session_id: str, update: TurnUpdate, *, now: float | None = None) -> int:
         now = time.time() if now is None else now
@@ -713,6 +989,7 @@ class AsyncRedisStore(_StoreBase):
         await self._run([("delete", key, ()) for key in keys.session_keys], transaction=not self._cluster)
         await self._run([("zrem", keys.index, (session_id,))], transaction=False)
         self._seen.forget(session_id)
+        self._owners.forget(session_id)
 
     async def ping(self) -> bool:
         try:

@@ -69,3 +69,9 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     """.ci/run runs the README's test command."""
     command = re.search(r"## Run the tests\n\n```bash\n(.+?)\n```", README).group(1)  # type: ignore[union-attr]
     assert command in (REPO / ".ci" / "run").read_text()
+
+
+def test_notes_snippet_shows_the_notes_in_the_prompt(tmp_path: Path) -> None:
+    """The users-and-notes snippet edits notes, shows them quoted, and starts a new session."""
+    lines = run_snippet('mgr.resolve_session("alice", "atlas")', tmp_path)
+    assert lines == ["## Devices", "- device2", "['> ## Devices', '> - device2']", "True True"]

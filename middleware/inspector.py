@@ -1,0 +1,142 @@
+"""The memory inspector's views, as pure functions over what the store returns.
+
+The design notes' memory view (seeds/001): a paged listing of sessions, newest
+first and searchable by id; one session's view with include flags and limits;
+raw traces merged and sorted by (time, turn, sequence); a conversation view in
+which a tool call and its result become one entry and a result without its call
+is kept as an orphan. Bad records never fail a view: they are skipped and named
+in ``warnings``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from .state import SessionState
+from .store import SessionPage
+
+__all__ = ["INCLUDES", "conversation_view", "listing", "parse_traces", "session_view"]
+
+INCLUDES = ("context", "summary", "recent", "notes", "traces", "conversation", "prompt")
+MAX_LIMIT = 1_000
+
+
+def listing(page: SessionPage) -> dict[str, Any]:
+    return {
+        "entries": [asdict(entry) for entry in page.entries],
+        "total": page.total,
+        "page": page.page,
+        "page_size": page.page_size,
+        "total_pages": page.total_pages,
+    }
+
+
+def parse_traces(raw: Any, warnings: list[str]) -> list[dict[str, Any]]:
+    """Trace entries sorted by (ts, turn_id, seq); unreadable ones skipped with a warning."""
+    if isinstance(raw, Exception):
+        warnings.append(f"traces: unreadable ({raw})")
+        return []
+    entries = []
+    for index, item in enumerate(raw or ()):
+        try:
+            entry = json.loads(item)
+            if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
+                raise ValueError("not a trace entry")
+            entry["ts"] = float(entry.get("ts") or 0.0)
+            entry["seq"] = int(entry.get("seq") or 0)
+        except (ValueError, TypeError):
+            warnings.append(f"traces: entry {index} is not a trace record")
+            continue
+        entries.append(entry)
+    return sorted(entries, key=lambda e: (e["ts"], str(e.get("turn_id", "")), e["seq"]))
+
+
+def conversation_view(traces: Sequence[Mapping[str, Any]], *, collapse: bool = True) -> list[dict[str, Any]]:
+    """Messages, with each tool call and its result collapsed into one ``tool`` entry.
+
+    A result whose call is not in the traces (trimmed away, or never written) is kept
+    as ``tool_result_orphan``; a call without a result stays a ``tool`` entry with no result.
+    """
+    entries: list[dict[str, Any]] = []
+    open_calls: dict[str, dict[str, Any]] = {}
+    for trace in traces:
+        kind = trace.get("type")
+        if kind in {"user", "assistant"}:
+            entries.append({"kind": "message", "role": kind, "content": trace.get("content"), "ts": trace.get("ts")})
+        elif kind == "tool_call":
+            entry = {"kind": "tool", "tool": trace.get("tool"), "arguments": trace.get("arguments"),
+                     "result": None, "ok": None, "ts": trace.get("ts")}  # fmt: skip
+            entries.append(entry)
+            if collapse:
+                open_calls[str(trace.get("call_id"))] = entry
+            else:
+                entry["kind"] = "tool_call"
+        elif kind == "tool_result":
+            call = open_calls.pop(str(trace.get("call_id")), None) if collapse else None
+            if call is not None:
+                call.update(result=trace.get("result"), ok=trace.get("ok"))
+            else:
+                entries.append({"kind": "tool_result" if not collapse else "tool_result_orphan", "tool": trace.get("tool"),
+                                "result": trace.get("result"), "ok": trace.get("ok"), "ts": trace.get("ts")})  # fmt: skip
+    return entries
+
+
+def _prompt(raw: Any, warnings: list[str]) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        prompt = json.loads(raw)
+        if not isinstance(prompt, dict) or not isinstance(prompt.get("messages"), list):
+            raise ValueError
+        return prompt
+    except (ValueError, TypeError):
+        warnings.append("prompt: the stored last prompt is not readable")
+        return None
+
+
+def _limit(value: int | None, default: int) -> int:
+    return default if value is None else max(0, min(int(value), MAX_LIMIT))
+
+
+def session_view(
+    raw: Mapping[str, Any],
+    *,
+    include: Iterable[str] = INCLUDES,
+    trace_limit: int | None = None,
+    conversation_limit: int | None = None,
+) -> dict[str, Any]:
+    """One session as the inspector shows it; ``include`` picks the parts."""
+    state: SessionState = raw["state"]
+    wanted = set(include)
+    warnings = list(raw.get("warnings") or ())
+    view: dict[str, Any] = {
+        "session_id": state.session_id,
+        "turns": state.turns,
+        "full_tokens": state.full_tokens,
+        "created_at": state.created_at,
+        "updated_at": state.updated_at,
+        "owner": {"user": state.owner[0], "agent": state.owner[1]} if state.owner else None,
+    }
+    if "context" in wanted:
+        view["context"] = dict(state.context)
+    if "summary" in wanted:
+        view["summary"] = list(state.summary)
+    if "recent" in wanted:
+        view["recent"] = [{**m, "tokens": t} for m, t in zip(state.recent, state.recent_tokens, strict=False)]
+    if "notes" in wanted:
+        view["notes"] = state.notes
+    traces = parse_traces(raw.get("traces"), warnings) if wanted & {"traces", "conversation"} else []
+    if "traces" in wanted:
+        limit = _limit(trace_limit, 100)
+        view["traces"] = traces[-limit:] if limit else []
+    if "conversation" in wanted:
+        limit = _limit(conversation_limit, 50)
+        conversation = conversation_view(traces)
+        view["conversation"] = conversation[-limit:] if limit else []
+    if "prompt" in wanted:
+        view["prompt"] = _prompt(raw.get("prompt"), warnings)
+    view["warnings"] = warnings
+    return view

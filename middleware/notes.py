@@ -1,0 +1,169 @@
+"""Long-term notes: Markdown the agent keeps per (user, agent), and its edit operations.
+
+The operations of the design notes (seeds/004), as pure functions on the text::
+
+    read                        the notes as they are
+    overwrite(content)          replace everything
+    append(content)             add at the end (a blank line between blocks)
+    prepend(content)            add at the start
+    replace_section_by_header(section_header, content)
+                                replace the body under a header (the section is added
+                                at the end when no such header exists)
+    delete_section_by_header(section_header)
+                                remove a header and its body (error if absent)
+    delete_all_notes            empty the notes
+
+A section is a Markdown header line (``#`` to ``######``) and everything up to the
+next header of the same or a higher level. Headers match case-insensitively,
+with or without their leading ``#``.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .exceptions import InvalidInputError
+from .text import clean_text
+
+__all__ = ["OPERATIONS", "NotesError", "apply_operation", "notes_tool_schema", "render_notes", "sections"]
+
+Operation = Literal[
+    "read", "overwrite", "append", "prepend", "replace_section_by_header", "delete_section_by_header", "delete_all_notes"
+]
+OPERATIONS: tuple[str, ...] = Operation.__args__  # type: ignore[attr-defined]
+WRITES = frozenset(OPERATIONS) - {"read"}
+_HEADER = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
+
+
+class NotesError(InvalidInputError):
+    """A notes operation that cannot be carried out as asked."""
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    level: int
+    title: str
+    start: int  # line index of the header
+    end: int  # line index after the section's last line
+
+
+def sections(text: str) -> list[Section]:
+    """The header sections of ``text``, in order."""
+    lines = text.split("\n")
+    headers = [(i, len(m.group(1)), m.group(2).strip()) for i, line in enumerate(lines) if (m := _HEADER.match(line))]
+    found = []
+    for position, (index, level, title) in enumerate(headers):
+        end = next((i for i, lvl, _ in headers[position + 1 :] if lvl <= level), len(lines))
+        found.append(Section(level, title, index, end))
+    return found
+
+
+def _normalize_header(header: str) -> str:
+    return header.strip().lstrip("#").strip().casefold()
+
+
+def _find(text: str, header: str) -> Section | None:
+    wanted = _normalize_header(header)
+    return next((s for s in sections(text) if s.title.casefold() == wanted), None)
+
+
+def _join(*blocks: str) -> str:
+    return "\n\n".join(block.strip("\n") for block in blocks if block.strip())
+
+
+def apply_operation(
+    notes: str, operation: str, *, content: str | None = None, section_header: str | None = None, max_chars: int = 20_000
+) -> tuple[str, str]:
+    """Apply one operation; returns (new notes, what to tell the caller).
+
+    Raises NotesError naming what is wrong: an unknown operation, missing content or
+    header, an absent section to delete, or notes that would exceed ``max_chars``.
+    """
+    if operation not in OPERATIONS:
+        raise NotesError(f"Unknown notes operation {operation!r}; expected one of {list(OPERATIONS)}.")
+    if operation in {"overwrite", "append", "prepend", "replace_section_by_header"} and (content is None or not str(content).strip()):
+        raise NotesError(f"Notes operation '{operation}' needs non-empty content.")
+    if operation in {"replace_section_by_header", "delete_section_by_header"} and (not section_header or not _normalize_header(section_header)):
+        raise NotesError(f"Notes operation '{operation}' needs a section_header.")
+    text = str(content) if content is not None else ""
+    if operation == "read":
+        return notes, notes or "(no notes yet)"
+    if operation == "overwrite":
+        result = text.strip("\n")
+    elif operation == "append":
+        result = _join(notes, text)
+    elif operation == "prepend":
+        result = _join(text, notes)
+    elif operation == "delete_all_notes":
+        result = ""
+    elif operation == "delete_section_by_header":
+        section = _find(notes, section_header or "")
+        if section is None:
+            titles = [s.title for s in sections(notes)]
+            raise NotesError(f"No section {section_header!r} in the notes; sections: {titles}.")
+        lines = notes.split("\n")
+        result = "\n".join(lines[: section.start] + lines[section.end :]).strip("\n")
+    else:  # replace_section_by_header
+        result = _replace_section(notes, section_header or "", text)
+    result = re.sub(r"\n{3,}", "\n\n", result)
+    if len(result) > max_chars:
+        raise NotesError(f"The notes would hold {len(result):,} characters; the limit is {max_chars:,} (notes.max_chars).")
+    return result, f"notes {operation.replace('_', ' ')}: done ({len(result):,} characters)"
+
+
+def _replace_section(notes: str, header: str, body: str) -> str:
+    section = _find(notes, header)
+    body_lines = body.strip("\n").split("\n")
+    # A body that repeats the header is not given two headers.
+    if body_lines and (m := _HEADER.match(body_lines[0])) and m.group(2).strip().casefold() == _normalize_header(header):
+        body_lines = body_lines[1:]
+    if section is None:
+        title = header.strip().lstrip("#").strip()
+        return _join(notes, "\n".join([f"## {title}", *body_lines]))
+    lines = notes.split("\n")
+    replaced = [lines[section.start], *body_lines, ""]
+    return "\n".join(lines[: section.start] + replaced + lines[section.end :])
+
+
+def render_notes(notes: str, header: str) -> str:
+    """The notes section of the system prompt: every line quoted, so nothing inside the
+    notes (a header, a role marker) can start a section or a line of instructions."""
+    body = [_clean_line(line) for line in notes.strip().splitlines()] if notes.strip() else []
+    if not body:
+        return ""
+    return "\n".join([header, *(f"> {line}" if line else ">" for line in body)])
+
+
+def _clean_line(line: str) -> str:
+    """One line as written (indentation kept), without control or format characters."""
+    text = clean_text(line).replace("\t", "    ")
+    if not text.isprintable():
+        # Keep plain spaces; drop control, format and every other separator character.
+        text = "".join(c for c in text if c == " " or unicodedata.category(c)[0] not in "CZ")
+    return text.rstrip()
+
+
+def notes_tool_schema(name: str = "manage_long_term_memory") -> dict[str, Any]:
+    """The OpenAI tool schema of the notes tool (the design notes' ManageLTMInput)."""
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": (
+                "Read or edit your long-term notes about this user (Markdown, kept across sessions). "
+                "Use it to remember lasting preferences and facts, not the current conversation."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "operation": {"type": "string", "enum": list(OPERATIONS), "description": "what to do; 'read' by default"},
+                    "content": {"type": "string", "description": "the Markdown to write (write operations)"},
+                    "section_header": {"type": "string", "description": "the header of the section (section operations)"},
+                },
+                "required": ["operation"],
+            },
+        },
+    }

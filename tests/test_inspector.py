@@ -1,0 +1,178 @@
+"""The memory inspector's JSON API (and the views under it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from middleware import Config, SessionManager, ToolCall
+from middleware.demo.device import LAB
+from middleware.inspector import conversation_view
+from middleware.inspector_app import create_app
+from middleware.store import SessionKeys
+
+
+@pytest.fixture
+def mgr(atlas: Config, store_url: str, tmp_path: Path) -> Iterator[SessionManager]:
+    LAB.reset()
+    with SessionManager(atlas.with_overrides(usage_log={"path": str(tmp_path / "u.jsonl")}), redis_url=store_url) as manager:
+        sid = manager.resolve_session("alice", "atlas")
+        manager.manage_notes("alice", "atlas", "overwrite", content="## Devices\n- device1")
+        for request in ["take control of device1 on sunri-pi1", "navigate to watchlist on google_tv", "goto shop", "check current node"]:
+            manager.chat(sid, request, model="scripted/atlas")
+        for i in range(25):
+            manager.record_turn(f"bulk-{i:02d}", user=f"hello {i}", assistant="hi")
+        manager.sid = sid  # type: ignore[attr-defined]
+        yield manager
+
+
+@pytest.fixture
+def client(mgr: SessionManager) -> TestClient:
+    return TestClient(create_app(mgr))
+
+
+def test_listing_is_newest_first_paged_and_clamped(client: TestClient, mgr: SessionManager) -> None:
+    """Pages of sessions, newest first; page numbers below 1 mean page 1; sizes are bounded."""
+    first = client.get("/api/sessions", params={"page_size": 10}).json()
+    assert first["total"] == 26 and first["total_pages"] == 3 and len(first["entries"]) == 10
+    updated = [e["updated_at"] for e in first["entries"]]
+    assert updated == sorted(updated, reverse=True) and first["entries"][0]["session_id"] == "bulk-24"
+    assert client.get("/api/sessions", params={"page": -5, "page_size": 10}).json()["page"] == 1
+    assert client.get("/api/sessions", params={"page": 3, "page_size": 10}).json()["entries"][-1]["session_id"] == mgr.sid  # type: ignore[attr-defined]
+    assert client.get("/api/sessions", params={"page_size": 10_000}).json()["page_size"] == 200
+    assert client.get("/api/sessions", params={"page": "two"}).status_code == 400
+
+
+def test_search_by_session_id_substring_and_what_each_holds(client: TestClient, mgr: SessionManager) -> None:
+    """search filters by id substring; each entry says what the session holds and whose it is."""
+    found = client.get("/api/sessions", params={"search": "alice/"}).json()
+    assert [e["session_id"] for e in found["entries"]] == [mgr.sid]  # type: ignore[attr-defined]
+    entry = found["entries"][0]
+    assert (entry["turns"], entry["user"], entry["agent"]) == (4, "alice", "atlas")
+    assert entry["context_keys"] == 3 and entry["summary_lines"] == 3 and entry["recent_messages"] == 2  # 4 turns: 3 older, 1 recent
+    assert client.get("/api/sessions", params={"search": "[*?"}).json()["total"] == 0  # glob characters are literal
+
+
+def test_session_view_includes_every_part_by_default(client: TestClient, mgr: SessionManager) -> None:
+    """Context, summary, recent, notes, traces, the conversation and the last prompt."""
+    view = client.get("/api/session", params={"id": mgr.sid}).json()  # type: ignore[attr-defined]
+    assert view["owner"] == {"user": "alice", "agent": "atlas"} and view["turns"] == 4
+    assert view["context"]["userinterface_name"] == "google_tv"
+    assert len(view["summary"]) == 3 and view["recent"][0]["content"] == "check current node"
+    assert view["notes"] == "## Devices\n- device1"
+    assert [e["kind"] for e in view["conversation"][:4]] == ["message", "tool", "message", "message"]
+    tool = view["conversation"][1]
+    assert tool["tool"] == "take_control" and tool["ok"] is True and "control_session" in tool["result"]
+    prompt = view["prompt"]
+    assert prompt["messages"][-1]["content"] == "check current node"
+    assert prompt["tokens"]["total"] > prompt["tokens"]["current"] and prompt["full_history_tokens"] > 0
+    assert view["warnings"] == []
+
+
+def test_include_flags_and_limits(client: TestClient, mgr: SessionManager) -> None:
+    """include picks parts; trace and conversation limits keep the newest entries."""
+    view = client.get("/api/session", params={"id": mgr.sid, "include": "context,traces", "trace_limit": 3}).json()  # type: ignore[attr-defined]
+    assert set(view) - {"session_id", "turns", "full_tokens", "created_at", "updated_at", "owner", "warnings"} == {"context", "traces"}
+    assert [t["type"] for t in view["traces"]] == ["tool_call", "tool_result", "assistant"]
+    limited = client.get("/api/session", params={"id": mgr.sid, "include": "conversation", "conversation_limit": 2}).json()  # type: ignore[attr-defined]
+    assert [e["kind"] for e in limited["conversation"]] == ["tool", "message"]
+    assert client.get("/api/session", params={"id": mgr.sid, "include": "everything"}).status_code == 400  # type: ignore[attr-defined]
+    assert client.get("/api/session", params={"id": mgr.sid, "trace_limit": "many"}).status_code == 400  # type: ignore[attr-defined]
+
+
+def test_conversation_collapses_calls_and_keeps_orphans() -> None:
+    """A call and its result become one entry; a result without its call stays an orphan."""
+    traces = [
+        {"type": "user", "content": "hi", "ts": 1},
+        {"type": "tool_result", "call_id": "gone", "tool": "old", "result": "r0", "ok": True, "ts": 1},
+        {"type": "tool_call", "call_id": "a", "tool": "nav", "arguments": "{}", "ts": 2},
+        {"type": "tool_call", "call_id": "b", "tool": "cur", "arguments": "{}", "ts": 2},
+        {"type": "tool_result", "call_id": "b", "tool": "cur", "result": "rb", "ok": True, "ts": 2},
+        {"type": "tool_result", "call_id": "a", "tool": "nav", "result": "ra", "ok": False, "ts": 2},
+        {"type": "assistant", "content": "done", "ts": 3},
+    ]
+    view = conversation_view(traces)
+    assert [e["kind"] for e in view] == ["message", "tool_result_orphan", "tool", "tool", "message"]
+    assert (view[2]["tool"], view[2]["result"], view[2]["ok"]) == ("nav", "ra", False)
+    assert (view[3]["tool"], view[3]["result"]) == ("cur", "rb")
+    assert [e["kind"] for e in conversation_view(traces, collapse=False)].count("tool_result") == 3
+
+
+def test_corrupt_records_give_partial_results_not_errors(client: TestClient, mgr: SessionManager) -> None:
+    """Garbage in traces, the stored prompt and the session's own keys: 200 with warnings."""
+    keys = SessionKeys("mw", mgr.sid)  # type: ignore[attr-defined]
+    redis = mgr.store.client
+    redis.rpush(keys.traces, "not json", json.dumps({"no": "type"}), json.dumps([1, 2]))
+    redis.set(keys.prompt, "{broken")
+    redis.rpush(keys.recent, b"\xff\xfe")
+    redis.zadd(keys.ctx, {"no separator": 1})
+    response = client.get("/api/session", params={"id": mgr.sid})  # type: ignore[attr-defined]
+    assert response.status_code == 200
+    view = response.json()
+    assert view["prompt"] is None and view["context"]["userinterface_name"] == "google_tv"
+    kinds = {w.split(":")[0] for w in view["warnings"]}
+    assert kinds == {"traces", "prompt", "recent", "ctx"}
+    assert view["conversation"][-1]["kind"] == "message"  # the good traces still show
+    redis.delete(keys.traces)
+    redis.set(keys.traces, "a string, not a list")
+    partial = client.get("/api/session", params={"id": mgr.sid}).json()  # type: ignore[attr-defined]
+    assert partial["traces"] == [] and any(w.startswith("traces: unreadable") for w in partial["warnings"])
+
+
+def test_unknown_and_invalid_sessions(client: TestClient) -> None:
+    """An unknown session is 404; an invalid id is 400, both with a JSON error."""
+    missing = client.get("/api/session", params={"id": "nobody"})
+    assert missing.status_code == 404 and "nobody" in missing.json()["error"]
+    invalid = client.get("/api/session", params={"id": "a\nb"})
+    assert invalid.status_code == 400 and "control character" in invalid.json()["error"]
+    assert client.get("/api/session").status_code == 400
+
+
+def test_the_page_is_self_contained(client: TestClient) -> None:
+    """The page loads nothing from elsewhere."""
+    page = client.get("/").text
+    assert "<title>Memory inspector" in page and "/api/sessions" in page
+    assert "http://" not in page and "https://" not in page and "<link" not in page
+
+
+def test_a_token_guards_every_route(mgr: SessionManager) -> None:
+    """With a token, requests need it as a bearer token or a query parameter."""
+    guarded = TestClient(create_app(mgr, token="s3cret"))
+    assert guarded.get("/api/sessions").status_code == 401
+    assert guarded.get("/").status_code == 401
+    assert guarded.get("/api/sessions", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    assert guarded.get("/api/sessions", params={"token": "s3cret"}).status_code == 200
+    assert guarded.get("/api/sessions", params={"token": "wrong"}).status_code == 401
+
+
+def test_an_unreachable_store_is_503_without_the_password(atlas: Config) -> None:
+    """A dead Redis is a 503 naming the store, password masked, not a 500."""
+    from tests.conftest import free_port
+
+    config = atlas.with_overrides(store={"url": f"redis://:pw-42@127.0.0.1:{free_port()}/0", "timeout_seconds": 0.5})
+    with SessionManager(config) as dead:
+        response = TestClient(create_app(dead)).get("/api/sessions")
+    assert response.status_code == 503 and "pw-42" not in response.text and "unreachable" in response.json()["error"]
+
+
+def test_the_cli_refuses_to_expose_the_inspector_without_a_token() -> None:
+    """Binding off loopback needs a token."""
+    from click.testing import CliRunner
+
+    from middleware.cli import main
+
+    result = CliRunner().invoke(main, ["inspect", "--host", "0.0.0.0"])
+    assert result.exit_code == 2 and "--token" in result.output
+
+
+def test_sessions_made_with_tool_calls_show_them_even_after_trimming(atlas: Config, tmp_path: Path) -> None:
+    """When the trace cap cuts a call but keeps its result, the view keeps the orphan."""
+    config = atlas.with_overrides(traces={"max_entries": 2}, usage_log={"path": None}, store={"url": f"memory://orphans-{tmp_path.name}"})
+    with SessionManager(config) as mgr:
+        mgr.record_turn("o", user="go", assistant="done", tool_calls=[ToolCall(name="nav", arguments={}, result={"ok": True})])
+        view = TestClient(create_app(mgr)).get("/api/session", params={"id": "o", "include": "conversation"}).json()
+    assert [e["kind"] for e in view["conversation"]] == ["tool_result_orphan", "message"]

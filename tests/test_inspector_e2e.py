@@ -1,0 +1,104 @@
+"""The inspector page in headless Chromium (Debian's chromium, driven by Playwright):
+list sessions, search, open one, and check what it shows."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from middleware import Config, SessionManager
+from middleware.demo import SCRIPT
+from middleware.demo.device import LAB
+from tests.conftest import free_port, require_binary
+
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+
+class Served:
+    """uvicorn running an app in a background thread on a free loopback port."""
+
+    def __init__(self, app) -> None:  # type: ignore[no-untyped-def]
+        import uvicorn
+
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture
+def populated(atlas: Config, real_redis_url: str, tmp_path: Path) -> Iterator[tuple[SessionManager, str]]:
+    LAB.reset()
+    config = atlas.with_overrides(usage_log={"path": str(tmp_path / "usage.jsonl")})
+    with SessionManager(config, redis_url=real_redis_url) as mgr:
+        sid = mgr.resolve_session("alice", "atlas")
+        mgr.manage_notes("alice", "atlas", "overwrite", content="## Devices\n- device1 on sunri-pi1\n\n## Preferences\n- starts on google_tv")
+        for request in SCRIPT[:6]:
+            mgr.chat(sid, request, model="scripted/atlas")
+        for name in ["bob/atlas/one", "carol/scout/two", "demo"]:
+            mgr.record_turn(name, user=f"hello from {name}", assistant="hi")
+        yield mgr, sid
+
+
+def test_browse_search_and_open_a_session(populated: tuple[SessionManager, str], tmp_path: Path) -> None:
+    """The page lists sessions, narrows them by search, and opens one with its memory,
+    its conversation and the last prompt's token breakdown."""
+    from playwright.sync_api import sync_playwright
+
+    from middleware.inspector_app import create_app
+
+    mgr, sid = populated
+    chromium = require_binary("chromium")
+    with Served(create_app(mgr)) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(url + "/")
+        page.wait_for_selector("#session-list li[data-session]")
+        listed = page.locator("#session-list li[data-session]").evaluate_all("items => items.map(i => i.dataset.session)")
+        assert set(listed) == {sid, "bob/atlas/one", "carol/scout/two", "demo"}
+        assert listed[0] == "demo"  # newest first
+        assert "4 session(s)" in page.inner_text("#page-info")
+
+        page.fill("#search", "alice")
+        page.wait_for_function("document.querySelectorAll('#session-list li[data-session]').length === 1")
+        page.click(f"#session-list li[data-session='{sid}']")
+        page.wait_for_selector("#session-title")
+        assert page.inner_text("#session-title") == sid
+        assert "6 turn(s)" in page.inner_text("#detail .sub") and "user alice" in page.inner_text("#detail .sub")
+
+        tokens = page.inner_text("#prompt-tokens")
+        assert "tokens sent" in tokens and "with the full history" in tokens and "% saved" in tokens
+        layers = page.locator(".legend span").evaluate_all("spans => spans.map(s => s.dataset.layer)")
+        assert {"system", "context", "summary", "recent", "current", "notes"} <= set(layers)
+        assert page.locator("#last-prompt .msg.user").last.inner_text().endswith("go to network")
+
+        context = page.inner_text("#context-table")
+        assert "userinterface_name" in context and "google_tv" in context and "sunri-pi1" in context
+        assert page.locator("#summary .entry").count() == 3
+        assert "device1 on sunri-pi1" in page.inner_text("#notes")
+        tools = page.locator("#conversation [data-kind=tool]")
+        assert tools.count() == 6 and "take_control" in tools.first.inner_text()
+        tools.first.locator("summary").click()
+        assert "control_session" in tools.first.inner_text()
+
+        shot = tmp_path / "inspector.png"
+        page.screenshot(path=str(shot), full_page=True)
+        browser.close()
+    assert shot.stat().st_size > 50_000
