@@ -59,6 +59,11 @@ def test_replace_section_keeps_the_header_and_the_rest() -> None:
     assert again.count("## Devices") == 1 and "- device3" in again
 
 
+def test_replacing_the_last_section_leaves_no_trailing_blank_line() -> None:
+    """Notes never end (or start) with blank lines, whatever the operation."""
+    assert apply("## A\nold", "replace_section_by_header", section_header="A", content="new") == "## A\nnew"
+
+
 def test_replace_of_a_missing_section_adds_it() -> None:
     """A section that does not exist yet is added at the end."""
     assert apply("Intro.", "replace_section_by_header", section_header="Goals", content="Finish the suite.") == (
