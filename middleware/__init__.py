@@ -30,6 +30,7 @@ from .exceptions import (
     TokenBudgetError,
 )
 from .manager import AsyncSessionManager, SessionManager
+from .notes import NotesError
 from .state import Prompt, SessionState, TokenBreakdown, ToolCall, Turn, TurnUpdate
 
 __version__ = "0.1.0"
@@ -44,6 +45,7 @@ __all__ = [
     "InvalidToolCallError",
     "LLMError",
     "MiddlewareError",
+    "NotesError",
     "Prompt",
     "SessionManager",
     "SessionState",

@@ -150,6 +150,12 @@ class _Turn:
         return f"(the model failed after running tools: {type(error).__name__})"
 
 
+def _cut_reply(texts: list[str]) -> str:
+    """What a stream said before it was abandoned, marked as cut, so nothing is lost."""
+    partial = "".join(texts).strip()
+    return f"{partial} (cut: the stream ended early)" if partial else "(cut: the stream ended early)"
+
+
 def _start(manager: _ManagerBase, session_id: Any, model: str | None, tools: Any) -> tuple[str, str, Toolset, int]:
     """Session id, model, tools and the tokens their schemas add to every call."""
     toolset = manager.toolset(tools)
@@ -233,9 +239,7 @@ class ChatStream:
             self.result = turn.result(number)
         finally:
             if not recorded and (self._texts or turn.loop.calls):
-                partial = "".join(self._texts).strip()
-                note = f"{partial} (cut: the stream ended early)" if partial else "(cut: the stream ended early)"
-                manager.record_turn(turn.session_id, user=turn.user_message, assistant=note, tool_calls=turn.loop.calls)
+                manager.record_turn(turn.session_id, user=turn.user_message, assistant=_cut_reply(self._texts), tool_calls=turn.loop.calls)
 
 
 # --- asynchronous ------------------------------------------------------------
@@ -309,9 +313,7 @@ class AsyncChatStream:
             self.result = turn.result(number)
         finally:
             if not recorded and (texts or turn.loop.calls):
-                partial = "".join(texts).strip()
-                note = f"{partial} (cut: the stream ended early)" if partial else "(cut: the stream ended early)"
-                await _maybe(manager.record_turn(session_id, user=user_message, assistant=note, tool_calls=turn.loop.calls))
+                await _maybe(manager.record_turn(session_id, user=user_message, assistant=_cut_reply(texts), tool_calls=turn.loop.calls))
 
 
 # --- wrapping an existing chatbot -------------------------------------------

@@ -62,6 +62,25 @@ def _import_tool(ref: str, skill: str) -> Tool:
 _PROMPT_CHARS = 64_000
 
 
+class _NotesEdit:
+    """One notes operation as the store's optimistic transaction runs it: called with the
+    current notes (perhaps more than once, if another writer got there first)."""
+
+    def __init__(self, operation: str, content: str | None, section_header: str | None, max_chars: int) -> None:
+        self.operation, self.content, self.section_header, self.max_chars = operation, content, section_header, max_chars
+        self.writes = operation in WRITES
+        self.message = ""
+
+    def read(self, notes: str) -> str:
+        return apply_operation(notes, self.operation, content=self.content, section_header=self.section_header)[1]
+
+    def __call__(self, current: str) -> str:
+        updated, self.message = apply_operation(
+            current, self.operation, content=self.content, section_header=self.section_header, max_chars=self.max_chars
+        )
+        return updated
+
+
 class _ManagerBase:
     is_async = False
 
@@ -211,6 +230,34 @@ class _ManagerBase:
         log.debug("turn.recorded", session=session_id, turn=turns, full_tokens=update.full_tokens)
 
 
+    async def achat(
+        self,
+        session_id: str,
+        user_message: str,
+        *,
+        model: str | None = None,
+        tools: Any = None,
+        stream: bool = False,
+        **litellm_kwargs: Any,
+    ) -> ChatResult | AsyncChatStream:
+        """One full turn over ``litellm.acompletion`` (the async twin of ``SessionManager.chat``).
+
+        With ``stream=True`` returns an async iterator of text chunks that records the turn
+        when it ends; its ``.result`` then holds the ChatResult."""
+        from .chat import AsyncChatStream, arun_chat
+
+        if stream:
+            return AsyncChatStream(self, session_id, user_message, model, tools, litellm_kwargs)
+        return await arun_chat(self, session_id, user_message, model=model, tools=tools, kwargs=litellm_kwargs)
+
+    def wrap(self, fn: Any) -> Any:
+        """Wrap a chatbot ``fn(messages) -> reply`` as ``(session_id, user_message) -> reply``;
+        the wrapper is async when ``fn`` or this manager is."""
+        from .chat import wrap
+
+        return wrap(self, fn)
+
+
 class SessionManager(_ManagerBase):
     """Remembers sessions and composes token-efficient prompts for them.
 
@@ -320,18 +367,11 @@ class SessionManager(_ManagerBase):
         """Read or edit the notes (see middleware.notes for the operations); returns what to
         tell the caller. Raises NotesError for a bad operation."""
         user_id, agent = self._party(user_id, agent)
-        if operation not in WRITES:
-            return apply_operation(self.store.get_notes(user_id, agent), operation, content=content, section_header=section_header)[1]
-        limit = self.config.notes.max_chars
-        outcome: list[str] = []
-
-        def edit(current: str) -> str:
-            updated, message = apply_operation(current, operation, content=content, section_header=section_header, max_chars=limit)
-            outcome[:] = [message]
-            return updated
-
+        edit = _NotesEdit(operation, content, section_header, self.config.notes.max_chars)
+        if not edit.writes:
+            return edit.read(self.store.get_notes(user_id, agent))
         self.store.update_notes(user_id, agent, edit)
-        return outcome[0]
+        return edit.message
 
     def chat(
         self,
@@ -355,29 +395,6 @@ class SessionManager(_ManagerBase):
         if stream:
             return ChatStream(self, session_id, user_message, model, tools, litellm_kwargs)
         return run_chat(self, session_id, user_message, model=model, tools=tools, kwargs=litellm_kwargs)
-
-    async def achat(
-        self,
-        session_id: str,
-        user_message: str,
-        *,
-        model: str | None = None,
-        tools: Any = None,
-        stream: bool = False,
-        **litellm_kwargs: Any,
-    ) -> ChatResult | AsyncChatStream:
-        """The async twin of :meth:`chat`, over ``litellm.acompletion``."""
-        from .chat import AsyncChatStream, arun_chat
-
-        if stream:
-            return AsyncChatStream(self, session_id, user_message, model, tools, litellm_kwargs)
-        return await arun_chat(self, session_id, user_message, model=model, tools=tools, kwargs=litellm_kwargs)
-
-    def wrap(self, fn: Any) -> Any:
-        """Wrap a chatbot ``fn(messages) -> reply`` as ``(session_id, user_message) -> reply``."""
-        from .chat import wrap
-
-        return wrap(self, fn)
 
     def close(self) -> None:
         self.store.close()
@@ -480,45 +497,15 @@ class AsyncSessionManager(_ManagerBase):
         self, user_id: str, agent: str, operation: str = "read", *, content: str | None = None, section_header: str | None = None
     ) -> str:
         user_id, agent = self._party(user_id, agent)
-        if operation not in WRITES:
-            current = await self.store.get_notes(user_id, agent)
-            return apply_operation(current, operation, content=content, section_header=section_header)[1]
-        limit = self.config.notes.max_chars
-        outcome: list[str] = []
-
-        def edit(current: str) -> str:
-            updated, message = apply_operation(current, operation, content=content, section_header=section_header, max_chars=limit)
-            outcome[:] = [message]
-            return updated
-
+        edit = _NotesEdit(operation, content, section_header, self.config.notes.max_chars)
+        if not edit.writes:
+            return edit.read(await self.store.get_notes(user_id, agent))
         await self.store.update_notes(user_id, agent, edit)
-        return outcome[0]
+        return edit.message
 
-    async def chat(
-        self,
-        session_id: str,
-        user_message: str,
-        *,
-        model: str | None = None,
-        tools: Any = None,
-        stream: bool = False,
-        **litellm_kwargs: Any,
-    ) -> ChatResult | AsyncChatStream:
-        """One full turn through ``litellm.acompletion``; see ``SessionManager.chat``."""
-        from .chat import AsyncChatStream, arun_chat
-
-        if stream:
-            return AsyncChatStream(self, session_id, user_message, model, tools, litellm_kwargs)
-        return await arun_chat(self, session_id, user_message, model=model, tools=tools, kwargs=litellm_kwargs)
-
-    achat = chat
-
-    def wrap(self, fn: Any) -> Any:
-        """Wrap a chatbot ``fn(messages) -> reply`` (sync or async) as an async
-        ``(session_id, user_message) -> reply``."""
-        from .chat import wrap
-
-        return wrap(self, fn)
+    # The same turn as SessionManager.achat, awaited: chat and achat are one method here.
+    chat = _ManagerBase.achat
+    achat = _ManagerBase.achat
 
     async def close(self) -> None:
         await self.store.close()

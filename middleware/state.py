@@ -215,12 +215,6 @@ class SessionState:
     # with their counts, so composing does not check and rebuild it again.
     pairs: tuple[StoredMessage, ...] | None = field(default=None, repr=False, compare=False)
 
-    @property
-    def recent_messages(self) -> tuple[StoredMessage, ...]:
-        return tuple(
-            StoredMessage(role=m["role"], content=m["content"], tokens=t)
-            for m, t in zip(self.recent, self.recent_tokens, strict=True)
-        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
