@@ -354,18 +354,23 @@ def apply_turn(turn: Turn, config: Config, *, tokenizer: Tokenizer | None = None
         summary_line=summary_line(turn, config.summary),
         recent=recent,
         full_tokens=full,
-        traces=_traces(turn, final) if config.traces.max_entries else (),
+        traces=_traces(turn, final, config.traces.max_entry_chars) if config.traces.max_entries else (),
     )
 
 
-def _traces(turn: Turn, final: str) -> tuple[dict[str, Any], ...]:
-    """The turn as raw trace entries: user, each tool call and its result, assistant."""
-    entries: list[dict[str, Any]] = [{"type": "user", "content": turn.user}]
+def _traces(turn: Turn, final: str, cap: int) -> tuple[dict[str, Any], ...]:
+    """The turn as raw trace events (user, each tool call and its result, assistant), each
+    text cut in the middle past ``cap`` characters."""
+
+    def short(text: str) -> str:
+        return text if len(text) <= cap else cut_middle(text, cap)
+
+    entries: list[dict[str, Any]] = [{"type": "user", "content": short(turn.user)}]
     for index, call in enumerate(turn.tool_calls):
         call_id = call.id or f"call_{index}"
-        entries.append({"type": "tool_call", "call_id": call_id, "tool": call.name, "arguments": call.arguments_text})
-        entries.append({"type": "tool_result", "call_id": call_id, "tool": call.name, "ok": call.ok, "result": call.result_text})
-    entries.append({"type": "assistant", "content": final})
+        entries.append({"type": "tool_call", "call_id": call_id, "tool": call.name, "arguments": short(call.arguments_text)})
+        entries.append({"type": "tool_result", "call_id": call_id, "tool": call.name, "ok": call.ok, "result": short(call.result_text)})
+    entries.append({"type": "assistant", "content": short(final)})
     return tuple(entries)
 
 

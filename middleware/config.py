@@ -173,8 +173,8 @@ class NotesConfig(_Section):
 class TracesConfig(_Section):
     """Raw traces: each turn's messages, tool calls and results, for inspection only."""
 
-    max_entries: int = Field(default=200, ge=0, le=100_000)  # 0 keeps none
-    max_entry_chars: int = Field(default=2_000, ge=100, le=1_000_000)
+    max_entries: int = Field(default=100, ge=0, le=100_000)  # turns kept; 0 keeps none
+    max_entry_chars: int = Field(default=2_000, ge=100, le=1_000_000)  # per message, argument or result
 
 
 class StoreConfig(_Section):

@@ -8,13 +8,12 @@ and capped, so a tool argument cannot add a line or a section to the prompt.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .config import ContextConfig
-from .state import ToolCall
+from .state import ToolCall, compact_json
 from .text import one_line
 
 __all__ = ["extract_context", "render_context", "sanitize_key", "sanitize_value"]
@@ -38,7 +37,7 @@ def sanitize_value(value: Any, limit: int) -> str | None:
         text = str(value)
     else:
         try:
-            text = json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+            text = compact_json(value)
         except Exception:  # default=str runs user __str__ code, which may raise anything
             return None
     return one_line(text, limit) or None

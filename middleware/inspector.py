@@ -35,23 +35,27 @@ def listing(page: SessionPage) -> dict[str, Any]:
 
 
 def parse_traces(raw: Any, warnings: list[str]) -> list[dict[str, Any]]:
-    """Trace entries sorted by (ts, turn_id, seq); unreadable ones skipped with a warning."""
+    """Trace events of the stored turn records, sorted by (ts, turn_id, seq); unreadable
+    records and events are skipped with a warning."""
     if isinstance(raw, Exception):
         warnings.append(f"traces: unreadable ({raw})")
         return []
-    entries = []
+    events = []
     for index, item in enumerate(raw or ()):
         try:
-            entry = json.loads(item)
-            if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
-                raise ValueError("not a trace entry")
-            entry["ts"] = float(entry.get("ts") or 0.0)
-            entry["seq"] = int(entry.get("seq") or 0)
+            record = json.loads(item)
+            if not isinstance(record, dict) or not isinstance(record.get("events"), list):
+                raise ValueError("not a turn record")
+            ts, turn_id = float(record.get("ts") or 0.0), str(record.get("turn_id", ""))
         except (ValueError, TypeError):
-            warnings.append(f"traces: entry {index} is not a trace record")
+            warnings.append(f"traces: record {index} is not a turn record")
             continue
-        entries.append(entry)
-    return sorted(entries, key=lambda e: (e["ts"], str(e.get("turn_id", "")), e["seq"]))
+        for seq, event in enumerate(record["events"]):
+            if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+                warnings.append(f"traces: record {index} has an unreadable event {seq}")
+                continue
+            events.append({**event, "ts": ts, "turn_id": turn_id, "seq": seq})
+    return sorted(events, key=lambda e: (e["ts"], e["turn_id"], e["seq"]))
 
 
 def conversation_view(traces: Sequence[Mapping[str, Any]], *, collapse: bool = True) -> list[dict[str, Any]]:

@@ -8,13 +8,14 @@ and build the same store commands.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import threading
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from .composer import apply_turn, compose, tokenizer_for
 from .config import Config, load_config
@@ -62,6 +63,17 @@ def _import_tool(ref: str, skill: str) -> Tool:
 _PROMPT_CHARS = 64_000
 
 
+def _prompt_json(prompt: Prompt) -> str:
+    """The prompt as the inspector shows it; long messages cut in the middle past 64 kB."""
+    record = {"messages": prompt.messages, "tokens": prompt.tokens.as_dict(), "full_history_tokens": prompt.full_history_tokens,
+              "turn": prompt.turn, "trimmed": list(prompt.trimmed)}  # fmt: skip
+    text = orjson.dumps(record)
+    if len(text) > _PROMPT_CHARS:
+        record["messages"] = [{**m, "content": cut_middle(m["content"], 2_000)} for m in prompt.messages]
+        text = orjson.dumps(record)
+    return text.decode()
+
+
 class _NotesEdit:
     """One notes operation as the store's optimistic transaction runs it: called with the
     current notes (perhaps more than once, if another writer got there first)."""
@@ -97,7 +109,7 @@ class _ManagerBase:
         self._pending: deque[tuple[str, TurnUpdate]] = deque()
         self._pending_lock = threading.Lock()
         # The last prompt composed per session, stored with the turn for the inspector.
-        self._prompts: OrderedDict[str, str] = OrderedDict()
+        self._prompts: OrderedDict[str, Prompt] = OrderedDict()
         self._prompts_lock = threading.Lock()
 
     @property
@@ -178,20 +190,14 @@ class _ManagerBase:
     def _update(self, session_id: str, turn: Turn) -> TurnUpdate:
         update = apply_turn(turn, self.config, tokenizer=self.tokenizer)
         with self._prompts_lock:
-            prompt = self._prompts.pop(session_id, "")
-        return dataclasses.replace(update, turn_id=uuid.uuid4().hex, prompt=prompt)
+            prompt = self._prompts.pop(session_id, None)
+        return dataclasses.replace(update, turn_id=uuid.uuid4().hex, prompt=_prompt_json(prompt) if prompt else "")
 
     def _remember_prompt(self, session_id: str, prompt: Prompt) -> None:
-        """Keep what the model is about to be sent, as JSON, until the turn is recorded."""
-        messages = prompt.messages
-        record = {"messages": messages, "tokens": prompt.tokens.as_dict(), "full_history_tokens": prompt.full_history_tokens,
-                  "turn": prompt.turn, "trimmed": list(prompt.trimmed)}  # fmt: skip
-        text = json.dumps(record, ensure_ascii=False)
-        if len(text) > _PROMPT_CHARS:  # keep it small: long messages are stored cut in the middle
-            record["messages"] = [{**m, "content": cut_middle(m["content"], 2_000)} for m in messages]
-            text = json.dumps(record, ensure_ascii=False)
+        """Keep what the model is about to be sent until the turn is recorded (serialized
+        then, off the build path)."""
         with self._prompts_lock:
-            self._prompts[session_id] = text
+            self._prompts[session_id] = prompt
             self._prompts.move_to_end(session_id)
             while len(self._prompts) > 4_096:
                 self._prompts.popitem(last=False)
@@ -227,7 +233,7 @@ class _ManagerBase:
         for key, value in update.context:
             log.debug("context.set", session=session_id, key=key, value=self._content(value))
         log.debug("summary.updated", session=session_id, line=self._content(update.summary_line))
-        log.debug("turn.recorded", session=session_id, turn=turns, full_tokens=update.full_tokens)
+        log.debug("turn.recorded", session=session_id, turn=turns, turn_full_tokens=update.full_tokens)
 
 
     async def achat(

@@ -19,6 +19,11 @@ __all__ = ["Prompt", "SessionState", "StoredMessage", "TokenBreakdown", "ToolCal
 _MAX_TOOL_NAME = 256
 
 
+# One encoder for every value: json.dumps with non-default options builds a new
+# JSONEncoder per call, which the per-turn path would pay several times.
+compact_json = json.JSONEncoder(ensure_ascii=False, default=str, separators=(",", ":")).encode
+
+
 def to_text(value: Any) -> str:
     """Text of a tool argument or result, whatever it is: JSON when possible, else ``str``.
 
@@ -28,7 +33,7 @@ def to_text(value: Any) -> str:
     if isinstance(value, str):
         return clean_text(value)
     try:
-        return clean_text(json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":")))
+        return clean_text(compact_json(value))
     except Exception:  # default=str runs user __str__ code, which may raise anything
         pass
     try:
@@ -65,6 +70,7 @@ class ToolCall:
     ok: bool = True
     id: str | None = None
     args: dict[str, Any] | None = field(init=False, repr=False, compare=False)
+    _texts: list[str | None] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -76,14 +82,20 @@ class ToolCall:
         if not isinstance(self.ok, bool):
             raise InvalidToolCallError(f"ToolCall.ok must be a bool, got {self.ok!r}.")
         object.__setattr__(self, "args", _parse_arguments(self.arguments))
+        object.__setattr__(self, "_texts", [None, None])
 
     @property
     def arguments_text(self) -> str:
-        return to_text(self.arguments)
+        """The arguments as text (computed once: counting and traces both need it)."""
+        if self._texts[0] is None:
+            self._texts[0] = to_text(self.arguments)
+        return self._texts[0]
 
     @property
     def result_text(self) -> str:
-        return to_text(self.result)
+        if self._texts[1] is None:
+            self._texts[1] = to_text(self.result)
+        return self._texts[1]
 
     @classmethod
     def from_openai(cls, call: Mapping[str, Any], *, result: Any = None, ok: bool = True) -> ToolCall:

@@ -184,18 +184,21 @@ def test_a_bad_notes_call_by_the_model_is_an_error_result(mgr: SessionManager) -
 
 
 def test_each_turn_leaves_raw_traces_that_the_model_never_sees(mgr: SessionManager) -> None:
-    """Traces hold the user message, each call with its result and the reply, capped;
-    they are not part of any prompt."""
+    """Traces hold one record per turn (the user message, each call with its result, the
+    reply), capped to the newest turns; they are not part of any prompt."""
     LAB.reset()
-    config = mgr.config.with_overrides(traces={"max_entries": 7})
+    config = mgr.config.with_overrides(traces={"max_entries": 2, "max_entry_chars": 300})
     with SessionManager(config, redis_url=mgr.config.store.url) as capped:
-        capped.chat("t", "take control of device1 on sunri-pi1", model="scripted/atlas")
-        capped.chat("t", "navigate to watchlist on google_tv", model="scripted/atlas")
+        for request in ["take control of device1 on sunri-pi1", "show the node tree of google_tv", "navigate to watchlist on google_tv"]:
+            capped.chat("t", request, model="scripted/atlas")
         raw = capped.store.client.lrange(SessionKeys("mw", "t").traces, 0, -1)
-        entries = [json.loads(item) for item in raw]
-        assert len(entries) == 7  # two turns of 4 entries each, capped at the newest 7
-        assert [e["type"] for e in entries[-4:]] == ["user", "tool_call", "tool_result", "assistant"]
-        assert '"transitions"' in entries[-2]["result"] and entries[-2]["ok"] is True
+        records = [json.loads(item) for item in raw]
+        assert len(records) == 2  # three turns, the newest two kept
+        events = records[-1]["events"]
+        assert [e["type"] for e in events] == ["user", "tool_call", "tool_result", "assistant"]
+        assert events[2]["result"].startswith('{"success":true') and events[2]["ok"] is True
+        tree = records[0]["events"][2]["result"]  # the node tree's long result is cut in the middle
+        assert len(tree) <= 300 and "[…cut…]" in tree
         prompt = capped.build_messages("t", "goto shop")
         assert "transitions" not in json.dumps(prompt)
 
