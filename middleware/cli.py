@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from .config import Config, load_config
-from .exceptions import MiddlewareError
+from .exceptions import LLMError, MiddlewareError
 
 __all__ = ["main"]
 
@@ -76,18 +76,21 @@ def main(ctx: click.Context, config_path: str | None, redis_url: str | None) -> 
 
 
 @main.command()
-@click.option("--session", default="demo", show_default=True, help="Session id to play the conversation in.")
+@click.option("--session", help="Session id to play the conversation in (default: a new demo-<time> id; an existing one is reset).")
 @click.option("--model", default="scripted/atlas", show_default=True, help="Any litellm model string; the default runs offline.")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False), help="Usage log file (default: the config's usage_log.path).")
 @click.pass_obj
-def demo(obj: _Context, session: str, model: str, log_path: str | None) -> None:
+def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -> None:
     """Play a 12-turn device-navigation conversation through chat() and show the tokens saved.
 
-    Runs offline on the embedded default: the memory:// store, the scripted
-    Atlas model served through litellm, and simulated devices. Each request
-    leaves out what earlier turns established (interface, device); the model
-    finds it only in the context the middleware injects.
+    Offline by default: the store is the config's (the embedded default is memory://;
+    --redis-url or $REDIS_URL point it at Redis, so the inspector can show the session
+    afterwards), the model is the scripted Atlas served through litellm, and the tools
+    are simulated devices. Each request leaves out what earlier turns established
+    (interface, device); the model finds it only in the context the middleware injects.
     """
+    from datetime import datetime
+
     from rich.table import Table
 
     from .demo import SCRIPT
@@ -97,8 +100,11 @@ def demo(obj: _Context, session: str, model: str, log_path: str | None) -> None:
     console = _console()
     mgr = obj.manager(**overrides)
     LAB.reset()
+    session = session or f"demo-{datetime.now():%Y%m%d-%H%M%S}"
     with _errors(), mgr:
         mgr.reset(session)
+        # The demo's own device tools, whatever skills the config lists.
+        device_tools = mgr.toolset([_device_tool(name) for name in ("take_control", "navigate_to_node", "get_current_node", "click_element", "get_node_tree")])
         table = Table(title=f"middleware demo · session '{session}' · model {model}", title_justify="left")
         for column, justify in [("#", "right"), ("user", "left"), ("tools", "left"), ("reply", "left"),
                                 ("sent", "right"), ("full history", "right"), ("saved", "right")]:
@@ -109,7 +115,7 @@ def demo(obj: _Context, session: str, model: str, log_path: str | None) -> None:
 
             llm.litellm()
         for number, request in enumerate(SCRIPT, start=1):
-            result = mgr.chat(session, request, model=model)
+            result = mgr.chat(session, request, model=model, tools=device_tools)
             first = result.calls[0]
             sent_total += first["tokens"]["total"]
             full_total += first["full_history_tokens"]
@@ -124,7 +130,23 @@ def demo(obj: _Context, session: str, model: str, log_path: str | None) -> None:
         console.print(f"Remembered context: {state.context}")
         log_file = mgr.usage_log.path
         if log_file is not None:
-            console.print(f"Usage log: {log_file}  ·  review it with: middleware report {log_file}")
+            console.print(f"Usage log: {log_file}  ·  review it with: middleware report {log_file} --session {session}")
+        if not mgr.config.store.url.startswith("memory://"):
+            console.print(f"Session '{session}' is in {mgr.store!r}: middleware inspect shows it.")
+
+
+def _device_tool(name: str) -> Any:
+    from .demo import device
+
+    return getattr(device, name)
+
+
+def _warn_if_private_store(mgr: Any) -> None:
+    if mgr.config.store.url.startswith("memory://"):
+        click.echo(
+            "Note: the store is memory://, which lives inside this one process, so it holds no sessions of other "
+            "processes. Point at a shared store with --redis-url or $REDIS_URL.", err=True,
+        )  # fmt: skip
 
 
 # --- chat --------------------------------------------------------------------
@@ -152,13 +174,21 @@ def chat(obj: _Context, session: str, model: str | None, stream: bool) -> None:
             if text in {"/exit", "/quit"}:
                 break
             if text == "/state":
-                console.print(mgr.get_state(session))
+                _print_state(console, session, mgr.get_state(session))
                 continue
             if text == "/reset":
                 mgr.reset(session)
                 console.print("(session forgotten)")
                 continue
-            result = _chat_turn(mgr, session, text, model, stream, console)
+            if text.startswith("/"):
+                console.print("Commands: /state (what the session remembers), /reset (forget it), /exit.")
+                continue
+            try:
+                result = _chat_turn(mgr, session, text, model, stream, console)
+            except LLMError as exc:  # one failed turn does not end the conversation
+                console.print()
+                console.print(f"[red]{exc}[/red]")
+                continue
             first = result.calls[0] if result.calls else None
             if first is not None:
                 console.print(f"[dim]{first['tokens']['total']:,} tokens sent · {first['full_history_tokens']:,} with the "
@@ -236,9 +266,12 @@ def _print_report(result: Any) -> None:
     for column in columns:
         table.add_column(column, justify="left" if column in {"scope", "name"} else "right")
     for scope, name, row in report_rows(result):
+        priced = row["calls_without_price"] < row["calls"]  # no price known at all: say so, not $0
+        cost = f"{row['cost_usd']:.6f}" if priced else "n/a"
+        saved_cost = f"{row['cost_saved_usd']:.6f}" if priced else "n/a"
         table.add_row(scope, name, f"{row['calls']:,}", f"{row['tokens_sent']:,}", f"{row['full_history_tokens']:,}",
-                      f"{row['saved_tokens']:,}", f"{row['saved_pct']:.1f}", f"{row['cost_usd']:.6f}",
-                      f"{row['cost_saved_usd']:.6f}", f"{row['p50_prompt_tokens']:,.0f}", f"{row['p95_prompt_tokens']:,.0f}")
+                      f"{row['saved_tokens']:,}", f"{row['saved_pct']:.1f}", cost, saved_cost,
+                      f"{row['p50_prompt_tokens']:,.0f}", f"{row['p95_prompt_tokens']:,.0f}")
     console = _console()
     console.print(table)
     if result.bad_lines:
@@ -278,6 +311,7 @@ def inspect(obj: _Context, host: str, port: int, token: str | None) -> None:
             "(or MIDDLEWARE_INSPECT_TOKEN), and put it behind TLS (see README, 'The memory inspector')."
         )
     mgr = obj.manager()
+    _warn_if_private_store(mgr)
     url = f"http://{host}:{port}/" + (f"?token={token}" if token else "")
     click.echo(f"Memory inspector on {url}  (store {mgr.store!r}; Ctrl-C to stop)")
     with _errors(), mgr:
@@ -302,6 +336,7 @@ def sessions_list(obj: _Context, search: str | None, page: int, page_size: int) 
     from rich.table import Table
 
     mgr = obj.manager()
+    _warn_if_private_store(mgr)
     with _errors(), mgr:
         result = mgr.store.list_sessions(search=search, page=page, page_size=page_size)
     table = Table(title=f"sessions · page {result.page}/{result.total_pages} · {result.total} in all", title_justify="left")
@@ -323,22 +358,34 @@ def sessions_show(obj: _Context, session_id: str, as_json: bool) -> None:
     from dataclasses import asdict
 
     mgr = obj.manager()
+    _warn_if_private_store(mgr)
     with _errors(), mgr:
         state = mgr.get_state(session_id)
+    if not _exists(state):
+        raise click.ClickException(f"no session {session_id!r}")
     if as_json:
-        click.echo(json.dumps(asdict(state), indent=2, ensure_ascii=False))
+        data = {k: v for k, v in asdict(state).items() if k != "pairs"}
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
-    console = _console()
-    console.print(f"[bold]{session_id}[/bold] · {state.turns} turn(s) · full history would cost {state.full_tokens:,} tokens")
-    console.print("[bold]context[/bold]")
-    for key, value in state.context.items():
-        console.print(f"  {key}: {value}")
-    console.print("[bold]summary[/bold]")
-    for line in state.summary:
-        console.print(f"  {line}")
-    console.print("[bold]recent[/bold]")
-    for message in state.recent:
-        console.print(f"  {message['role']}: {message['content']}")
+    _print_state(_console(), session_id, state)
+
+
+def _exists(state: Any) -> bool:
+    return bool(state.turns or state.recent or state.context or state.summary)
+
+
+def _print_state(console: Any, session_id: str, state: Any) -> None:
+    owner = f" · user {state.owner[0]} · agent {state.owner[1]}" if state.owner else ""
+    console.print(f"[bold]{session_id}[/bold] · {state.turns} turn(s) · its messages with tool details: {state.full_tokens:,} tokens{owner}")
+    for title, lines in (
+        ("context", [f"{k}: {v}" for k, v in state.context.items()]),
+        ("summary", state.summary),
+        ("recent", [f"{m['role']}: {m['content']}" for m in state.recent]),
+        ("notes", state.notes.splitlines()),
+    ):
+        console.print(f"[bold]{title}[/bold]" + ("" if lines else " (none)"))
+        for line in lines:
+            console.print(f"  {line}", highlight=False, markup=False)
 
 
 @sessions.command("reset")
@@ -346,13 +393,17 @@ def sessions_show(obj: _Context, session_id: str, as_json: bool) -> None:
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
 def sessions_reset(obj: _Context, session_id: str, yes: bool) -> None:
-    """Forget a session entirely."""
-    if not yes and sys.stdin.isatty():
+    """Forget a session entirely (asks first; --yes to skip, required when input is not a terminal)."""
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError("not resetting without --yes: input is not a terminal to confirm on")
         click.confirm(f"Forget session {session_id!r}?", abort=True)
     mgr = obj.manager()
+    _warn_if_private_store(mgr)
     with _errors(), mgr:
+        existed = _exists(mgr.get_state(session_id))
         mgr.reset(session_id)
-    click.echo(f"session {session_id!r} reset")
+    click.echo(f"session {session_id!r} reset" if existed else f"no session {session_id!r}: nothing to reset")
 
 
 if __name__ == "__main__":  # pragma: no cover

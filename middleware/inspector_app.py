@@ -79,7 +79,9 @@ def create_app(manager: Any, *, token: str | None = None) -> Starlette:
         return JSONResponse(listing(result))
 
     async def session(request: Request) -> Response:
-        session_id = manager._session_id(request.query_params.get("id"))
+        if "id" not in request.query_params:
+            raise InvalidInputError("Parameter 'id' (the session id) is required.")
+        session_id = manager._session_id(request.query_params["id"])
         include = [p.strip() for p in (request.query_params.get("include") or ",".join(INCLUDES)).split(",") if p.strip()]
         unknown = sorted(set(include) - set(INCLUDES))
         if unknown:

@@ -124,7 +124,9 @@ def _price_model(model: str) -> str:
 
 def _llm_error(model: str, exc: BaseException) -> LLMError:
     # litellm masks keys in its messages; keys, tokens and URL passwords are hidden here too.
-    return LLMError(f"Model {model!r} failed: {type(exc).__name__}: {redact_secrets(str(exc))[:800]}")
+    # litellm's messages can carry a whole traceback: keep the first line (the cause is chained).
+    first = str(exc).strip().split("\n", 1)[0]
+    return LLMError(f"Model {model!r} failed: {type(exc).__name__}: {redact_secrets(first)[:500]}")
 
 
 def complete(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, **kwargs: Any) -> Any:

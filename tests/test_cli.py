@@ -61,7 +61,9 @@ def test_report_on_the_demo_log(demo_log: tuple[Path, str], tmp_path: Path) -> N
     assert result.exit_code == 0, result.output
     assert "total" in result.output and "scripted/atlas" in result.output
     assert "<svg" in page.read_text()
-    as_json = CliRunner().invoke(main, ["report", str(log), "--format", "json", "--session", "demo"])
+    session = json.loads(log.read_text().splitlines()[0])["session"]
+    assert session.startswith("demo-")  # each demo run plays in a session of its own
+    as_json = CliRunner().invoke(main, ["report", str(log), "--format", "json", "--session", session])
     assert json.loads(as_json.output)["total"]["turns"] == 12
 
 

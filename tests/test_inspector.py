@@ -134,9 +134,13 @@ def test_unknown_and_invalid_sessions(client: TestClient) -> None:
 
 def test_the_page_is_self_contained(client: TestClient) -> None:
     """The page loads nothing from elsewhere."""
+    import re
+
     page = client.get("/").text
     assert "<title>Memory inspector" in page and "/api/sessions" in page
-    assert "http://" not in page and "https://" not in page and "<link" not in page
+    assert "http://" not in page and "https://" not in page
+    references = re.findall(r'(?:href|src)\s*=\s*"([^"]*)"', page)
+    assert references and all(ref.startswith("data:") for ref in references)  # the favicon, inline
 
 
 def test_a_token_guards_every_route(mgr: SessionManager) -> None:
@@ -169,10 +173,14 @@ def test_the_cli_refuses_to_expose_the_inspector_without_a_token() -> None:
     assert result.exit_code == 2 and "--token" in result.output
 
 
-def test_sessions_made_with_tool_calls_show_them_even_after_trimming(atlas: Config, tmp_path: Path) -> None:
-    """When the trace cap cuts a call but keeps its result, the view keeps the orphan."""
-    config = atlas.with_overrides(traces={"max_entries": 2}, usage_log={"path": None}, store={"url": f"memory://orphans-{tmp_path.name}"})
+def test_a_turn_record_missing_its_call_shows_an_orphan_result(atlas: Config, tmp_path: Path) -> None:
+    """A stored turn whose tool call is missing (a partial write) keeps its result as an orphan."""
+    config = atlas.with_overrides(usage_log={"path": None}, store={"url": f"memory://orphans-{tmp_path.name}"})
     with SessionManager(config) as mgr:
         mgr.record_turn("o", user="go", assistant="done", tool_calls=[ToolCall(name="nav", arguments={}, result={"ok": True})])
+        keys = SessionKeys("mw", "o")
+        record = json.loads(mgr.store.client.lindex(keys.traces, 0))
+        record["events"] = [e for e in record["events"] if e["type"] != "tool_call"]
+        mgr.store.client.lset(keys.traces, 0, json.dumps(record))
         view = TestClient(create_app(mgr)).get("/api/session", params={"id": "o", "include": "conversation"}).json()
-    assert [e["kind"] for e in view["conversation"]] == ["tool_result_orphan", "message"]
+    assert [e["kind"] for e in view["conversation"]] == ["message", "tool_result_orphan", "message"]
