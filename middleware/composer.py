@@ -335,9 +335,12 @@ def _tool_tokens(turn: Turn, tokenizer: Tokenizer) -> int:
     return total
 
 
-def apply_turn(turn: Turn, config: Config, *, tokenizer: Tokenizer | None = None) -> TurnUpdate:
+def apply_turn(
+    turn: Turn, config: Config, *, tokenizer: Tokenizer | None = None, turn_id: str = "", prompt: str = ""
+) -> TurnUpdate:
     """What recording ``turn`` writes. It depends on the turn alone, never on stored
-    state, so concurrent writers need no read-modify-write."""
+    state, so concurrent writers need no read-modify-write. ``turn_id`` and ``prompt``
+    (the JSON of what the model was sent) are carried through as they are."""
     tokenizer = tokenizer or tokenizer_for(config)
     # An empty reply (tool calls only) is remembered as what was done; a huge one is
     # cut in the middle so one reply cannot bloat the session.
@@ -355,6 +358,8 @@ def apply_turn(turn: Turn, config: Config, *, tokenizer: Tokenizer | None = None
         recent=recent,
         full_tokens=full,
         traces=_traces(turn, final, config.traces.max_entry_chars) if config.traces.max_entries else (),
+        turn_id=turn_id,
+        prompt=prompt,
     )
 
 

@@ -7,10 +7,8 @@ and build the same store commands.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
-import uuid
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -22,7 +20,7 @@ from .config import Config, load_config
 from .events import debug_enabled, log
 from .exceptions import ConfigError, InvalidToolCallError, StoreError
 from .notes import WRITES, NotesError, apply_operation, notes_tool_schema
-from .state import Prompt, SessionState, ToolCall, Turn, TurnUpdate, check_record_text, check_session_id
+from .state import Prompt, SessionState, ToolCall, Turn, TurnUpdate, check_session_id, check_text_size
 from .store import AsyncRedisStore, RedisStore
 from .text import cut_middle, redact_secrets
 from .tokens import context_window
@@ -180,18 +178,22 @@ class _ManagerBase:
         limit = self.config.tokens.max_message_chars
         if tool_calls is not None and (isinstance(tool_calls, (str, bytes, Mapping)) or not isinstance(tool_calls, Iterable)):
             raise InvalidToolCallError(f"tool_calls must be a list of tool calls, got {type(tool_calls).__name__}.")
+        # Turn checks types and emptiness and cleans the text; only the size limit is
+        # checked here. An oversized reply is cut in the middle when recorded, not refused.
         return Turn(
-            user=check_record_text(user, what="The user message", limit=limit),
-            # An oversized reply is cut in the middle when recorded, not refused.
-            assistant=check_record_text(assistant, what="The assistant reply", limit=None),
+            user=check_text_size(user, what="The user message", limit=limit),
+            assistant=assistant,
             tool_calls=tuple(_tool_call(call) for call in tool_calls or ()),
         )
 
     def _update(self, session_id: str, turn: Turn) -> TurnUpdate:
-        update = apply_turn(turn, self.config, tokenizer=self.tokenizer)
         with self._prompts_lock:
             prompt = self._prompts.pop(session_id, None)
-        return dataclasses.replace(update, turn_id=uuid.uuid4().hex, prompt=_prompt_json(prompt) if prompt else "")
+        # 128 random bits as 32 hex digits (what uuid4().hex gives, without the UUID object).
+        turn_id = os.urandom(16).hex()
+        return apply_turn(
+            turn, self.config, tokenizer=self.tokenizer, turn_id=turn_id, prompt=_prompt_json(prompt) if prompt else ""
+        )
 
     def _remember_prompt(self, session_id: str, prompt: Prompt) -> None:
         """Keep what the model is about to be sent until the turn is recorded (serialized

@@ -110,13 +110,19 @@ class ToolCall:
         )
 
 
-def _message_text(value: Any, *, what: str, allow_empty: bool, limit: int | None = None) -> str:
+def check_text_size(value: Any, *, what: str, limit: int | None) -> Any:
+    """``value`` itself once it is a string within ``limit`` characters; a clear error if not."""
     if not isinstance(value, str):
         raise InvalidMessageError(f"{what} must be a string, got {type(value).__name__}.")
     if limit is not None and len(value) > limit:
         raise InvalidMessageError(
             f"{what} has {len(value):,} characters; the limit is {limit:,} (tokens.max_message_chars)."
         )
+    return value
+
+
+def _message_text(value: Any, *, what: str, allow_empty: bool, limit: int | None = None) -> str:
+    check_text_size(value, what=what, limit=limit)
     if not allow_empty and not value.strip():
         raise InvalidMessageError(f"{what} is empty; expected some text.")
     return clean_text(value)
@@ -144,10 +150,6 @@ class Turn:
 def check_user_message(value: Any, *, limit: int) -> str:
     """The current user message, cleaned; a clear error when it cannot be sent."""
     return _message_text(value, what="The user message", allow_empty=False, limit=limit)
-
-
-def check_record_text(value: Any, *, what: str, limit: int | None) -> str:
-    return _message_text(value, what=what, allow_empty=True, limit=limit)
 
 
 class StoredMessage(NamedTuple):
