@@ -61,7 +61,15 @@ def machine() -> dict[str, str]:
 def run_savings(progress: Any, quick: bool) -> dict[str, Any]:
     from benchmarks.dataset import LONG_OUTPUTS, chains, load
     from benchmarks.savings import (
-        FullHistory, LangchainTrim, LastK, LitellmTrim, Middleware, NoMemory, bench_config, replay, summary_rows,
+        FullHistory,
+        LangchainTrim,
+        LastK,
+        LitellmTrim,
+        Middleware,
+        NoMemory,
+        bench_config,
+        replay,
+        summary_rows,
     )  # fmt: skip
     from middleware.composer import tokenizer_for
 
@@ -349,7 +357,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
             group = _row_for(overhead["rows"], system, history)
             if not group:
                 continue
-            med = lambda attr: statistics.median(getattr(r, attr) for r in group)  # noqa: E731
+            med = lambda attr: statistics.median(getattr(r, attr) for r in group)  # noqa: E731, B023 (used in this iteration)
             ratio = ""
             if system == "middleware":
                 ratio = f"{statistics.median(r.paired_build_ratio for r in group):.2f}× / {statistics.median(r.paired_record_ratio for r in group):.2f}×"

@@ -16,6 +16,7 @@ node each turn reached) are still in the prompt.
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ def navigation_result(node: str, path: list[str]) -> dict[str, Any]:
     """A navigate_to_node result shaped like the seed system's (steps, timing, capture)."""
     steps = [
         {"from": a, "to": b, "action": "press_key", "params": {"key": "DOWN" if i % 2 else "RIGHT"}, "verified": True}
-        for i, (a, b) in enumerate(zip(path, path[1:], strict=False))
+        for i, (a, b) in enumerate(itertools.pairwise(path))
     ]
     return {
         "success": True,

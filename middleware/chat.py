@@ -391,7 +391,7 @@ def wrap(manager: Any, fn: Callable[[list[dict[str, str]]], Any]) -> Callable[[s
 
     The wrapper is async when ``fn`` is async or the manager is (``AsyncSessionManager``).
     """
-    fn_is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    fn_is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004 (an async __call__)
     if fn_is_async or manager.is_async:
 
         async def wrapped_async(session_id: str, user_message: str) -> Any:

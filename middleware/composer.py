@@ -22,6 +22,7 @@ from typing import Any
 
 from .config import Config
 from .context import extract_context, order_context, render_context
+from .exceptions import TokenBudgetError
 from .notes import render_notes
 from .skills import render_skills
 from .state import (
@@ -34,9 +35,8 @@ from .state import (
     check_user_message,
     whole_pairs,
 )
-from .exceptions import TokenBudgetError
-from .text import CUT_MARKER, cut_middle
 from .summary import action_of, summary_line
+from .text import CUT_MARKER, cut_middle
 from .tokens import REPLY_PRIMING, TOKENS_PER_MESSAGE, Tokenizer, get_tokenizer
 
 __all__ = ["apply_turn", "build_messages", "compose", "is_valid_chat", "static_prefix", "system_prompt"]

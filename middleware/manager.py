@@ -19,7 +19,7 @@ from .composer import apply_turn, compose, tokenizer_for
 from .config import Config, load_config
 from .events import debug_enabled, log
 from .exceptions import ConfigError, InvalidToolCallError, StoreError
-from .notes import WRITES, NotesError, apply_operation, notes_tool_schema
+from .notes import WRITES, apply_operation, notes_tool_schema
 from .state import Prompt, SessionState, ToolCall, Turn, TurnUpdate, check_session_id, check_text_size
 from .store import AsyncRedisStore, RedisStore
 from .text import cut_middle, redact_secrets

@@ -6,6 +6,7 @@ so a bad value fails where it is made, not deep inside Redis code.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -174,7 +175,7 @@ def whole_pairs(messages: Iterable[StoredMessage]) -> list[StoredMessage]:
     """
     usable = [m for m in messages if m.role in {"user", "assistant"} and m.content.strip()]
     pairs: list[StoredMessage] = []
-    for first, second in zip(usable, usable[1:], strict=False):
+    for first, second in itertools.pairwise(usable):
         if first.role == "user" and second.role == "assistant" and (not pairs or pairs[-1] is not first):
             pairs.extend((first, second))
     return pairs

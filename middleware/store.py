@@ -36,14 +36,14 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-_V = TypeVar("_V")
-
 from .config import Config
 from .context import sanitize_key, sanitize_value
 from .events import log
 from .exceptions import MiddlewareError, StoreError, StoreUnavailableError
 from .state import SessionState, StoredMessage, TurnUpdate, whole_pairs
 from .text import one_line, redact_url
+
+_V = TypeVar("_V")
 
 __all__ = [
     "AsyncRedisStore",

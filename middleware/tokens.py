@@ -20,9 +20,9 @@ from typing import Any
 
 __all__ = [
     "REPLY_PRIMING",
-    "context_window",
     "TOKENS_PER_MESSAGE",
     "Tokenizer",
+    "context_window",
     "encoding_name_for_model",
     "get_tokenizer",
 ]

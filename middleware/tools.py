@@ -132,7 +132,7 @@ class Tool:
 
     @property
     def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(getattr(self.fn, "__call__", None))
+        return inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(getattr(self.fn, "__call__", None))  # noqa: B004 (an async __call__)
 
 
 @dataclass(frozen=True, slots=True)

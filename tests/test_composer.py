@@ -143,7 +143,7 @@ def test_injected_context_cannot_add_lines_or_sections(atlas: Config, payload: s
     lines, clean_lines = system.splitlines(), clean.splitlines()
     assert len(lines) == len(clean_lines)
     # Headers are lines that start with '#'; mid-line text cannot make one.
-    assert [l for l in lines if l.startswith("#")] == [l for l in clean_lines if l.startswith("#")]
+    assert [line for line in lines if line.startswith("#")] == [line for line in clean_lines if line.startswith("#")]
     assert lines[-2].startswith("- userinterface_name: ") and lines[-1].startswith("- tree_id: ")
 
 

@@ -120,7 +120,7 @@ def test_with_overrides_validates_and_keeps_the_rest(atlas: Config) -> None:
     assert changed.store.url == "redis://127.0.0.1:6379/3"
     assert changed.store.key_prefix == atlas.store.key_prefix
     assert [s.name for s in changed.skills] == [s.name for s in atlas.skills]
-    with pytest.raises(ConfigError, match="'summary.lines'"):
+    with pytest.raises(ConfigError, match=r"'summary\.lines'"):
         atlas.with_overrides(summary={"lines": "x"})
 
 

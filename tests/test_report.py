@@ -78,7 +78,7 @@ def test_since_accepts_dates_and_durations(text: str, expected: datetime) -> Non
 
 def test_since_rejects_nonsense() -> None:
     """An unreadable --since names the value and the accepted forms."""
-    with pytest.raises(ValueError, match="'yesterday'.*30m"):
+    with pytest.raises(ValueError, match=r"'yesterday'.*30m"):
         parse_since("yesterday", now=NOW)
 
 

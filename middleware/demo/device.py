@@ -9,6 +9,7 @@ module-level functions act on a default lab and are what the skill lists.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import deque
 from typing import Any
@@ -125,7 +126,7 @@ class DeviceLab:
             self.position[(device, userinterface_name)] = node
         steps = [
             {"from": a, "to": b, "action": "press_key", "params": {"key": _KEYS[i % len(_KEYS)]}, "verified": True}
-            for i, (a, b) in enumerate(zip(path, path[1:], strict=False))
+            for i, (a, b) in enumerate(itertools.pairwise(path))
         ]
         return {
             "success": True,
