@@ -32,9 +32,14 @@ def parse_since(value: str, *, now: datetime | None = None) -> datetime:
     if match:
         return now - timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
     try:
-        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        return _parse_time(value.strip())
     except ValueError:
         raise ValueError(f"--since {value!r} is not a date, a time or a duration like 30m, 2h, 7d") from None
+
+
+def _parse_time(text: str) -> datetime:
+    """An ISO 8601 time; one without a zone is taken as UTC."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
@@ -159,7 +164,7 @@ def build_report(
             continue
         if since is not None:
             try:
-                moment = datetime.fromisoformat(record["time"].replace("Z", "+00:00"))
+                moment = _parse_time(record["time"])
             except ValueError:
                 continue
             if moment < since:
@@ -186,10 +191,8 @@ def render_csv(report: Report) -> str:
     columns = ["scope", "name", *Totals().row().keys()]
     writer = csv.DictWriter(out, fieldnames=columns)
     writer.writeheader()
-    writer.writerow({"scope": "total", "name": "", **report.total.row()})
-    for scope, group in (("session", report.sessions), ("model", report.models)):
-        for name, totals in group.items():
-            writer.writerow({"scope": scope, "name": name, **totals.row()})
+    for scope, name, row in report_rows(report):
+        writer.writerow({"scope": scope, "name": name, **row})
     return out.getvalue()
 
 

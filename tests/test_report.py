@@ -61,6 +61,14 @@ def test_filters_by_session_and_time() -> None:
     assert build_report(records, since=NOW - timedelta(minutes=61)).total.calls == 3
 
 
+def test_since_reads_times_without_a_zone_as_utc() -> None:
+    """A log written by another tool with naive times filters like the library's own."""
+    naive = [json.loads(text) for text in LOG[:4]]
+    for record in naive:
+        record["time"] = record["time"].removesuffix("Z")
+    assert build_report(naive, since=NOW - timedelta(minutes=61)).total.calls == 3
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
