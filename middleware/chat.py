@@ -21,7 +21,7 @@ from .events import log
 from .exceptions import LLMError
 from .state import Prompt, ToolCall
 from .text import CUT_MARKER, redact_secrets
-from .tools import Toolset, _succeeded
+from .tools import Toolset, _succeeded, is_async_callable
 from .turnloop import TurnLoop
 from .usage import usage_record
 
@@ -391,8 +391,7 @@ def wrap(manager: Any, fn: Callable[[list[dict[str, str]]], Any]) -> Callable[[s
 
     The wrapper is async when ``fn`` is async or the manager is (``AsyncSessionManager``).
     """
-    fn_is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004 (an async __call__)
-    if fn_is_async or manager.is_async:
+    if is_async_callable(fn) or manager.is_async:
 
         async def wrapped_async(session_id: str, user_message: str) -> Any:
             session_id = manager._session_id(session_id)

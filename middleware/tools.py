@@ -15,6 +15,7 @@ safe execution (validated arguments; a failing tool becomes an error result).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -130,16 +131,11 @@ class Tool:
         object.__setattr__(self, "schema", schema)
         object.__setattr__(self, "name", name)
 
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(getattr(self.fn, "__call__", None))  # noqa: B004 (an async __call__)
-
 
 @dataclass(frozen=True, slots=True)
 class ToolOutcome:
     """What running one requested call gave: the message for the model and the record."""
 
-    call_id: str
     message: dict[str, Any]
     record: ToolCall
 
@@ -185,23 +181,17 @@ class Toolset:
     def outcome(call_id: str, name: str, arguments: Any, result: Any, ok: bool) -> ToolOutcome:
         record = ToolCall(name=name, arguments=arguments if arguments is not None else {}, result=result, ok=ok, id=call_id)
         content = record.result_text if ok else to_text(result)
-        return ToolOutcome(call_id=call_id, message={"role": "tool", "tool_call_id": call_id, "content": content}, record=record)
+        return ToolOutcome(message={"role": "tool", "tool_call_id": call_id, "content": content}, record=record)
 
     def run(self, call_id: str, name: str, arguments: Any) -> ToolOutcome:
         """Run a call synchronously; exceptions become error results."""
         tool, prepared = self.prepare(name, arguments)
         if tool is None or isinstance(prepared, str):
             return self.outcome(call_id, name, arguments, {"error": prepared}, ok=False)
-        if tool.is_async:
-            import asyncio
-
-            try:
-                result = asyncio.run(tool.fn(**prepared))
-            except Exception as exc:
-                return self.outcome(call_id, name, arguments, {"error": _describe(exc)}, ok=False)
-            return self.outcome(call_id, name, arguments, result, ok=True)
         try:
             result = tool.fn(**prepared)
+            if inspect.isawaitable(result):  # an async tool under the sync manager
+                result = asyncio.run(_awaited(result))
         except Exception as exc:
             return self.outcome(call_id, name, arguments, {"error": _describe(exc)}, ok=False)
         return self.outcome(call_id, name, arguments, result, ok=_succeeded(result))
@@ -218,6 +208,15 @@ class Toolset:
         except Exception as exc:
             return self.outcome(call_id, name, arguments, {"error": _describe(exc)}, ok=False)
         return self.outcome(call_id, name, arguments, result, ok=_succeeded(result))
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def is_async_callable(fn: Any) -> bool:
+    """A coroutine function, or an object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004 (an async __call__)
 
 
 def _succeeded(result: Any) -> bool:

@@ -105,6 +105,18 @@ def test_tools_reporting_failure_do_not_count_as_successful() -> None:
     assert not Toolset([fails]).run("c1", "fails", '{"x": "1"}').record.ok
 
 
+def test_async_tools_reporting_failure_fail_in_both_drivers() -> None:
+    """An async tool's {"success": false} is a failure under the sync driver too."""
+
+    async def fails(x: str) -> dict:
+        """Reports failure."""
+        return {"success": False, "error": "nope"}
+
+    toolset = Toolset([fails])
+    assert not asyncio.run(toolset.arun("c1", "fails", '{"x": "1"}')).record.ok
+    assert not toolset.run("c2", "fails", '{"x": "1"}').record.ok
+
+
 def test_async_tools_run_in_both_drivers() -> None:
     """Async tools are awaited by arun and run to completion by run."""
 
