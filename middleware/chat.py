@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from .events import log
 from .exceptions import LLMError
 from .state import Prompt, ToolCall
 from .text import CUT_MARKER, redact_secrets
-from .tools import Toolset, _succeeded, is_async_callable
+from .tools import ToolOutcome, Toolset, _succeeded, is_async_callable
 from .turnloop import TurnLoop
 from .usage import usage_record
 
@@ -74,24 +74,40 @@ async def _maybe(value: Any) -> Any:
 
 @dataclass
 class _Turn:
-    """What one chat turn carries between its LLM calls."""
+    """What one chat turn carries between its LLM calls; the drivers below only do I/O."""
 
     manager: _ManagerBase
     session_id: str
     user_message: str
     model: str
     toolset: Toolset
-    prompt: Prompt
     kind: str
+    schemas: list[dict[str, Any]] | None  # sent on every call
+    tools_tokens: int  # what the schemas add to every call
+    prompt: Prompt = field(init=False)
     loop: TurnLoop = field(init=False)
     lines: list[dict[str, Any]] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        self.loop = TurnLoop(self.prompt.messages, max_rounds=self.manager.config.max_tool_rounds)
+    def begin(self, prompt: Prompt) -> None:
+        self.prompt = prompt
+        self.loop = TurnLoop(prompt.messages, max_rounds=self.manager.config.max_tool_rounds)
 
-    @property
-    def schemas(self) -> list[dict[str, Any]] | None:
-        return self.toolset.schemas or None
+    def took(self, sent: Sequence[Mapping[str, Any]], reply: Mapping[str, Any], usage: Any, started: float) -> list[Any]:
+        """The model's reply to ``sent``, logged: the tool calls to run now, or [] when done."""
+        pending = self.loop.take(reply)
+        self.log_call(sent, reply, usage, time.perf_counter() - started)
+        return pending
+
+    def gave(self, outcomes: Iterable[ToolOutcome]) -> None:
+        """The tools' outcomes, then the next call fitted to the budget."""
+        self.loop.give(outcomes)
+        self.fit_loop()
+
+    def record(self, assistant: str | None = None) -> Any:
+        """Record the turn (an awaitable under the async manager); ``assistant`` replaces
+        the final text when the turn did not end normally."""
+        text = self.loop.final or "" if assistant is None else assistant
+        return self.manager.record_turn(self.session_id, user=self.user_message, assistant=text, tool_calls=self.loop.calls)
 
     def fit_loop(self) -> None:
         """Keep the next call within the budget: cut the largest tool results in the middle."""
@@ -99,10 +115,9 @@ class _Turn:
         if budget is None:
             return
         tokenizer = self.manager.tokenizer
-        extra = llm.tools_tokens(self.manager.config.tokens.model, self.schemas)
         results = [m for m in self.loop.loop_messages if m.get("role") == "tool"]
         while results:
-            over = tokenizer.count_messages(self.loop.messages) + extra - budget
+            over = tokenizer.count_messages(self.loop.messages) + self.tools_tokens - budget
             if over <= 0:
                 return
             largest = max(results, key=lambda m: tokenizer.count(m["content"]))
@@ -123,7 +138,7 @@ class _Turn:
             model=self.model,
             prompt=self.prompt,
             loop_tokens=sum(tokenizer.count_message(m) for m in sent[len(self.prompt.messages) :]),
-            tools_tokens=llm.tools_tokens(self.manager.config.tokens.model, self.schemas),
+            tools_tokens=self.tools_tokens,
             provider=provider,
             cost_usd=llm.cost_of(self.model, provider),
             price_per_token=llm.input_price(self.model),
@@ -156,37 +171,45 @@ def _cut_reply(texts: list[str]) -> str:
     return f"{partial} (cut: the stream ended early)" if partial else "(cut: the stream ended early)"
 
 
-def _start(manager: _ManagerBase, session_id: Any, model: str | None, tools: Any) -> tuple[str, str, Toolset, int]:
-    """Session id, model, tools and the tokens their schemas add to every call."""
+def _start(manager: _ManagerBase, session_id: Any, user_message: Any, model: str | None, tools: Any, kind: str) -> _Turn:
+    """A turn with its session id, model and tools checked; ``begin`` it with the prompt."""
     toolset = manager.toolset(tools)
-    extra = llm.tools_tokens(manager.config.tokens.model, toolset.schemas) if toolset else 0
-    return manager._session_id(session_id), model or manager.config.model, toolset, extra
+    schemas = toolset.schemas or None
+    return _Turn(
+        manager,
+        manager._session_id(session_id),
+        user_message,
+        model or manager.config.model,
+        toolset,
+        kind,
+        schemas,
+        llm.tools_tokens(manager.config.tokens.model, schemas),
+    )
+
+
+def _prepare(turn: _Turn) -> Any:
+    """The manager's prepare() for this turn (an awaitable under the async manager)."""
+    return turn.manager.prepare(turn.session_id, turn.user_message, model=turn.model, extra_tokens=turn.tools_tokens)
 
 
 # --- synchronous -------------------------------------------------------------
 
 
 def run_chat(manager: Any, session_id: Any, user_message: Any, *, model: str | None, tools: Any, kwargs: dict[str, Any]) -> ChatResult:
-    session_id, model, toolset, extra = _start(manager, session_id, model, tools)
-    prompt = manager.prepare(session_id, user_message, model=model, extra_tokens=extra)
-    turn = _Turn(manager, session_id, user_message, model, toolset, prompt, "chat")
+    turn = _start(manager, session_id, user_message, model, tools, "chat")
+    turn.begin(_prepare(turn))
     try:
         while not turn.loop.done:
-            sent = list(turn.loop.messages)
-            started = time.perf_counter()
-            response = llm.complete(model, sent, turn.schemas, **kwargs)
-            reply = llm.message_of(response)
-            pending = turn.loop.take(reply)
-            turn.log_call(sent, reply, response, time.perf_counter() - started)
+            sent, started = list(turn.loop.messages), time.perf_counter()
+            response = llm.complete(turn.model, sent, turn.schemas, **kwargs)
+            pending = turn.took(sent, llm.message_of(response), response, started)
             if pending:
-                turn.loop.give(toolset.run(p.id, p.name, p.arguments) for p in pending)
-                turn.fit_loop()
+                turn.gave(turn.toolset.run(p.id, p.name, p.arguments) for p in pending)
     except LLMError as error:
         if turn.loop.calls:
-            manager.record_turn(session_id, user=user_message, assistant=turn.failed(error), tool_calls=turn.loop.calls)
+            turn.record(turn.failed(error))
         raise
-    number = manager.record_turn(session_id, user=user_message, assistant=turn.loop.final or "", tool_calls=turn.loop.calls)
-    return turn.result(number)
+    return turn.result(turn.record())
 
 
 class ChatStream:
@@ -197,12 +220,9 @@ class ChatStream:
     """
 
     def __init__(self, manager: Any, session_id: Any, user_message: Any, model: str | None, tools: Any, kwargs: dict[str, Any]) -> None:
-        session_id, model, toolset, extra = _start(manager, session_id, model, tools)
-        self._manager = manager
-        prompt = manager.prepare(session_id, user_message, model=model, extra_tokens=extra)
-        self._turn = _Turn(manager, session_id, user_message, model, toolset, prompt, "stream")
+        self._turn = _start(manager, session_id, user_message, model, tools, "stream")
+        self._turn.begin(_prepare(self._turn))
         self._kwargs = kwargs
-        self._texts: list[str] = []
         self.result: ChatResult | None = None
         self._iterator = self._run()
 
@@ -216,56 +236,45 @@ class ChatStream:
         self._iterator.close()
 
     def _run(self) -> Iterator[str]:
-        turn, manager = self._turn, self._manager
-        recorded = False
+        turn, texts, recorded = self._turn, [], False
         try:
             while not turn.loop.done:
-                sent = list(turn.loop.messages)
-                started = time.perf_counter()
+                sent, started = list(turn.loop.messages), time.perf_counter()
                 streamed = llm.StreamedMessage()
                 for chunk in llm.stream(turn.model, sent, turn.schemas, **self._kwargs):
                     text = streamed.add(chunk)
                     if text:
-                        self._texts.append(text)
+                        texts.append(text)
                         yield text
-                reply = streamed.message()
-                pending = turn.loop.take(reply)
-                turn.log_call(sent, reply, streamed.usage, time.perf_counter() - started)
+                pending = turn.took(sent, streamed.message(), streamed.usage, started)
                 if pending:
-                    turn.loop.give(turn.toolset.run(p.id, p.name, p.arguments) for p in pending)
-                    turn.fit_loop()
-            number = manager.record_turn(turn.session_id, user=turn.user_message, assistant=turn.loop.final or "", tool_calls=turn.loop.calls)
+                    turn.gave(turn.toolset.run(p.id, p.name, p.arguments) for p in pending)
+            number = turn.record()
             recorded = True
             self.result = turn.result(number)
         finally:
-            if not recorded and (self._texts or turn.loop.calls):
-                manager.record_turn(turn.session_id, user=turn.user_message, assistant=_cut_reply(self._texts), tool_calls=turn.loop.calls)
+            if not recorded and (texts or turn.loop.calls):
+                turn.record(_cut_reply(texts))
 
 
 # --- asynchronous ------------------------------------------------------------
 
 
 async def arun_chat(manager: Any, session_id: Any, user_message: Any, *, model: str | None, tools: Any, kwargs: dict[str, Any]) -> ChatResult:
-    session_id, model, toolset, extra = _start(manager, session_id, model, tools)
-    prompt = await _maybe(manager.prepare(session_id, user_message, model=model, extra_tokens=extra))
-    turn = _Turn(manager, session_id, user_message, model, toolset, prompt, "chat")
+    turn = _start(manager, session_id, user_message, model, tools, "chat")
+    turn.begin(await _maybe(_prepare(turn)))
     try:
         while not turn.loop.done:
-            sent = list(turn.loop.messages)
-            started = time.perf_counter()
-            response = await llm.acomplete(model, sent, turn.schemas, **kwargs)
-            reply = llm.message_of(response)
-            pending = turn.loop.take(reply)
-            turn.log_call(sent, reply, response, time.perf_counter() - started)
+            sent, started = list(turn.loop.messages), time.perf_counter()
+            response = await llm.acomplete(turn.model, sent, turn.schemas, **kwargs)
+            pending = turn.took(sent, llm.message_of(response), response, started)
             if pending:
-                turn.loop.give([await toolset.arun(p.id, p.name, p.arguments) for p in pending])
-                turn.fit_loop()
+                turn.gave([await turn.toolset.arun(p.id, p.name, p.arguments) for p in pending])
     except LLMError as error:
         if turn.loop.calls:
-            await _maybe(manager.record_turn(session_id, user=user_message, assistant=turn.failed(error), tool_calls=turn.loop.calls))
+            await _maybe(turn.record(turn.failed(error)))
         raise
-    number = await _maybe(manager.record_turn(session_id, user=user_message, assistant=turn.loop.final or "", tool_calls=turn.loop.calls))
-    return turn.result(number)
+    return turn.result(await _maybe(turn.record()))
 
 
 class AsyncChatStream:
@@ -287,33 +296,28 @@ class AsyncChatStream:
 
     async def _run(self) -> AsyncIterator[str]:
         manager, session_id, user_message, model, tools, kwargs = self._args
-        session_id, model, toolset, extra = _start(manager, session_id, model, tools)
-        prompt = await _maybe(manager.prepare(session_id, user_message, model=model, extra_tokens=extra))
-        turn = _Turn(manager, session_id, user_message, model, toolset, prompt, "stream")
+        turn = _start(manager, session_id, user_message, model, tools, "stream")
+        turn.begin(await _maybe(_prepare(turn)))
         texts: list[str] = []
         recorded = False
         try:
             while not turn.loop.done:
-                sent = list(turn.loop.messages)
-                started = time.perf_counter()
+                sent, started = list(turn.loop.messages), time.perf_counter()
                 streamed = llm.StreamedMessage()
-                async for chunk in llm.astream(model, sent, turn.schemas, **kwargs):
+                async for chunk in llm.astream(turn.model, sent, turn.schemas, **kwargs):
                     text = streamed.add(chunk)
                     if text:
                         texts.append(text)
                         yield text
-                reply = streamed.message()
-                pending = turn.loop.take(reply)
-                turn.log_call(sent, reply, streamed.usage, time.perf_counter() - started)
+                pending = turn.took(sent, streamed.message(), streamed.usage, started)
                 if pending:
-                    turn.loop.give([await toolset.arun(p.id, p.name, p.arguments) for p in pending])
-                    turn.fit_loop()
-            number = await _maybe(manager.record_turn(session_id, user=user_message, assistant=turn.loop.final or "", tool_calls=turn.loop.calls))
+                    turn.gave([await turn.toolset.arun(p.id, p.name, p.arguments) for p in pending])
+            number = await _maybe(turn.record())
             recorded = True
             self.result = turn.result(number)
         finally:
             if not recorded and (texts or turn.loop.calls):
-                await _maybe(manager.record_turn(session_id, user=user_message, assistant=_cut_reply(texts), tool_calls=turn.loop.calls))
+                await _maybe(turn.record(_cut_reply(texts)))
 
 
 # --- wrapping an existing chatbot -------------------------------------------
@@ -373,7 +377,7 @@ def interpret_reply(reply: Any) -> tuple[str, list[ToolCall], Any, str | None]:
 
 def _wrapped_line(manager: Any, session_id: str, prompt: Prompt, reply: Any, latency: float) -> tuple[str, list[ToolCall]]:
     text, calls, usage, model = interpret_reply(reply)
-    provider = llm.usage_of(usage) if usage is not None else {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": None}
+    provider = llm.usage_of(usage)
     name = model or "wrapped"
     record = usage_record(
         kind="wrap", session=session_id, turn=prompt.turn, step=0, model=name, prompt=prompt,
