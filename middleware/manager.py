@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from .composer import apply_turn, compose, tokenizer_for
 from .config import Config, load_config
 from .events import debug_enabled, log
 from .exceptions import ConfigError, InvalidToolCallError, StoreError
+from .lru import Lru
 from .notes import WRITES, apply_operation, notes_tool_schema
 from .state import Prompt, SessionState, ToolCall, Turn, TurnUpdate, check_session_id, check_text_size
 from .store import AsyncRedisStore, RedisStore
@@ -107,8 +108,7 @@ class _ManagerBase:
         self._pending: deque[tuple[str, TurnUpdate]] = deque()
         self._pending_lock = threading.Lock()
         # The last prompt composed per session, stored with the turn for the inspector.
-        self._prompts: OrderedDict[str, Prompt] = OrderedDict()
-        self._prompts_lock = threading.Lock()
+        self._prompts: Lru[Prompt] = Lru(4_096)  # composed, not yet recorded
 
     @property
     def pending_turns(self) -> list[tuple[str, TurnUpdate]]:
@@ -187,8 +187,7 @@ class _ManagerBase:
         )
 
     def _update(self, session_id: str, turn: Turn) -> TurnUpdate:
-        with self._prompts_lock:
-            prompt = self._prompts.pop(session_id, None)
+        prompt = self._prompts.pop(session_id)
         # 128 random bits as 32 hex digits (what uuid4().hex gives, without the UUID object).
         turn_id = os.urandom(16).hex()
         return apply_turn(
@@ -198,11 +197,7 @@ class _ManagerBase:
     def _remember_prompt(self, session_id: str, prompt: Prompt) -> None:
         """Keep what the model is about to be sent until the turn is recorded (serialized
         then, off the build path)."""
-        with self._prompts_lock:
-            self._prompts[session_id] = prompt
-            self._prompts.move_to_end(session_id)
-            while len(self._prompts) > 4_096:
-                self._prompts.popitem(last=False)
+        self._prompts.put(session_id, prompt)
 
     def _party(self, user_id: Any, agent: Any) -> tuple[str, str]:
         limit = 128

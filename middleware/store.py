@@ -29,10 +29,9 @@ import functools
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import orjson
 
@@ -40,10 +39,9 @@ from .config import Config
 from .context import sanitize_key, sanitize_value
 from .events import log
 from .exceptions import MiddlewareError, StoreError, StoreUnavailableError
+from .lru import Lru
 from .state import SessionState, StoredMessage, TurnUpdate, whole_pairs
 from .text import one_line, redact_url
-
-_V = TypeVar("_V")
 
 __all__ = [
     "AsyncRedisStore",
@@ -304,17 +302,17 @@ _PARTS = ("ctx", "sum", "recent", "meta")
 _META_FIELDS = {name: name.encode() for name in ("turns", "full_tokens", "created", "updated")}
 
 
-def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> tuple[SessionState, _Seen]:
-    """The state from the replies of ``load_commands``; corrupt parts are skipped with a warning."""
-    seen = _Seen(members={}, bad_keys=set())
+def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> tuple[SessionState, dict[str, set[str]]]:
+    """The state from the replies of ``load_commands``, and the context members seen per
+    key; corrupt parts are skipped with a warning."""
+    seen: dict[str, set[str]] = {}
     usable: dict[str, Any] = {}
     for part, reply in zip(_PARTS, replies, strict=True):
         if isinstance(reply, Exception):  # WRONGTYPE: something else was written at our key
             _warn_corrupt(session_id, part, f"unreadable: {reply}")
-            seen.bad_keys.add(part)
             reply = None
         usable[part] = reply
-    context = _decode_context(session_id, usable["ctx"] or [], config, seen.members)
+    context = _decode_context(session_id, usable["ctx"] or [], config, seen)
     recent = _decode_recent(session_id, usable["recent"] or [])
     lines = _decode_summary(usable["sum"] or [], config)
     if not config.summary.cover_recent:
@@ -350,70 +348,20 @@ def _decode_summary(reply: Iterable[bytes], config: Config) -> list[str]:
     return [line for line in lines if line]
 
 
-@dataclass(slots=True)
-class _Seen:
-    """What a load saw: context members per key, and keys holding the wrong type."""
-
-    members: dict[str, set[str]]
-    bad_keys: set[str]
-
-
-class _Lru(Generic[_V]):
-    """A small thread-safe LRU map (session id -> value)."""
-
-    def __init__(self, size: int = 10_000) -> None:
-        self._items: OrderedDict[str, _V] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> _V | None:
-        with self._lock:
-            return self._items.get(key)
-
-    def put(self, key: str, value: _V) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-
-    def forget(self, key: str) -> None:
-        with self._lock:
-            self._items.pop(key, None)
-
-
-class _SeenCache:
+class _SeenCache(Lru[dict[str, set[str]]]):
     """Per session, the context members this process last saw, so a write can remove
     the members it supersedes. Bounded; a miss only leaves duplicates that readers
     resolve by score."""
-
-    def __init__(self, size: int = 10_000) -> None:
-        self._items: OrderedDict[str, dict[str, set[str]]] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
-
-    def put(self, session_id: str, members: dict[str, set[str]]) -> None:
-        with self._lock:
-            self._items[session_id] = members
-            self._items.move_to_end(session_id)
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
 
     def superseded(self, session_id: str, update: TurnUpdate) -> list[str]:
         """Members this write replaces; the cache then remembers the write's own members."""
         with self._lock:
             members = self._items.setdefault(session_id, {})
-            self._items.move_to_end(session_id)
             stale = [m for key, _ in update.context for m in members.get(key, ())]
             for key, value in update.context:
                 members[key] = {_member(key, value)}
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
+            self._touch(session_id)
             return stale
-
-    def forget(self, session_id: str) -> None:
-        with self._lock:
-            self._items.pop(session_id, None)
 
 
 # --- users, agents and notes ----------------------------------------------------
@@ -634,7 +582,7 @@ class _StoreBase:
         self.url = url or config.store.url
         self._owns_client = owns_client
         self._seen = _SeenCache()
-        self._owners: _Lru[tuple[str, str]] = _Lru()
+        self._owners: Lru[tuple[str, str]] = Lru()
         self._cluster = config.store.cluster
 
     def keys(self, session_id: str) -> SessionKeys:
@@ -670,7 +618,7 @@ class _StoreBase:
 
     def _after_load(self, session_id: str, replies: Sequence[Any]) -> SessionState:
         state, seen = decode_state(session_id, replies, self.config)
-        self._seen.put(session_id, seen.members)
+        self._seen.put(session_id, seen)
         return state
 
     def _page_entries(self, rows: Sequence[tuple[str, float]], replies: Sequence[Any]) -> tuple[list[SessionSummary], list[str]]:

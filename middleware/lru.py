@@ -1,0 +1,42 @@
+"""A small thread-safe LRU map, for the per-process caches keyed by session id."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Generic, TypeVar
+
+__all__ = ["Lru"]
+
+_V = TypeVar("_V")
+
+
+class Lru(Generic[_V]):
+    """At most ``size`` entries; the least recently used goes first."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._items: OrderedDict[str, _V] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> _V | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def put(self, key: str, value: _V) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._touch(key)
+
+    def pop(self, key: str) -> _V | None:
+        with self._lock:
+            return self._items.pop(key, None)
+
+    def forget(self, key: str) -> None:
+        self.pop(key)
+
+    def _touch(self, key: str) -> None:
+        """Mark ``key`` most recent and evict past the size (call with the lock held)."""
+        self._items.move_to_end(key)
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)

@@ -1,0 +1,21 @@
+"""Tests for middleware.lru: the bounded per-process caches."""
+
+from __future__ import annotations
+
+from middleware.lru import Lru
+
+
+def test_least_recently_used_goes_first() -> None:
+    """Past its size the cache drops the entry used longest ago; a put refreshes an entry."""
+    cache: Lru[int] = Lru(2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    cache.put("a", 3)  # "a" is now the most recent
+    cache.put("c", 4)
+    assert (cache.get("a"), cache.get("b"), cache.get("c")) == (3, None, 4)
+
+
+def test_pop_returns_and_removes() -> None:
+    cache: Lru[str] = Lru(4)
+    cache.put("s", "prompt")
+    assert cache.pop("s") == "prompt" and cache.pop("s") is None and cache.get("s") is None
