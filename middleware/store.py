@@ -88,7 +88,7 @@ class SessionKeys:
         base = f"{self.prefix}:{{{_escape_tag(self.session_id)}}}"
         for name in ("ctx", "sum", "recent", "meta", "traces", "prompt"):
             object.__setattr__(self, name, f"{base}:{name}")
-        object.__setattr__(self, "index", f"{self.prefix}:sessions")
+        object.__setattr__(self, "index", index_key(self.prefix))
 
     @property
     def session_keys(self) -> tuple[str, ...]:
@@ -132,6 +132,11 @@ def _session_keys(prefix: str, session_id: str) -> SessionKeys:
 
 
 @functools.lru_cache(maxsize=65_536)
+def index_key(prefix: str) -> str:
+    """The listing index of every session: a sorted set scored by last update."""
+    return f"{prefix}:sessions"
+
+
 def load_commands(keys: SessionKeys) -> tuple[Command, ...]:
     """The reads of one load; the same for a session every time, so built once."""
     return (
@@ -298,7 +303,8 @@ def _meta_number(session_id: str, meta: dict[bytes, bytes], name: str, kind: typ
         return None
 
 
-_PARTS = ("ctx", "sum", "recent", "meta")
+_PARTS = ("ctx", "sum", "recent", "meta")  # what load_commands reads, in order
+_LOAD_REPLIES = len(_PARTS)
 _META_FIELDS = {name: name.encode() for name in ("turns", "full_tokens", "created", "updated")}
 
 
@@ -534,6 +540,11 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+def _text_or_empty(value: Any) -> str:
+    """A string reply as text; a missing key (None) or anything else as ""."""
+    return _text(value) if isinstance(value, bytes) else ""
+
+
 def _queue(pipe: Any, commands: Iterable[Command]) -> None:
     for method, key, args in commands:
         getattr(pipe, method)(key, *args)
@@ -591,23 +602,22 @@ class _StoreBase:
     def pair(self, user_id: str, agent: str) -> PairKeys:
         return PairKeys(self.config.store.key_prefix, user_id, agent)
 
-    def _load_plan(self, session_id: str) -> tuple[SessionKeys, list[Command], tuple[str, str] | None]:
+    def _load_plan(self, session_id: str) -> tuple[list[Command], tuple[str, str] | None]:
         """The reads of a load; the notes join them when this process knows the session's owner."""
-        keys = self.keys(session_id)
         owner = self._owners.get(session_id)
-        commands = list(load_commands(keys))
+        commands = list(load_commands(self.keys(session_id)))
         if owner is not None and self.config.notes.max_tokens:
             commands.append(("get", self.pair(*owner).notes, ()))
-        return keys, commands, owner
+        return commands, owner
 
     def _loaded(self, session_id: str, replies: Sequence[Any], owner: tuple[str, str] | None) -> tuple[SessionState, tuple[str, str] | None]:
         """The state, with notes if they were read; else the owner whose notes still need reading."""
-        state = self._after_load(session_id, replies[:4])
+        state = self._after_load(session_id, replies[:_LOAD_REPLIES])
         if state.owner is None:
             return state, None
         self._owners.put(session_id, state.owner)
-        if owner == state.owner and len(replies) > 4:
-            return dataclasses.replace(state, notes=_text(replies[4]) if isinstance(replies[4], bytes) else ""), None
+        if owner == state.owner and len(replies) > _LOAD_REPLIES:
+            return dataclasses.replace(state, notes=_text_or_empty(replies[_LOAD_REPLIES])), None
         return state, (state.owner if self.config.notes.max_tokens else None)
 
     def _record_plan(self, session_id: str, update: TurnUpdate, now: float) -> tuple[SessionKeys, list[Command]]:
@@ -625,7 +635,7 @@ class _StoreBase:
         """Summaries of listed sessions, and ids the index holds but the store no longer does."""
         entries, stale = [], []
         for i, (sid, score) in enumerate(rows):
-            state, _ = decode_state(sid, replies[4 * i : 4 * i + 4], self.config)
+            state, _ = decode_state(sid, replies[_LOAD_REPLIES * i : _LOAD_REPLIES * (i + 1)], self.config)
             if state.turns == 0 and not (state.recent or state.context or state.summary):
                 stale.append(sid)  # expired or deleted behind the index's back
                 continue
@@ -656,11 +666,10 @@ class RedisStore(_StoreBase):
     def load(self, session_id: str) -> SessionState:
         """The session's state in one round trip (a second one, once per process, to find
         the notes of a session made by resolve_session)."""
-        _, commands, owner = self._load_plan(session_id)
+        commands, owner = self._load_plan(session_id)
         state, missing = self._loaded(session_id, self._run(commands, transaction=False), owner)
         if missing is not None:
-            notes = self._run([("get", self.pair(*missing).notes, ())], transaction=False)[0]
-            state = dataclasses.replace(state, notes=_text(notes) if isinstance(notes, bytes) else "")
+            state = dataclasses.replace(state, notes=self.get_notes(*missing))
         return state
 
     def resolve_session(self, user_id: str, agent: str, *, new: bool = False) -> str:
@@ -684,7 +693,7 @@ class RedisStore(_StoreBase):
 
     def get_notes(self, user_id: str, agent: str) -> str:
         value = self._run([("get", self.pair(user_id, agent).notes, ())], transaction=False)[0]
-        return _text(value) if isinstance(value, bytes) else ""
+        return _text_or_empty(value)
 
     def update_notes(self, user_id: str, agent: str, edit: Callable[[str], str]) -> str:
         """Apply ``edit`` to the notes atomically (WATCH/MULTI, retried if someone else wrote)."""
@@ -692,7 +701,7 @@ class RedisStore(_StoreBase):
         try:
             def transaction(pipe: Any) -> str:
                 current = pipe.get(key)
-                updated = edit(_text(current) if isinstance(current, bytes) else "")
+                updated = edit(_text_or_empty(current))
                 pipe.multi()
                 pipe.set(key, updated) if updated else pipe.delete(key)
                 return updated
@@ -708,9 +717,9 @@ class RedisStore(_StoreBase):
         keys = self.keys(session_id)
         commands = [*load_commands(keys), ("lrange", keys.traces, (-max(traces, 1), -1)), ("get", keys.prompt, ())]
         replies = self._run(commands, transaction=False)
-        state, warnings = decode_with_warnings(session_id, replies[:4], self.config)
+        state, warnings = decode_with_warnings(session_id, replies[:_LOAD_REPLIES], self.config)
         notes = self.get_notes(*state.owner) if state.owner else ""
-        return {"state": dataclasses.replace(state, notes=notes), "traces": replies[4], "prompt": replies[5], "warnings": warnings}
+        return {"state": dataclasses.replace(state, notes=notes), "traces": replies[_LOAD_REPLIES], "prompt": replies[_LOAD_REPLIES + 1], "warnings": warnings}
 
     def record(self, session_id: str, update: TurnUpdate, *, now: float | None = None) -> int:
         now = time.time() if now is None else now
@@ -742,7 +751,7 @@ class RedisStore(_StoreBase):
         self._owners.forget(session_id)
 
     def _index_page(self, search: str | None, page: int, page_size: int) -> tuple[list[tuple[str, float]], int]:
-        index = f"{self.config.store.key_prefix}:sessions"
+        index = index_key(self.config.store.key_prefix)
         try:
             if search:
                 pattern = f"*{search.translate(_GLOB_SPECIAL)}*"
@@ -826,7 +835,7 @@ class AsyncRedisStore(_StoreBase):
             raise _store_error(self.url, exc) from exc
 
     async def _index_page(self, search: str | None, page: int, page_size: int) -> tuple[list[tuple[str, float]], int]:
-        index = f"{self.config.store.key_prefix}:sessions"
+        index = index_key(self.config.store.key_prefix)
         if self._threaded:
             return await asyncio.to_thread(RedisStore._index_page, self, search, page, page_size)  # type: ignore[arg-type]
         try:
@@ -856,11 +865,10 @@ class AsyncRedisStore(_StoreBase):
         return SessionPage(entries=entries, total=total - len(stale), page=page, page_size=page_size)
 
     async def load(self, session_id: str) -> SessionState:
-        _, commands, owner = self._load_plan(session_id)
+        commands, owner = self._load_plan(session_id)
         state, missing = self._loaded(session_id, await self._run(commands, transaction=False), owner)
         if missing is not None:
-            notes = (await self._run([("get", self.pair(*missing).notes, ())], transaction=False))[0]
-            state = dataclasses.replace(state, notes=_text(notes) if isinstance(notes, bytes) else "")
+            state = dataclasses.replace(state, notes=await self.get_notes(*missing))
         return state
 
     async def resolve_session(self, user_id: str, agent: str, *, new: bool = False) -> str:
@@ -882,7 +890,7 @@ class AsyncRedisStore(_StoreBase):
 
     async def get_notes(self, user_id: str, agent: str) -> str:
         value = (await self._run([("get", self.pair(user_id, agent).notes, ())], transaction=False))[0]
-        return _text(value) if isinstance(value, bytes) else ""
+        return _text_or_empty(value)
 
     async def update_notes(self, user_id: str, agent: str, edit: Callable[[str], str]) -> str:
         key = self.pair(user_id, agent).notes
@@ -892,7 +900,7 @@ class AsyncRedisStore(_StoreBase):
 
             async def transaction(pipe: Any) -> str:
                 current = await pipe.get(key)
-                updated = edit(_text(current) if isinstance(current, bytes) else "")
+                updated = edit(_text_or_empty(current))
                 pipe.multi()
                 pipe.set(key, updated) if updated else pipe.delete(key)
                 return updated
@@ -907,9 +915,9 @@ class AsyncRedisStore(_StoreBase):
         keys = self.keys(session_id)
         commands = [*load_commands(keys), ("lrange", keys.traces, (-max(traces, 1), -1)), ("get", keys.prompt, ())]
         replies = await self._run(commands, transaction=False)
-        state, warnings = decode_with_warnings(session_id, replies[:4], self.config)
+        state, warnings = decode_with_warnings(session_id, replies[:_LOAD_REPLIES], self.config)
         notes = await self.get_notes(*state.owner) if state.owner else ""
-        return {"state": dataclasses.replace(state, notes=notes), "traces": replies[4], "prompt": replies[5], "warnings": warnings}
+        return {"state": dataclasses.replace(state, notes=notes), "traces": replies[_LOAD_REPLIES], "prompt": replies[_LOAD_REPLIES + 1], "warnings": warnings}
 
     async def record(self, session_id: str, update: TurnUpdate, *, now: float | None = None) -> int:
         now = time.time() if now is None else now
