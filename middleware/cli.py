@@ -361,17 +361,13 @@ def sessions_show(obj: _Context, session_id: str, as_json: bool) -> None:
     _warn_if_private_store(mgr)
     with _errors(), mgr:
         state = mgr.get_state(session_id)
-    if not _exists(state):
+    if state.is_empty:
         raise click.ClickException(f"no session {session_id!r}")
     if as_json:
         data = {k: v for k, v in asdict(state).items() if k != "pairs"}
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
     _print_state(_console(), session_id, state)
-
-
-def _exists(state: Any) -> bool:
-    return bool(state.turns or state.recent or state.context or state.summary)
 
 
 def _print_state(console: Any, session_id: str, state: Any) -> None:
@@ -401,7 +397,7 @@ def sessions_reset(obj: _Context, session_id: str, yes: bool) -> None:
     mgr = obj.manager()
     _warn_if_private_store(mgr)
     with _errors(), mgr:
-        existed = _exists(mgr.get_state(session_id))
+        existed = not mgr.get_state(session_id).is_empty
         mgr.reset(session_id)
     click.echo(f"session {session_id!r} reset" if existed else f"no session {session_id!r}: nothing to reset")
 

@@ -16,7 +16,6 @@ the system message and ends with the user's message.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,13 +35,10 @@ from .state import (
     whole_pairs,
 )
 from .summary import action_of, summary_line
-from .text import CUT_MARKER, cut_middle
+from .text import CUT_MARKER, cut_middle, squeeze_blank_lines
 from .tokens import REPLY_PRIMING, TOKENS_PER_MESSAGE, Tokenizer, get_tokenizer
 
 __all__ = ["apply_turn", "build_messages", "compose", "is_valid_chat", "static_prefix", "system_prompt"]
-
-_BLANK_RUNS = re.compile(r"\n{3,}")
-
 
 def tokenizer_for(config: Config) -> Tokenizer:
     return get_tokenizer(config.tokens.model, encoding=config.tokens.encoding)
@@ -56,7 +52,7 @@ def _render_static(config: Config) -> str:
         skills=render_skills(config.skills, config.prompt.skills_header),
     )
     lines = "\n".join(line.rstrip() for line in text.splitlines())
-    return _BLANK_RUNS.sub("\n\n", lines).strip()
+    return squeeze_blank_lines(lines).strip()
 
 
 def static_prefix(config: Config) -> str:

@@ -43,7 +43,8 @@ ENV_REDIS_URL = "REDIS_URL"
 
 _PROMPT_FIELDS = ("name", "instructions", "skills", "notes", "context")
 _VOLATILE = ("{notes}", "{context}")
-_KEY_NAME = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$"
+# A context key name: an identifier, never free text (it is printed into the system prompt).
+KEY_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
 
 
 class _Section(BaseModel):
@@ -80,7 +81,7 @@ class ContextConfig(_Section):
     @classmethod
     def _key_names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         for key in value or ():
-            if not re.match(_KEY_NAME, key):
+            if not KEY_NAME.match(key):
                 raise ValueError(
                     f"'{key}' is not a usable key name; expected letters, digits, '_', '.' or '-', "
                     "starting with a letter or '_', at most 64 characters"

@@ -8,23 +8,21 @@ and capped, so a tool argument cannot add a line or a section to the prompt.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .config import ContextConfig
+from .config import KEY_NAME, ContextConfig
 from .state import ToolCall, compact_json
 from .text import one_line
 
 __all__ = ["extract_context", "render_context", "sanitize_key", "sanitize_value"]
 
-_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
 _SCALARS = (str, int, float, bool)
 
 
 def sanitize_key(key: Any) -> str | None:
     """A key name that is safe to print, or None: names are identifiers, never free text."""
-    return key if isinstance(key, str) and _KEY.match(key) else None
+    return key if isinstance(key, str) and KEY_NAME.match(key) else None
 
 
 def sanitize_value(value: Any, limit: int) -> str | None:

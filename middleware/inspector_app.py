@@ -91,7 +91,7 @@ def create_app(manager: Any, *, token: str | None = None) -> Starlette:
         # Traces are read generously so the conversation view can collapse calls and results.
         raw = await _call(store.inspect, session_id, traces=max(trace_limit or 100, (conversation_limit or 50) * 4))
         state = raw["state"]
-        if state.turns == 0 and not (state.recent or state.context or state.summary or raw["traces"]):
+        if state.is_empty and not raw["traces"]:
             return _error(404, f"no session {session_id!r}")
         view = session_view(raw, include=include, trace_limit=trace_limit, conversation_limit=conversation_limit)
         return JSONResponse(view)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .exceptions import InvalidInputError
-from .text import clean_text
+from .text import clean_text, squeeze_blank_lines
 
 __all__ = ["OPERATIONS", "NotesError", "apply_operation", "notes_tool_schema", "render_notes", "sections"]
 
@@ -108,7 +108,7 @@ def apply_operation(
         result = "\n".join(lines[: section.start] + lines[section.end :]).strip("\n")
     else:  # replace_section_by_header
         result = _replace_section(notes, section_header or "", text)
-    result = re.sub(r"\n{3,}", "\n\n", result).strip("\n")
+    result = squeeze_blank_lines(result).strip("\n")
     if len(result) > max_chars:
         raise NotesError(f"The notes would hold {len(result):,} characters; the limit is {max_chars:,} (notes.max_chars).")
     return result, f"notes {operation.replace('_', ' ')}: done ({len(result):,} characters)"

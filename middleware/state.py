@@ -230,6 +230,10 @@ class SessionState:
     # with their counts, so composing does not check and rebuild it again.
     pairs: tuple[StoredMessage, ...] | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def is_empty(self) -> bool:
+        """Nothing remembered: a session never recorded, expired or reset."""
+        return not (self.turns or self.recent or self.context or self.summary)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

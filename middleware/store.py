@@ -636,7 +636,7 @@ class _StoreBase:
         entries, stale = [], []
         for i, (sid, score) in enumerate(rows):
             state, _ = decode_state(sid, replies[_LOAD_REPLIES * i : _LOAD_REPLIES * (i + 1)], self.config)
-            if state.turns == 0 and not (state.recent or state.context or state.summary):
+            if state.is_empty:
                 stale.append(sid)  # expired or deleted behind the index's back
                 continue
             entries.append(_summary(state, score))

@@ -19,6 +19,14 @@ _WHITESPACE = re.compile(r"\s+", re.UNICODE)
 _DROPPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
 
 
+_BLANK_RUNS = re.compile(r"\n{3,}")
+
+
+def squeeze_blank_lines(text: str) -> str:
+    """Runs of blank lines cut to one blank line."""
+    return _BLANK_RUNS.sub("\n\n", text)
+
+
 def clean_text(text: str) -> str:
     """Replace unpaired surrogates with U+FFFD so the text can be encoded as UTF-8.
 

@@ -40,12 +40,19 @@ _SAMPLES = 8
 _lock = threading.Lock()
 
 
-def _bundled_tokenizer_dir() -> Path | None:
+@functools.cache
+def _litellm_dir() -> Path | None:
+    """litellm's package folder, found without importing litellm (it takes seconds)."""
     spec = importlib.util.find_spec("litellm")
     if spec is None or not spec.submodule_search_locations:
         return None
-    folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
-    return folder if folder.is_dir() else None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _bundled_tokenizer_dir() -> Path | None:
+    base = _litellm_dir()
+    folder = base / "litellm_core_utils" / "tokenizers" if base else None
+    return folder if folder is not None and folder.is_dir() else None
 
 
 def _point_tiktoken_at_bundled_files() -> None:
@@ -147,11 +154,9 @@ def _tokenizer_for_encoding(encoding_name: str) -> Tokenizer:
 
 
 def _price_map_path() -> Path | None:
-    spec = importlib.util.find_spec("litellm")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "model_prices_and_context_window_backup.json"
-    return path if path.is_file() else None
+    base = _litellm_dir()
+    path = base / "model_prices_and_context_window_backup.json" if base else None
+    return path if path is not None and path.is_file() else None
 
 
 @functools.cache
