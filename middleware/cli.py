@@ -7,6 +7,7 @@ Every command has ``--help``. The store and config come from ``--config`` /
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,14 +17,13 @@ from typing import Any
 
 import click
 
-from .config import Config, load_config
+from .config import ENV_REDIS_URL, Config, load_config
 from .exceptions import LLMError, MiddlewareError
 
 __all__ = ["main"]
 
 
 def _console(stderr: bool = False) -> Any:
-    import os
 
     from rich.console import Console
 
@@ -49,9 +49,9 @@ class _Context:
 
     def config(self, **overrides: Any) -> Config:
         with _errors():
-            config = load_config(self.config_path)
-            if self.redis_url:
-                overrides.setdefault("store", {})["url"] = self.redis_url
+            # --redis-url is applied as load_config applies $REDIS_URL (one validation).
+            env = {**os.environ, ENV_REDIS_URL: self.redis_url} if self.redis_url else None
+            config = load_config(self.config_path, env=env)
             return config.with_overrides(**overrides) if overrides else config
 
     def manager(self, **overrides: Any) -> Any:
@@ -89,8 +89,6 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
     are simulated devices. Each request leaves out what earlier turns established
     (interface, device); the model finds it only in the context the middleware injects.
     """
-    from datetime import datetime
-
     from rich.table import Table
 
     from .demo import SCRIPT
@@ -253,7 +251,7 @@ def report(log: str, session: str | None, since: str | None, fmt: str, html_path
 def _parse_since(since: str | None) -> datetime | None:
     from .report import parse_since
 
-    return parse_since(since, now=datetime.now(timezone.utc)) if since else None
+    return parse_since(since) if since else None
 
 
 def _print_report(result: Any) -> None:
