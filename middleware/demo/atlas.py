@@ -60,40 +60,39 @@ def _reply(text: str) -> dict[str, Any]:
     return {"role": "assistant", "content": text, "tool_calls": None}
 
 
-def _ask(messages: Sequence[Any], *calls: dict[str, Any]) -> dict[str, Any]:
+def _ask(*calls: dict[str, Any]) -> dict[str, Any]:
     return {"role": "assistant", "content": None, "tool_calls": list(calls)}
 
 
-def _plan(request: str, messages: Sequence[Mapping[str, Any]], tools: set[str]) -> dict[str, Any]:
+def _plan(request: str, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     context = _context(messages)
     named = _NAMED_UI.search(request)
     ui = named["ui"] if named else context.get("userinterface_name")
     device = context.get("device_id")
     if match := _TAKE_CONTROL.search(request):
-        return _ask(messages, _call(messages, "take_control", host_name=match["host"], device_id=match["device"]))
+        return _ask(_call(messages, "take_control", host_name=match["host"], device_id=match["device"]))
     if _RECAP.search(request):
         return _reply(_recap(messages))
     if _TREE.search(request):
         if not ui:
             return _reply("Which interface? For example: show the node tree of google_tv.")
-        return _ask(messages, _call(messages, "get_node_tree", userinterface_name=ui))
+        return _ask(_call(messages, "get_node_tree", userinterface_name=ui))
     if _CURRENT.search(request):
         if not ui:
             return _reply("Which interface is the device on? Navigate somewhere first, e.g. 'go to home on google_tv'.")
-        return _ask(messages, _call(messages, "get_current_node", userinterface_name=ui, device_id=device))
+        return _ask(_call(messages, "get_current_node", userinterface_name=ui, device_id=device))
     if match := _NAVIGATE.search(request):
         ui = match["ui"] or ui
         if not ui:
             return _reply(f"Which interface should I open '{match['node']}' on? For example: google_tv.")
         tree = context.get("tree_id") if ui == context.get("userinterface_name") else None
         return _ask(
-            messages,
             _call(messages, "navigate_to_node", node=match["node"].lower(), userinterface_name=ui, tree_id=tree, device_id=device),
         )
     if match := _CLICK.search(request):
         if not ui:
             return _reply("Which interface is the device on?")
-        return _ask(messages, _call(messages, "click_element", element=match["element"], userinterface_name=ui, device_id=device))
+        return _ask(_call(messages, "click_element", element=match["element"], userinterface_name=ui, device_id=device))
     return _reply("I can take control of a device, move between its screens, click elements and tell you where it is.")
 
 
@@ -156,7 +155,7 @@ def respond(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, 
     if last.get("role") == "tool":
         return _finish(messages)
     names = {t.get("function", {}).get("name") for t in tools or ()}
-    plan = _plan(str(last.get("content") or ""), messages, names)
+    plan = _plan(str(last.get("content") or ""), messages)
     missing = [c["function"]["name"] for c in plan.get("tool_calls") or () if c["function"]["name"] not in names]
     if missing:
         return _reply(f"I would use {', '.join(missing)}, but that tool is not available to me here.")

@@ -82,11 +82,10 @@ class DeviceLab:
         self._lock = threading.Lock()
         self.controlled: tuple[str, str] | None = None
         self.position: dict[tuple[str, str], str] = {}
-        self.clicks = 0
 
     def reset(self) -> None:
         with self._lock:
-            self.controlled, self.position, self.clicks = None, {}, 0
+            self.controlled, self.position = None, {}
 
     def take_control(self, host_name: str, device_id: str) -> dict[str, Any]:
         if device_id not in HOSTS.get(host_name, []):
@@ -166,7 +165,6 @@ class DeviceLab:
         if wanted not in targets:
             return {"success": False, "error": f"no element '{element}' on {current['current_node']}", "elements": targets}
         with self._lock:
-            self.clicks += 1
             self.position[(current["device_id"], userinterface_name)] = wanted
         return {"success": True, "element": wanted, "from_node": current["current_node"], "to_node": wanted}
 
