@@ -194,25 +194,30 @@ def _fit_memory(
     context keys (least recently set first: ``context`` is in the order keys were set)."""
     done: list[str] = []
 
-    def parts() -> tuple[int, int, int]:
-        section = render_context(order_context(context, config.context), config.context)
-        return (
-            _count(_summary_messages(lines, config), tokenizer),
-            tokenizer.count(notes_section(config, notes, notes_cap, tokenizer)),
-            tokenizer.count(section),
-        )
+    def summary_size() -> int:
+        return _count(_summary_messages(lines, config), tokenizer)
 
-    while lines and sum(parts()) > budget:
+    def notes_size() -> int:
+        return tokenizer.count(notes_section(config, notes, notes_cap, tokenizer))
+
+    def context_size() -> int:
+        return tokenizer.count(render_context(order_context(context, config.context), config.context))
+
+    # Each size is recounted only when its own part changes.
+    summary_tokens, notes_tokens, context_tokens = summary_size(), notes_size(), context_size()
+    while lines and summary_tokens + notes_tokens + context_tokens > budget:
         lines = lines[1:]
         done.append("summary_line_dropped")
-    summary_tokens, notes_tokens, context_tokens = parts()
+        summary_tokens = summary_size()
     if notes_tokens and summary_tokens + notes_tokens + context_tokens > budget:
         room = budget - summary_tokens - context_tokens
         notes_cap = room if room >= 24 else 0  # too little room for useful notes: leave them out
         done.append("notes_cut" if notes_cap else "notes_dropped")
-    while context and sum(parts()) > budget:
+        notes_tokens = notes_size()
+    while context and summary_tokens + notes_tokens + context_tokens > budget:
         context = dict(list(context.items())[1:])
         done.append("context_key_dropped")
+        context_tokens = context_size()
     return lines, notes_cap, context, done
 
 
@@ -340,7 +345,8 @@ def apply_turn(
     tokenizer = tokenizer or tokenizer_for(config)
     # An empty reply (tool calls only) is remembered as what was done; a huge one is
     # cut in the middle so one reply cannot bloat the session.
-    final = turn.assistant if turn.assistant.strip() else action_of(turn, config.summary)
+    action = action_of(turn, config.summary)
+    final = turn.assistant if turn.assistant.strip() else action
     final = cut_middle(final, config.tokens.max_message_chars)
     pair = (
         StoredMessage("user", turn.user, tokenizer.count_chat("user", turn.user)),
@@ -350,7 +356,7 @@ def apply_turn(
     full = pair[0].tokens + pair[1].tokens + _tool_tokens(turn, tokenizer)
     return TurnUpdate(
         context=extract_context(turn.tool_calls, config.context),
-        summary_line=summary_line(turn, config.summary),
+        summary_line=summary_line(turn, config.summary, action=action),
         recent=recent,
         full_tokens=full,
         traces=_traces(turn, final, config.traces.max_entry_chars) if config.traces.max_entries else (),

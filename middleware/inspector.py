@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .state import SessionState
-from .store import SessionPage
+
+if TYPE_CHECKING:
+    from .store import SessionPage
 
 __all__ = ["INCLUDES", "conversation_view", "listing", "parse_traces", "session_view"]
 

@@ -58,6 +58,7 @@ def action_of(turn: Turn, config: SummaryConfig) -> str:
     return one_line(text, config.action_brief_chars) or "(no reply)"
 
 
-def summary_line(turn: Turn, config: SummaryConfig) -> str:
+def summary_line(turn: Turn, config: SummaryConfig, *, action: str | None = None) -> str:
+    """``• {user brief} → {action}``; ``action`` is ``action_of(turn, config)`` when given."""
     user = one_line(turn.user, config.user_brief_chars) or "(empty message)"
-    return f"{BULLET} {user} {ARROW} {action_of(turn, config)}"
+    return f"{BULLET} {user} {ARROW} {action if action is not None else action_of(turn, config)}"
