@@ -93,6 +93,7 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
 
     from .demo import SCRIPT
     from .demo.device import LAB
+    from .report import Totals
 
     overrides: dict[str, Any] = {"usage_log": {"path": log_path}} if log_path else {}
     console = _console()
@@ -107,7 +108,7 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
         for column, justify in [("#", "right"), ("user", "left"), ("tools", "left"), ("reply", "left"),
                                 ("sent", "right"), ("full history", "right"), ("saved", "right")]:
             table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
-        sent_total = full_total = 0
+        firsts = Totals()  # the first LLM call of each turn
         with console.status("Loading litellm (the first call takes a few seconds)…"):
             from . import llm
 
@@ -115,16 +116,14 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
         for number, request in enumerate(SCRIPT, start=1):
             result = mgr.chat(session, request, model=model, tools=device_tools)
             first = result.calls[0]
-            sent_total += first["tokens"]["total"]
-            full_total += first["full_history_tokens"]
+            firsts.add(first)
             tools = ", ".join(call.name for call in result.tool_calls) or "-"
             table.add_row(str(number), request, tools, result.text, f"{first['tokens']['total']:,}",
                           f"{first['full_history_tokens']:,}", f"{first['saved_pct']:.0f}%")
         console.print(table)
         state = mgr.get_state(session)
-        saved = 100 * (full_total - sent_total) / full_total if full_total else 0.0
-        console.print(f"\n{len(SCRIPT)} turns: {sent_total:,} prompt tokens sent against {full_total:,} with the full "
-                      f"history, [bold]{saved:.0f}% saved[/bold] (first call of each turn; tool schemas included on both sides).")
+        console.print(f"\n{len(SCRIPT)} turns: {firsts.tokens_sent:,} prompt tokens sent against {firsts.full_history_tokens:,} with the full "
+                      f"history, [bold]{firsts.saved_pct:.0f}% saved[/bold] (first call of each turn; tool schemas included on both sides).")
         console.print(f"Remembered context: {state.context}")
         log_file = mgr.usage_log.path
         if log_file is not None:
