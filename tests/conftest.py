@@ -193,6 +193,12 @@ def store_url(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def manager(atlas: Config, store_url: str) -> Iterator[SessionManager]:
-    with SessionManager(atlas, redis_url=store_url) as mgr:
+def log_path(tmp_path: Path) -> Path:
+    """A usage log of the test's own (never the working directory's)."""
+    return tmp_path / "usage.jsonl"
+
+
+@pytest.fixture
+def manager(atlas: Config, store_url: str, log_path: Path) -> Iterator[SessionManager]:
+    with SessionManager(atlas.with_overrides(usage_log={"path": str(log_path)}), redis_url=store_url) as mgr:
         yield mgr

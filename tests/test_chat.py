@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +32,10 @@ class Spy:
 
 
 @pytest.fixture
-def log_path(tmp_path: Path) -> Path:
-    return tmp_path / "usage.jsonl"
-
-
-@pytest.fixture
-def mgr(atlas: Config, store_url: str, log_path: Path) -> Iterator[SessionManager]:
+def mgr(manager: SessionManager) -> SessionManager:
+    """conftest's manager (usage log at log_path) with the simulated devices reset."""
     LAB.reset()
-    config = atlas.with_overrides(usage_log={"path": str(log_path)})
-    with SessionManager(config, redis_url=store_url) as manager:
-        yield manager
+    return manager
 
 
 def lines(path: Path) -> list[dict[str, Any]]:

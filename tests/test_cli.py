@@ -111,8 +111,9 @@ def test_sessions_commands_against_real_redis(real_redis_url: str) -> None:
     assert "user-1" not in after.output and "user-2" in after.output
 
 
-def test_chat_command_reads_stdin_and_remembers(tmp_path: Path) -> None:
+def test_chat_command_reads_stdin_and_remembers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Piped input drives `middleware chat`; /state shows what the session holds."""
+    monkeypatch.chdir(tmp_path)  # the default usage log is written to the working directory
     result = CliRunner().invoke(
         main, ["chat", "--model", "scripted/atlas", "--session", "c1"],
         input="take control of device1 on sunri-pi1\nnavigate to watchlist on google_tv\n/state\n/exit\n",
