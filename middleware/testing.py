@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from .events import _sinks, _sinks_lock
 
-__all__ = ["capture_events"]
+__all__ = ["RedisServer", "capture_events", "free_port"]
 
 
 @contextmanager
@@ -28,3 +33,84 @@ def capture_events() -> Iterator[list[dict[str, Any]]]:
     finally:
         with _sinks_lock:
             _sinks.remove(events)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """A ``redis-server`` process on 127.0.0.1 (a free port unless given), nothing
+    persisted unless ``extra`` says so (later arguments win). Use as a context manager,
+    or ``start()``/``stop()`` it, as often as needed, to test outages.
+
+    >>> with RedisServer(tmp_path) as server:
+    ...     mgr = SessionManager(redis_url=server.url)
+    """
+
+    def __init__(
+        self,
+        workdir: str | Path,
+        *,
+        port: int | None = None,
+        binary: str | None = None,
+        extra: tuple[str, ...] = (),
+        password: str | None = None,
+    ) -> None:
+        self.binary = binary or shutil.which("redis-server") or "redis-server"
+        self.workdir = Path(workdir)
+        self.port = port or free_port()
+        self.password = password
+        self.extra = (*extra, "--requirepass", password) if password else extra
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> float:
+        """Start the server; returns the ``time.monotonic()`` at which it first answered."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        args = [
+            self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--dir", str(self.workdir), "--daemonize", "no", "--loglevel", "warning", *self.extra,
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            return self.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_ready(self, timeout: float = 10.0) -> float:
+        import redis
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if redis.Redis(host="127.0.0.1", port=self.port, password=self.password, socket_timeout=0.5).ping():
+                    return time.monotonic()
+            except redis.RedisError:
+                time.sleep(0.005)
+        raise RuntimeError(f"redis-server on port {self.port} did not answer within {timeout:g} s")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def client(self) -> Any:
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password)
+
+    def __enter__(self) -> RedisServer:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()

@@ -17,19 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from middleware import Config, SessionManager, load_config
+from middleware import Config, SessionManager, load_config, testing
 
 # Tests import litellm directly too; it must never reach for the network.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG_PATH = REPO / "config.yaml"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def require_binary(name: str) -> str:
@@ -41,51 +35,11 @@ def require_binary(name: str) -> str:
     pytest.skip(f"{name} not installed")
 
 
-class RedisServer:
-    """A redis-server process on 127.0.0.1 with nothing persisted."""
+class RedisServer(testing.RedisServer):
+    """middleware.testing's server, failing in CI (skipping elsewhere) without the binary."""
 
     def __init__(self, workdir: Path, port: int | None = None, extra: tuple[str, ...] = (), password: str | None = None) -> None:
-        self.binary = require_binary("redis-server")
-        self.workdir = workdir
-        self.port = port or free_port()
-        self.password = password
-        self.extra = (*extra, "--requirepass", password) if password else extra
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        args = [
-            self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--dir", str(self.workdir), "--daemonize", "no", "--loglevel", "warning", *self.extra,
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.wait_ready()
-
-    def wait_ready(self, timeout: float = 10.0) -> None:
-        import redis
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if redis.Redis(host="127.0.0.1", port=self.port, password=self.password, socket_timeout=0.5).ping():
-                    return
-            except redis.RedisError:
-                time.sleep(0.02)
-        raise RuntimeError(f"redis-server on port {self.port} did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
-
-    def client(self):  # type: ignore[no-untyped-def]
-        import redis
-
-        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password)
+        super().__init__(workdir, port=port, binary=require_binary("redis-server"), extra=extra, password=password)
 
 
 def cluster_ports(count: int) -> list[int]:
@@ -123,13 +77,16 @@ class RedisClusterProcesses:
 
     def start(self) -> None:
         cli = require_binary("redis-cli")
-        for node in self.nodes:
-            node.workdir.mkdir(parents=True, exist_ok=True)
-            node.start()
-        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
-        subprocess.run([cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
-                       check=True, capture_output=True, timeout=60)
-        self.wait_ok()
+        try:
+            for node in self.nodes:
+                node.start()
+            addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+            subprocess.run([cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+                           check=True, capture_output=True, timeout=60)
+            self.wait_ok()
+        except BaseException:
+            self.stop()  # no node left running behind a failed start
+            raise
 
     def wait_ok(self, timeout: float = 30.0) -> None:
         import redis
@@ -166,10 +123,8 @@ def cluster_url(redis_cluster: RedisClusterProcesses) -> str:
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.stop()
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
 
 
 @pytest.fixture

@@ -133,7 +133,7 @@ def test_library_errors_are_one_clear_line(tmp_path: Path) -> None:
 
 def test_unreachable_store_is_reported_without_password() -> None:
     """A dead Redis gives one line naming the store, password hidden."""
-    from tests.conftest import free_port
+    from middleware.testing import free_port
 
     url = f"redis://:pw-hunter2@127.0.0.1:{free_port()}/0"
     result = CliRunner().invoke(main, ["--redis-url", url, "sessions", "list"])

@@ -155,7 +155,7 @@ def test_a_token_guards_every_route(mgr: SessionManager) -> None:
 
 def test_an_unreachable_store_is_503_without_the_password(atlas: Config) -> None:
     """A dead Redis is a 503 naming the store, password masked, not a 500."""
-    from tests.conftest import free_port
+    from middleware.testing import free_port
 
     config = atlas.with_overrides(store={"url": f"redis://:pw-42@127.0.0.1:{free_port()}/0", "timeout_seconds": 0.5})
     with SessionManager(config) as dead:

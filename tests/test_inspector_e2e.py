@@ -13,7 +13,8 @@ import pytest
 from middleware import Config, SessionManager
 from middleware.demo import SCRIPT
 from middleware.demo.device import LAB
-from tests.conftest import free_port, require_binary
+from middleware.testing import free_port
+from tests.conftest import require_binary
 
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",

@@ -181,7 +181,7 @@ def test_memory_store_needs_no_server(atlas: Config) -> None:
 
 def test_unreachable_redis_raises_store_unavailable_without_the_password(atlas: Config) -> None:
     """A closed port gives StoreUnavailableError naming the store with its password hidden."""
-    from tests.conftest import free_port
+    from middleware.testing import free_port
 
     url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
     config = atlas.with_overrides(store={"timeout_seconds": 0.5})
