@@ -6,7 +6,7 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -25,42 +25,50 @@ def test_readme_has_python_snippets() -> None:
     assert len(SNIPPETS) >= 2
 
 
+@pytest.fixture(scope="module")
+def snippet_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, subprocess.CompletedProcess[str]]:
+    """Each ```python block run once, in a fresh interpreter from an unrelated folder;
+    the tests below read what it printed."""
+    runs = {}
+    for index, snippet in enumerate(SNIPPETS):
+        folder = tmp_path_factory.mktemp(f"snippet{index}")
+        runs[index] = subprocess.run([sys.executable, "-c", snippet], cwd=folder, env=clean_env(),
+                                     capture_output=True, text=True, timeout=120)  # fmt: skip
+    return runs
+
+
 @pytest.mark.parametrize("index", range(len(SNIPPETS)))
-def test_python_snippet_runs_as_written(index: int, tmp_path: Path) -> None:
+def test_python_snippet_runs_as_written(index: int, snippet_runs: dict[int, subprocess.CompletedProcess[str]]) -> None:
     """Each ```python block runs in a fresh interpreter from an unrelated folder."""
-    result = subprocess.run(
-        [sys.executable, "-c", SNIPPETS[index]],
-        cwd=tmp_path,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = snippet_runs[index]
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()
 
 
-def run_snippet(marker: str, tmp_path: Path) -> list[str]:
-    snippet = next(s for s in SNIPPETS if marker in s)
-    result = subprocess.run([sys.executable, "-c", snippet], cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return result.stdout.splitlines()
+@pytest.fixture
+def run_snippet(snippet_runs: dict[int, subprocess.CompletedProcess[str]]) -> Callable[[str], list[str]]:
+    def lines_of(marker: str) -> list[str]:
+        result = snippet_runs[next(i for i, s in enumerate(SNIPPETS) if marker in s)]
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    return lines_of
 
 
-def test_message_building_snippet_prints_the_injected_context(tmp_path: Path) -> None:
+def test_message_building_snippet_prints_the_injected_context(run_snippet: Callable[[str], list[str]]) -> None:
     """The build_messages snippet shows the interface carried into the next prompt."""
-    assert run_snippet('build_messages("s1", "goto shop")', tmp_path)[0] == "- userinterface_name: google_tv"
+    assert run_snippet('build_messages("s1", "goto shop")')[0] == "- userinterface_name: google_tv"
 
 
-def test_wrap_snippet_remembers_both_turns(tmp_path: Path) -> None:
+def test_wrap_snippet_remembers_both_turns(run_snippet: Callable[[str], list[str]]) -> None:
     """The wrap snippet replies through the wrapped bot and records two turns."""
-    assert run_snippet("mgr.wrap(my_chatbot)", tmp_path) == [
+    assert run_snippet("mgr.wrap(my_chatbot)") == [
         "echo: navigate to watchlist on google_tv", "echo: goto shop", "2 turns remembered"]
 
 
-def test_tools_snippet_runs_the_tool_and_keeps_its_argument(tmp_path: Path) -> None:
+def test_tools_snippet_runs_the_tool_and_keeps_its_argument(run_snippet: Callable[[str], list[str]]) -> None:
     """The chat-with-tools snippet calls get_weather and remembers the city (auto mode)."""
-    lines = run_snippet("tools=[get_weather]", tmp_path)
+    lines = run_snippet("tools=[get_weather]")
     assert lines[0].startswith("clear, 18°C in Paris | [('get_weather'")
     assert lines[1] == "{'city': 'Paris'}"
 
@@ -71,7 +79,7 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     assert command in (REPO / ".ci" / "run").read_text()
 
 
-def test_notes_snippet_shows_the_notes_in_the_prompt(tmp_path: Path) -> None:
+def test_notes_snippet_shows_the_notes_in_the_prompt(run_snippet: Callable[[str], list[str]]) -> None:
     """The users-and-notes snippet edits notes, shows them quoted, and starts a new session."""
-    lines = run_snippet('mgr.resolve_session("alice", "atlas")', tmp_path)
+    lines = run_snippet('mgr.resolve_session("alice", "atlas")')
     assert lines == ["## Devices", "- device2", "['> ## Devices', '> - device2']", "True True"]
