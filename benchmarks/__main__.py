@@ -167,7 +167,8 @@ def draw_chart(savings: dict[str, Any], path: Path) -> None:
 
     styles = {"full": ("#d1495b", "--"), "last_k": ("#8d6a9f", ":"), "litellm_trim": ("#edae49", "-."),
               "langchain_trim": ("#00798c", "-."), "middleware": ("#9aa5b1", "-"), "middleware_auto": ("#2f6fdf", "-")}  # fmt: skip
-    panels = [("chains", "BFCL outputs (median 56 characters)"), ("long", "large outputs (long_context: p90 7,014 characters)")]
+    panels = [("chains", f"BFCL outputs (median {savings['chains']['output_chars']['median']:,.0f} characters)"),
+              ("long", f"large outputs (long_context: p90 {savings['long']['output_chars']['p90']:,} characters)")]
     fig, axes = plt.subplots(1, 2, figsize=(13, 5), dpi=110, sharey=True)
     for ax, (scope, title) in zip(axes, panels, strict=True):
         labels = {row["name"]: row["strategy"] for row in savings[scope]["rows"]}
@@ -313,9 +314,12 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         ours = single["by_position"]["middleware_auto"][position]
         per_turn.append(f"| {position} | {full:,.0f} | {ours:,.0f} | −{_pct(1 - ours / full)} |")
     no_memory = next(r for r in single["rows"] if r["name"] == "no_memory")
+    last_k_long = next(r for r in savings["long"]["rows"] if r["name"] == "last_k")
+    sources = sorted({k for m in (single["misses"], chains["misses"], savings["long"]["misses"]) for v in m.values() for k in v})
     lines += [
         f"On the dataset's own short conversations the saving is −{_pct(auto_single['reduction'])}, below the 60% target. Even sending no history at all saves only −{_pct(no_memory['reduction'])} there: "
-        "BFCL's tool outputs are small (a median of 56 characters), a first turn has nothing to save, and a conversation ends after 1–7 turns. The saving grows with every turn:",
+        f"BFCL's tool outputs are small (a median of {single['output_chars']['median']:,.0f} characters), a first turn has nothing to save, and a conversation ends after "
+        f"{min(single['session_turns'])}–{max(single['session_turns'])} turns. The saving grows with every turn:",
         "",
         "| turn | full history (mean tokens) | middleware, auto keys | saved |",
         "|---:|---:|---:|---:|",
@@ -323,10 +327,9 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "",
         "Where the needed values the middleware did not keep came from (all three scopes together):",
         "",
-        "| variant | " + " | ".join(sorted({k for m in (single["misses"], chains["misses"], savings["long"]["misses"]) for v in m.values() for k in v})) + " |",
+        "| variant | " + " | ".join(sources) + " |",
+        "|---|" + "---:|" * len(sources),
     ]
-    sources = sorted({k for m in (single["misses"], chains["misses"], savings["long"]["misses"]) for v in m.values() for k in v})
-    lines.append("|---|" + "---:|" * len(sources))
     for variant in ("middleware", "middleware_auto", "middleware_results"):
         counts = {s: sum(scope["misses"][variant].get(s, 0) for scope in (single, chains, savings["long"])) for s in sources}
         label = next(r["strategy"] for r in single["rows"] if r["name"] == variant)
@@ -337,7 +340,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "The misses that remain are values a tool returned, read back later from an older turn's output or from the assistant's reply about it. With the dataset's small "
         "outputs the assistant's one-line gist of the last result often carries them; with large outputs (1.2) the gist is cut before them, which is why 1.2 keeps "
         f"{_pct(auto_long['kept_of_full'])}. The change that would close this: carry the previous turn's tool outputs forward, compacted under a small token cap "
-        "(the window of raw messages keeps them whole, at 11 times the tokens). "
+        f"(the window of raw messages keeps them whole, at {last_k_long['total_tokens'] / auto_long['total_tokens']:.0f} times the tokens). "
         f"`context.from_results` keeps short scalar result fields as context: it raises the kept share to {_pct(results_single['kept_of_full'])} on conversations for "
         f"{_pct(results_single['total_tokens'] / auto_single['total_tokens'] - 1)} more tokens, so it is available but off by default. "
         "With the shipped Atlas `config.yaml`, whose tracked keys belong to another domain, far fewer values survive: tool-using chatbots should track their own keys or use auto mode.",
@@ -370,9 +373,10 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
                 f"{med('build_commands'):.0f} / {med('build_round_trips'):.0f} | {med('record_commands'):.0f} / {med('record_round_trips'):.0f} | {ratio} |"
             )
     ours_ms, litellm_ms, pulls = overhead["imports"]
+    ours_row = next(r for r in overhead["rows"] if r.system == "middleware")
     lines += [
         "",
-        "Reads: the middleware loads context, summary, recent window and counters (4 commands, 1 round trip) and composes the prompt; langchain-redis reads the whole history "
+        f"Reads: the middleware loads context, summary, recent window and counters ({ours_row.build_commands:.0f} commands, {ours_row.build_round_trips:.0f} round trip) and composes the prompt; langchain-redis reads the whole history "
         "(it has no last-N read), RedisVL and the Agents SDK the last 10 messages. Writes: the middleware's one MULTI/EXEC also trims lists, refreshes the TTL of every key and "
         "updates the listing index; the Agents SDK's write is WATCH/MULTI with several round trips.",
         "",
@@ -389,7 +393,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
     lines += [
         "| scenario | result |",
         "|---|---|",
-        f"| 8 processes × 100 turns into one session | {c['one_session_written']} written, counter at {c['one_session_counted']}, {c['one_session_written'] - c['one_session_counted']} lost, {c['one_session_written'] / c['one_session_seconds']:,.0f} turns/s together (2 cores) |",
+        f"| 8 processes × 100 turns into one session | {c['one_session_written']} written, counter at {c['one_session_counted']}, {c['one_session_written'] - c['one_session_counted']} lost, {c['one_session_written'] / c['one_session_seconds']:,.0f} turns/s together ({os.cpu_count()} cores) |",
         f"| 8 processes writing {c['sessions']} sessions at once (3 rounds each) | {c['many_written']:,} written, counters sum to {c['many_counted']:,}, every counter exact: {'yes' if c['many_exact'] else 'NO'}, messages in another session's window: {c['leaked']} |",
         f"| server down (refused) | `StoreUnavailableError` in {o['refused_ms']:.1f} ms (median of {o['refused_errors']}) |",
         f"| server hung (SIGSTOP), timeout {o['timeout']:.1f} s | `StoreUnavailableError` after {o.get('hung_ms', float('nan')):,.0f} ms |",

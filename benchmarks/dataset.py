@@ -24,7 +24,6 @@ __all__ = ["Call", "Conversation", "Turn", "chains", "load"]
 
 DATASET = "BFCL_v4_multi_turn_base"
 LONG_OUTPUTS = "BFCL_v4_multi_turn_long_context"
-PACKAGE = "bfcl-eval"
 INSTALL = "pip install --no-deps bfcl-eval==2026.3.23 && pip install mpmath"
 
 

@@ -166,19 +166,16 @@ class LangchainTrim(Strategy):
 
 class Middleware(Strategy):
     def __init__(self, *, auto: bool, name: str = "", label: str = "", **context: Any) -> None:
-        self.auto = auto
         self.name = name or ("middleware_auto" if auto else "middleware")
         self.label = label or ("middleware, auto context keys" if auto else "middleware, shipped settings")
         self.config = bench_config(auto=auto, **context)
         self.manager = SessionManager(self.config)
         self.session = ""
-        self.current = ""
 
     def start(self) -> None:
         self.session = f"s-{uuid.uuid4().hex[:10]}"
 
     def compose(self, system: str, history: Messages, current: str) -> Messages:
-        self.current = current
         return self.manager.build_messages(self.session, current)
 
     def finished(self, turn: Turn) -> None:

@@ -47,7 +47,7 @@ def navigation_result(node: str, path: list[str]) -> dict[str, Any]:
     }
 
 
-def nav_call(node: str, path: list[str], *, name_interface: bool = True) -> ToolCall:
+def nav_call(node: str, path: list[str]) -> ToolCall:
     args = {"userinterface_name": "google_tv", "tree_id": TREE, "node": node}
     return ToolCall(name="navigate_to_node", arguments=json.dumps(args), result=navigation_result(node, path))
 
