@@ -18,29 +18,19 @@ import tempfile
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
-CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-]  # fmt: skip
 
 
-def screenshot(page: Path, out: Path, size: str = "900,1080") -> None:
-    chromium = shutil.which("chromium") or sys.exit("chromium not found: apt install chromium")
-    with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={size}",
-                        f"--screenshot={out}", page.as_uri()], check=True, capture_output=True, timeout=120)
+def chromium_path() -> str:
+    return shutil.which("chromium") or sys.exit("chromium not found: apt install chromium")
 
 
 def inspector_screenshot(out: Path) -> None:
-    import threading
-    import time
-
-    import uvicorn
     from playwright.sync_api import sync_playwright
 
     from middleware import SessionManager, load_config
     from middleware.demo import SCRIPT
     from middleware.inspector_app import create_app
+    from middleware.testing import CHROMIUM_FLAGS, serve
 
     config = load_config(env={}).with_overrides(usage_log={"path": None}, store={"url": "memory://docs"})
     mgr = SessionManager(config)
@@ -50,27 +40,20 @@ def inspector_screenshot(out: Path) -> None:
         mgr.chat(sid, request, model="scripted/atlas")
     for name in ["bob/atlas/4f1c2a9e7b3d", "carol/scout/9a8b7c6d5e4f"]:
         mgr.record_turn(name, user="hello", assistant="hi")
-    server = uvicorn.Server(uvicorn.Config(create_app(mgr), host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    chromium = shutil.which("chromium") or sys.exit("chromium not found: apt install chromium")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=[f for f in CHROMIUM_FLAGS if f != "--headless"])
+    with serve(create_app(mgr)) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=list(CHROMIUM_FLAGS))
         page = browser.new_page(viewport={"width": 1280, "height": 1500})
-        page.goto(f"http://127.0.0.1:{port}/")
+        page.goto(url + "/")
         page.click(f"#session-list li[data-session='{sid}']")
         page.wait_for_selector("#session-title")
         page.evaluate("window.scrollTo(0, 0)")
         page.screenshot(path=str(out), full_page=False)
         browser.close()
-    server.should_exit = True
-    thread.join(10)
 
 
 def main() -> None:
+    from middleware.testing import screenshot
+
     inspector_screenshot(DOCS / "inspector.png")
     print(f"wrote {DOCS / 'inspector.png'}")
     with tempfile.TemporaryDirectory() as work:
@@ -79,7 +62,7 @@ def main() -> None:
         page = folder / "report.html"
         subprocess.run([sys.executable, "-m", "middleware", "report", "middleware-usage.jsonl", "--html", str(page)],
                        cwd=folder, check=True, capture_output=True)
-        screenshot(page, DOCS / "report.png")
+        screenshot(chromium_path(), page.as_uri(), DOCS / "report.png")
     print(f"wrote {DOCS / 'report.png'}")
 
 

@@ -74,18 +74,14 @@ def test_report_rejects_a_bad_since(demo_log: tuple[Path, str]) -> None:
 
 def test_the_report_page_renders_in_headless_chromium(demo_log: tuple[Path, str], tmp_path: Path) -> None:
     """Chromium loads the page offline and paints it (a screenshot of real size and content)."""
+    from middleware.testing import screenshot
     from tests.conftest import require_binary
 
     chromium = require_binary("chromium")
     page = tmp_path / "report.html"
     CliRunner().invoke(main, ["report", str(demo_log[0]), "--html", str(page)])
     shot = tmp_path / "shot.png"
-    subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=900,1200", f"--screenshot={shot}", page.as_uri()],
-        capture_output=True, timeout=120, check=True,
-    )  # fmt: skip
+    screenshot(chromium, page.as_uri(), shot, size="900,1200")
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a blank page is a few kB
 

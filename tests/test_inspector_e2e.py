@@ -3,8 +3,6 @@ list sessions, search, open one, and check what it shows."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,35 +11,8 @@ import pytest
 from middleware import Config, SessionManager
 from middleware.demo import SCRIPT
 from middleware.demo.device import LAB
-from middleware.testing import free_port
+from middleware.testing import CHROMIUM_FLAGS, serve
 from tests.conftest import require_binary
-
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
-]  # fmt: skip
-
-
-class Served:
-    """uvicorn running an app in a background thread on a free loopback port."""
-
-    def __init__(self, app) -> None:  # type: ignore[no-untyped-def]
-        import uvicorn
-
-        self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
 
 
 @pytest.fixture
@@ -67,8 +38,8 @@ def test_browse_search_and_open_a_session(populated: tuple[SessionManager, str],
 
     mgr, sid = populated
     chromium = require_binary("chromium")
-    with Served(create_app(mgr)) as url, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+    with serve(create_app(mgr)) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=list(CHROMIUM_FLAGS))
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(url + "/")
         page.wait_for_selector("#session-list li[data-session]")
