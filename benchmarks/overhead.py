@@ -151,7 +151,14 @@ class System:
 
     def record(self) -> Any: ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        self.client.close()  # the systems that talk Redis through a redis-py client
+
+
+def _batches(turns: int, size: int = 250) -> Iterator[int]:
+    """Turn counts that add up to ``turns``, ``size`` at a time (filling long histories)."""
+    for start in range(0, turns, size):
+        yield min(size, turns - start)
 
 
 class Middleware(System):
@@ -201,9 +208,6 @@ class Floor(System):
     def record(self) -> Any:
         return self._run(self.writes, True)
 
-    def close(self) -> None:
-        self.client.close()
-
 
 class LangchainRedis(System):
     name = "langchain-redis RedisChatMessageHistory"
@@ -227,17 +231,14 @@ class LangchainRedis(System):
             )
 
     def fill(self, turns: int) -> None:
-        for start in range(0, turns, 250):
-            self.history.add_messages(self.turn * min(250, turns - start))
+        for count in _batches(turns):
+            self.history.add_messages(self.turn * count)
 
     def build(self) -> Any:
         return self.history.messages
 
     def record(self) -> Any:
         return self.history.add_messages(self.turn)
-
-    def close(self) -> None:
-        self.client.close()
 
 
 class RedisVL(System):
@@ -252,17 +253,14 @@ class RedisVL(System):
 
     def fill(self, turns: int) -> None:
         pair = [{"role": "user", "content": USER}, {"role": "llm", "content": REPLY}]
-        for start in range(0, turns, 250):
-            self.history.add_messages(pair * min(250, turns - start))
+        for count in _batches(turns):
+            self.history.add_messages(pair * count)
 
     def build(self) -> Any:
         return self.history.get_recent(top_k=10)
 
     def record(self) -> Any:
         return self.history.store(prompt=USER, response=REPLY)
-
-    def close(self) -> None:
-        self.client.close()
 
 
 class AgentsSession(System):
@@ -279,8 +277,8 @@ class AgentsSession(System):
         self.turn = [{"role": "user", "content": USER}, {"role": "assistant", "content": REPLY}]
 
     def fill(self, turns: int) -> None:
-        for start in range(0, turns, 250):
-            self.loop.run_until_complete(self.session.add_items(self.turn * min(250, turns - start)))
+        for count in _batches(turns):
+            self.loop.run_until_complete(self.session.add_items(self.turn * count))
 
     def build(self) -> Any:
         return self.loop.run_until_complete(self.session.get_items(limit=10))
