@@ -71,7 +71,7 @@ def run_savings(progress: Any, quick: bool) -> dict[str, Any]:
         replay,
         summary_rows,
     )  # fmt: skip
-    from middleware.composer import tokenizer_for
+    from middleware.compose import composer_for
 
     conversations = load(limit=40 if quick else None)
     long_outputs = load(limit=40 if quick else None, category=LONG_OUTPUTS)
@@ -83,7 +83,7 @@ def run_savings(progress: Any, quick: bool) -> dict[str, Any]:
     }
     turns = sum(len(c.turns) for c in conversations)
     task = progress.add_task("token savings (BFCL replay)", total=turns * 4 + sum(len(c.turns) for c in long_outputs) * 2)
-    counter = tokenizer_for(bench_config(auto=True)).count_messages
+    counter = composer_for(bench_config(auto=True)).tokenizer.count_messages
     out: dict[str, Any] = {"conversations": len(conversations), "turns": turns}
     for scope, sessions in scopes.items():
         ours = replay(sessions, [FullHistory(), Middleware(auto=True)], progress=lambda n: progress.advance(task, n))
@@ -149,11 +149,12 @@ def run_faults(progress: Any) -> dict[str, Any]:
     return {"concurrency": load, "outage": outage_figures}
 
 
-def run_seed() -> list[Any]:
-    from benchmarks.seed_example import FINAL_REQUEST, SEED_TURNS, replay
+def run_example() -> list[Any]:
+    from benchmarks.worked_example import FINAL_REQUEST, TURNS, replay
     from middleware import load_config
+    from middleware.demo import CONFIG_PATH
 
-    return replay(load_config(env={}), SEED_TURNS, FINAL_REQUEST)
+    return replay(load_config(CONFIG_PATH, env={}), TURNS, FINAL_REQUEST)
 
 
 # --- the chart --------------------------------------------------------------------------
@@ -220,7 +221,7 @@ def _row_for(rows: list[Any], system: str, history: int) -> list[Any]:
 
 
 def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
-    savings, overhead, faults, seed, facts = data["savings"], data["overhead"], data["faults"], data["seed"], data["machine"]
+    savings, overhead, faults, example, facts = data["savings"], data["overhead"], data["faults"], data["example"], data["machine"]
     single, chains = savings["single"], savings["chains"]
     auto_single = next(r for r in single["rows"] if r["name"] == "middleware_auto")
     auto_chain = next(r for r in chains["rows"] if r["name"] == "middleware_auto")
@@ -400,13 +401,13 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         f"| server restarted | the same process recorded its next turn {o['recovery_ms']:.1f} ms after the server answered; turns before the outage kept: {o['kept_across_restart']} of 2 |",
         f"| degrade mode, a writer running through a 0.5 s outage | {o['degrade_attempted']} turns recorded, {o['degrade_stored']} in Redis afterwards |",
         "",
-        "## 4. The seed example",
+        "## 4. A worked example",
         "",
-        "`python -m benchmarks.seed_example`: the design notes' four requests, tokens sent against the full history with tool details.",
+        "`python -m benchmarks.worked_example`: four device-navigation requests with the demo's Atlas configuration, tokens sent against the full history with tool details.",
         "",
         "| turn | message | sent | full history | saved | message history only: sent / full / saved |",
         "|---:|---|---:|---:|---:|---|",
-        *[f"| {r.turn} | {r.message} | {r.sent} | {r.full} | {_pct(r.saved)} | {r.history_sent} / {r.history_full} / {_pct(r.history_saved)} |" for r in seed],
+        *[f"| {r.turn} | {r.message} | {r.sent} | {r.full} | {_pct(r.saved)} | {r.history_sent} / {r.history_full} / {_pct(r.history_saved)} |" for r in example],
         "",
     ]
     return "\n".join(lines)
@@ -425,7 +426,7 @@ def main() -> None:
         data["savings"] = run_savings(progress, args.quick)
         data["overhead"] = run_overhead(progress, args.quick)
         data["faults"] = run_faults(progress)
-    data["seed"] = run_seed()
+    data["example"] = run_example()
     command = "python -m benchmarks" + (" --quick" if args.quick else "")
     report = write_report(data, command, time.monotonic() - started)
     if args.quick:

@@ -43,10 +43,10 @@ from typing import Any
 
 import redis
 
-from middleware import SessionManager, ToolCall, load_config
-from middleware.composer import apply_turn, tokenizer_for
-from middleware.state import Turn
-from middleware.store import SessionKeys, load_commands, record_commands
+from middleware import SessionManager, ToolCall, apply_turn, load_config
+from middleware.compose import composer_for
+from middleware.core.plans import SessionKeys, load_commands, record_commands
+from middleware.core.state import Turn
 from middleware.testing import RedisServer
 
 HISTORIES = (10, 1_000, 10_000)
@@ -381,10 +381,9 @@ def import_time(runs: int = 15) -> tuple[float, float, bool]:
 def counting_cost(samples: int = 3000) -> dict[str, float]:
     """µs to count the new parts of a prompt on each call (stored messages are never recounted)."""
     config = load_config(env={})
-    tokenizer = tokenizer_for(config)
-    from middleware.composer import system_prompt
+    tokenizer = composer_for(config).tokenizer
 
-    system = system_prompt(config, {"userinterface_name": "google_tv", "device_id": "device1"})
+    system = composer_for(config).system_prompt({"userinterface_name": "google_tv", "device_id": "device1"})
     messages = [f"please go to node number {i} on google_tv and tell me what you see there" for i in range(samples)]
     started = time.perf_counter_ns()
     for message in messages:

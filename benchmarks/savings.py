@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from middleware import Config, SessionManager, ToolCall, load_config
-from middleware.composer import static_prefix, tokenizer_for
-from middleware.turnloop import valid_tool_sequence
+from middleware.compose import composer_for
+from middleware.core.turnloop import valid_tool_sequence
 
 from .dataset import Conversation, Turn
 
@@ -276,8 +276,8 @@ def replay(
     progress: Callable[[int], None] = lambda _: None,
 ) -> dict[str, StrategyResult]:
     """Play each session (a list of conversations) through every strategy."""
-    system = static_prefix(bench_config(auto=True))
-    tokenizer = tokenizer_for(bench_config(auto=True))
+    system = composer_for(bench_config(auto=True)).static_prefix
+    tokenizer = composer_for(bench_config(auto=True)).tokenizer
     results = {s.name: StrategyResult(s.name, s.label) for s in strategies}
     for session in sessions:
         for strategy in strategies:

@@ -30,7 +30,7 @@ def inspector_screenshot(out: Path) -> None:
     from middleware import SessionManager, load_config
     from middleware.demo import SCRIPT
     from middleware.inspector_app import create_app
-    from middleware.testing import CHROMIUM_FLAGS, serve
+    from tests.browser import CHROMIUM_FLAGS, serve
 
     config = load_config(env={}).with_overrides(usage_log={"path": None}, store={"url": "memory://docs"})
     mgr = SessionManager(config)
@@ -52,7 +52,7 @@ def inspector_screenshot(out: Path) -> None:
 
 
 def main() -> None:
-    from middleware.testing import screenshot
+    from tests.browser import screenshot
 
     inspector_screenshot(DOCS / "inspector.png")
     print(f"wrote {DOCS / 'inspector.png'}")

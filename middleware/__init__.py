@@ -5,7 +5,7 @@ the last turn; every call gets a short system prompt plus trimmed history::
 
     from middleware import SessionManager, ToolCall
 
-    mgr = SessionManager.from_config()            # embedded default, memory:// store
+    mgr = SessionManager()                        # a neutral assistant, memory:// store
     messages = mgr.build_messages("s1", "goto shop")
     mgr.record_turn("s1", user="goto shop", assistant="Navigated to 'shop'",
                     tool_calls=[ToolCall(name="navigate_to_node", arguments={"node": "shop"})])
@@ -15,8 +15,12 @@ the last turn; every call gets a short system prompt plus trimmed history::
 
 from __future__ import annotations
 
-from .composer import apply_turn, build_messages, compose, is_valid_chat
-from .config import Config, load_config
+from .chat import AsyncChatStream, ChatResult, ChatStream
+from .compose import apply_turn, build_messages, compose
+from .config import Config
+from .core.composer import is_valid_chat
+from .core.plans import Inspection, SessionPage, SessionSummary
+from .core.state import Prompt, SessionState, TokenBreakdown, ToolCall, Turn, TurnUpdate
 from .exceptions import (
     ConfigError,
     InvalidInputError,
@@ -25,20 +29,28 @@ from .exceptions import (
     InvalidToolCallError,
     LLMError,
     MiddlewareError,
+    NotesError,
     StoreError,
     StoreUnavailableError,
     TokenBudgetError,
 )
+from .loader import load_config
 from .manager import AsyncSessionManager, SessionManager
-from .notes import NotesError
-from .state import Prompt, SessionState, TokenBreakdown, ToolCall, Turn, TurnUpdate
+from .store import AsyncRedisStore, AsyncSessionStore, RedisStore, SessionStore
+from .tools import Tool, Toolset
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncChatStream",
+    "AsyncRedisStore",
     "AsyncSessionManager",
+    "AsyncSessionStore",
+    "ChatResult",
+    "ChatStream",
     "Config",
     "ConfigError",
+    "Inspection",
     "InvalidInputError",
     "InvalidMessageError",
     "InvalidSessionIdError",
@@ -47,13 +59,19 @@ __all__ = [
     "MiddlewareError",
     "NotesError",
     "Prompt",
+    "RedisStore",
     "SessionManager",
+    "SessionPage",
     "SessionState",
+    "SessionStore",
+    "SessionSummary",
     "StoreError",
     "StoreUnavailableError",
     "TokenBreakdown",
     "TokenBudgetError",
+    "Tool",
     "ToolCall",
+    "Toolset",
     "Turn",
     "TurnUpdate",
     "__version__",

@@ -1,10 +1,11 @@
-"""Full turns through litellm, and wrapping existing chatbots.
+"""Full turns through litellm, and wrapping existing chatbots, each written once as a program.
 
-``chat`` composes the prompt, calls the model, runs the tool loop (the model's
-calls are executed with the given Python callables, results go back within the
-turn), records the turn with its tool calls and writes one usage line per LLM
-call. ``wrap`` does the same around a chatbot function that calls its LLM itself.
-The session manager exposes these as ``chat``, ``achat`` and ``wrap``.
+A chat turn composes the prompt, calls the model, runs the tool loop (the model's calls
+are executed with the given Python callables, results go back within the turn),
+records the turn with its tool calls and writes one usage line per LLM call. A wrapped
+turn does the same around a chatbot function that calls its LLM itself. The managers
+run these programs in the calling thread or awaited; ``ChatStream`` and
+``AsyncChatStream`` run them as iterators of text chunks.
 """
 
 from __future__ import annotations
@@ -12,23 +13,23 @@ from __future__ import annotations
 import inspect
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import llm
+from .core.effects import END, Abandoned, Emit, Io, Next, Program
+from .core.state import Prompt, ToolCall
+from .core.text import CUT_MARKER, redact_secrets
+from .core.turnloop import TurnLoop
+from .engine import Engine, ToolsArg
 from .events import log
 from .exceptions import LLMError
-from .state import Prompt, ToolCall
-from .text import CUT_MARKER, redact_secrets
-from .tools import ToolOutcome, Toolset, _succeeded, is_async_callable
-from .turnloop import TurnLoop
+from .runner import ASend, Send, adrive, drive
+from .tools import Toolset, succeeded
 from .usage import usage_record
 
-if TYPE_CHECKING:
-    from .manager import _ManagerBase
-
-__all__ = ["ChatResult", "ChatStream", "interpret_reply"]
+__all__ = ["AsyncChatStream", "ChatResult", "ChatStream", "ChatTurn", "interpret_reply", "wrapped_turn"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,54 +68,90 @@ class ChatResult:
         return self.text
 
 
-async def _maybe(value: Any) -> Any:
-    """Await store calls of the async manager; pass the sync manager's values through."""
-    return await value if inspect.isawaitable(value) else value
+def _cut_reply(texts: list[str]) -> str:
+    """What a stream said before it ended early, marked as cut, so nothing is lost."""
+    partial = "".join(texts).strip()
+    return f"{partial} (cut: the stream ended early)" if partial else "(cut: the stream ended early)"
 
 
 @dataclass
-class _Turn:
-    """What one chat turn carries between its LLM calls; the drivers below only do I/O."""
+class ChatTurn:
+    """One chat turn, its input checked when made; ``program()`` is the turn itself."""
 
-    manager: _ManagerBase
+    engine: Engine
     session_id: str
     user_message: str
     model: str
     toolset: Toolset
-    kind: str
-    schemas: list[dict[str, Any]] | None  # sent on every call
-    tools_tokens: int  # what the schemas add to every call
+    kind: str  # "chat" or "stream", as the usage log names it
+    schemas: list[dict[str, Any]] | None = field(init=False)  # sent on every call
+    tools_tokens: int = field(init=False)  # what the schemas add to every call
     prompt: Prompt = field(init=False)
     loop: TurnLoop = field(init=False)
     lines: list[dict[str, Any]] = field(default_factory=list)
 
-    def begin(self, prompt: Prompt) -> None:
-        self.prompt = prompt
-        self.loop = TurnLoop(prompt.messages, max_rounds=self.manager.config.max_tool_rounds)
+    @classmethod
+    def start(cls, engine: Engine, session_id: Any, user_message: Any, *, model: str | None, tools: ToolsArg, stream: bool) -> ChatTurn:
+        return cls(engine, engine.session_id(session_id), engine.user_message(user_message), model or engine.config.model,
+                   engine.toolset(tools), "stream" if stream else "chat")  # fmt: skip
 
-    def took(self, sent: Sequence[Mapping[str, Any]], reply: Mapping[str, Any], usage: Any, started: float) -> list[Any]:
-        """The model's reply to ``sent``, logged: the tool calls to run now, or [] when done."""
-        pending = self.loop.take(reply)
-        self.log_call(sent, reply, usage, time.perf_counter() - started)
-        return pending
+    def __post_init__(self) -> None:
+        self.schemas = self.toolset.schemas or None
+        self.tools_tokens = llm.tools_tokens(self.engine.config.tokens.model, self.schemas)
 
-    def gave(self, outcomes: Iterable[ToolOutcome]) -> None:
-        """The tools' outcomes, then the next call fitted to the budget."""
-        self.loop.give(outcomes)
-        self.fit_loop()
+    def program(self, litellm_kwargs: dict[str, Any]) -> Program[ChatResult]:
+        stream = self.kind == "stream"
+        self.prompt = yield from self.engine.prepare(self.session_id, self.user_message, model=self.model, extra_tokens=self.tools_tokens)
+        self.loop = TurnLoop(self.prompt.messages, max_rounds=self.engine.config.max_tool_rounds)
+        texts: list[str] = []
+        try:
+            while not self.loop.done:
+                sent, started = list(self.loop.messages), time.perf_counter()
+                message, usage = yield from (self._streamed(sent, litellm_kwargs, texts) if stream else self._called(sent, litellm_kwargs))
+                pending = self.loop.take(message)
+                self._log_call(sent, message, usage, time.perf_counter() - started)
+                if pending:
+                    outcomes = []
+                    for call in pending:
+                        outcomes.append((yield from self.toolset.call(call.id, call.name, call.arguments)))
+                    self.loop.give(outcomes)
+                    self._fit_loop()
+        except (LLMError, Abandoned) as error:
+            # Tools that ran had their effects, and a streamed reply was read: record them.
+            if stream and (texts or self.loop.calls):
+                yield from self._record(_cut_reply(texts))
+            elif self.loop.calls:
+                yield from self._record(self._failed(error))
+            raise
+        return self._result((yield from self._record()))
 
-    def record(self, assistant: str | None = None) -> Any:
-        """Record the turn (an awaitable under the async manager); ``assistant`` replaces
-        the final text when the turn did not end normally."""
+    def _called(self, sent: list[dict[str, Any]], kwargs: dict[str, Any]) -> Program[tuple[dict[str, Any], Any]]:
+        model, schemas = self.model, self.schemas
+        response = yield Io(lambda: llm.complete(model, sent, schemas, **kwargs), lambda: llm.acomplete(model, sent, schemas, **kwargs))
+        return llm.message_of(response), response
+
+    def _streamed(self, sent: list[dict[str, Any]], kwargs: dict[str, Any], texts: list[str]) -> Program[tuple[dict[str, Any], Any]]:
+        model, schemas = self.model, self.schemas
+        chunks = yield Io(lambda: llm.stream(model, sent, schemas, **kwargs), lambda: llm.astream(model, sent, schemas, **kwargs))
+        streamed = llm.StreamedMessage()
+        while (chunk := (yield Next(chunks))) is not END:
+            text = streamed.add(chunk)
+            if text:
+                texts.append(text)
+                yield Emit(text)
+        return streamed.message(), streamed.usage
+
+    def _record(self, assistant: str | None = None) -> Program[int]:
+        """Record the turn; ``assistant`` replaces the final text when the turn did not end normally."""
         text = self.loop.final or "" if assistant is None else assistant
-        return self.manager.record_turn(self.session_id, user=self.user_message, assistant=text, tool_calls=self.loop.calls)
+        return self.engine.record_turn(self.session_id, user=self.user_message, assistant=text, tool_calls=self.loop.calls)
 
-    def fit_loop(self) -> None:
+    def _fit_loop(self) -> None:
         """Keep the next call within the budget: cut the largest tool results in the middle."""
-        budget = self.manager.budget(self.model)
+        budget = self.engine.budget(self.model)
         if budget is None:
             return
-        tokenizer = self.manager.tokenizer
+        tokenizer = self.engine.tokenizer
         results = [m for m in self.loop.loop_messages if m.get("role") == "tool"]
         while results:
             over = tokenizer.count_messages(self.loop.messages) + self.tools_tokens - budget
@@ -127,8 +164,7 @@ class _Turn:
             largest["content"] = tokenizer.cut_middle(largest["content"], max(size - over, 64), CUT_MARKER)
             results.remove(largest)
 
-    def log_call(self, sent: Sequence[Mapping[str, Any]], reply: Mapping[str, Any], usage: Any, latency: float) -> None:
-        tokenizer = self.manager.tokenizer
+    def _log_call(self, sent: Sequence[Mapping[str, Any]], reply: Mapping[str, Any], usage: Any, latency: float) -> None:
         provider = llm.usage_of(usage)
         record = usage_record(
             kind=self.kind,
@@ -137,7 +173,7 @@ class _Turn:
             step=len(self.lines),
             model=self.model,
             prompt=self.prompt,
-            loop_tokens=sum(tokenizer.count_message(m) for m in sent[len(self.prompt.messages) :]),
+            loop_tokens=sum(self.engine.tokenizer.count_message(m) for m in sent[len(self.prompt.messages) :]),
             tools_tokens=self.tools_tokens,
             provider=provider,
             cost_usd=llm.cost_of(self.model, provider),
@@ -145,179 +181,65 @@ class _Turn:
             latency_ms=latency * 1000,
             tool_calls=len(reply.get("tool_calls") or ()),
         )
-        content = {"messages": list(sent), "reply": dict(reply)}
-        self.lines.append(self.manager.usage_log.write(record, content=content))
+        self.lines.append(self.engine.usage_log.write(record, content={"messages": list(sent), "reply": dict(reply)}))
 
-    def result(self, turn: int) -> ChatResult:
-        return ChatResult(
-            text=self.loop.final or "",
-            tool_calls=tuple(self.loop.calls),
-            turn=turn,
-            model=self.model,
-            prompt=self.prompt,
-            calls=tuple(self.lines),
-            stopped_early=self.loop.stopped_early,
-        )
+    def _result(self, turn: int) -> ChatResult:
+        return ChatResult(text=self.loop.final or "", tool_calls=tuple(self.loop.calls), turn=turn, model=self.model,
+                          prompt=self.prompt, calls=tuple(self.lines), stopped_early=self.loop.stopped_early)  # fmt: skip
 
-    def failed(self, error: BaseException) -> str:
+    def _failed(self, error: BaseException) -> str:
         """Text recorded when the model fails after tools already ran (their effects happened)."""
         log.warning("chat.failed_after_tools", session=self.session_id, tool_calls=len(self.loop.calls), error=redact_secrets(str(error))[:200])
         return f"(the model failed after running tools: {type(error).__name__})"
 
 
-def _cut_reply(texts: list[str]) -> str:
-    """What a stream said before it was abandoned, marked as cut, so nothing is lost."""
-    partial = "".join(texts).strip()
-    return f"{partial} (cut: the stream ended early)" if partial else "(cut: the stream ended early)"
-
-
-def _start(manager: _ManagerBase, session_id: Any, user_message: Any, model: str | None, tools: Any, kind: str) -> _Turn:
-    """A turn with its session id, model and tools checked; ``begin`` it with the prompt."""
-    toolset = manager.toolset(tools)
-    schemas = toolset.schemas or None
-    return _Turn(
-        manager,
-        manager._session_id(session_id),
-        user_message,
-        model or manager.config.model,
-        toolset,
-        kind,
-        schemas,
-        llm.tools_tokens(manager.config.tokens.model, schemas),
-    )
-
-
-def _prepare(turn: _Turn) -> Any:
-    """The manager's prepare() for this turn (an awaitable under the async manager)."""
-    return turn.manager.prepare(turn.session_id, turn.user_message, model=turn.model, extra_tokens=turn.tools_tokens)
-
-
-# --- synchronous -------------------------------------------------------------
-
-
-def run_chat(manager: Any, session_id: Any, user_message: Any, *, model: str | None, tools: Any, kwargs: dict[str, Any]) -> ChatResult:
-    turn = _start(manager, session_id, user_message, model, tools, "chat")
-    turn.begin(_prepare(turn))
-    try:
-        while not turn.loop.done:
-            sent, started = list(turn.loop.messages), time.perf_counter()
-            response = llm.complete(turn.model, sent, turn.schemas, **kwargs)
-            pending = turn.took(sent, llm.message_of(response), response, started)
-            if pending:
-                turn.gave(turn.toolset.run(p.id, p.name, p.arguments) for p in pending)
-    except LLMError as error:
-        if turn.loop.calls:
-            turn.record(turn.failed(error))
-        raise
-    return turn.result(turn.record())
-
-
 class ChatStream:
     """Iterate for the reply's text chunks; the turn is recorded when the stream ends.
 
-    ``result`` holds the :class:`ChatResult` afterwards. If iteration stops early,
-    the text received so far is recorded (marked as cut) when the stream is closed.
+    ``result`` holds the :class:`ChatResult` afterwards. If iteration stops early
+    (``close()``, or the stream is dropped), the text received so far is recorded,
+    marked as cut.
     """
 
-    def __init__(self, manager: Any, session_id: Any, user_message: Any, model: str | None, tools: Any, kwargs: dict[str, Any]) -> None:
-        self._turn = _start(manager, session_id, user_message, model, tools, "stream")
-        self._turn.begin(_prepare(self._turn))
-        self._kwargs = kwargs
+    def __init__(self, program: Program[ChatResult], send: Send) -> None:
         self.result: ChatResult | None = None
-        self._iterator = self._run()
+        self._steps: Generator[str, None, ChatResult] = drive(program, send)
 
-    def __iter__(self) -> Iterator[str]:
-        return self._iterator
+    def __iter__(self) -> ChatStream:
+        return self
 
     def __next__(self) -> str:
-        return next(self._iterator)
+        try:
+            return next(self._steps)
+        except StopIteration as stop:
+            self.result = stop.value if stop.value is not None else self.result
+            raise StopIteration from None
 
     def close(self) -> None:
-        self._iterator.close()
-
-    def _run(self) -> Iterator[str]:
-        turn, texts, recorded = self._turn, [], False
-        try:
-            while not turn.loop.done:
-                sent, started = list(turn.loop.messages), time.perf_counter()
-                streamed = llm.StreamedMessage()
-                for chunk in llm.stream(turn.model, sent, turn.schemas, **self._kwargs):
-                    text = streamed.add(chunk)
-                    if text:
-                        texts.append(text)
-                        yield text
-                pending = turn.took(sent, streamed.message(), streamed.usage, started)
-                if pending:
-                    turn.gave(turn.toolset.run(p.id, p.name, p.arguments) for p in pending)
-            number = turn.record()
-            recorded = True
-            self.result = turn.result(number)
-        finally:
-            if not recorded and (texts or turn.loop.calls):
-                turn.record(_cut_reply(texts))
-
-
-# --- asynchronous ------------------------------------------------------------
-
-
-async def arun_chat(manager: Any, session_id: Any, user_message: Any, *, model: str | None, tools: Any, kwargs: dict[str, Any]) -> ChatResult:
-    turn = _start(manager, session_id, user_message, model, tools, "chat")
-    turn.begin(await _maybe(_prepare(turn)))
-    try:
-        while not turn.loop.done:
-            sent, started = list(turn.loop.messages), time.perf_counter()
-            response = await llm.acomplete(turn.model, sent, turn.schemas, **kwargs)
-            pending = turn.took(sent, llm.message_of(response), response, started)
-            if pending:
-                turn.gave([await turn.toolset.arun(p.id, p.name, p.arguments) for p in pending])
-    except LLMError as error:
-        if turn.loop.calls:
-            await _maybe(turn.record(turn.failed(error)))
-        raise
-    return turn.result(await _maybe(turn.record()))
+        self._steps.close()
 
 
 class AsyncChatStream:
-    """The async twin of :class:`ChatStream`: ``async for chunk in stream``."""
+    """:class:`ChatStream` for asyncio: ``async for chunk in stream``, then ``stream.result``;
+    ``aclose()`` stops it early."""
 
-    def __init__(self, manager: Any, session_id: Any, user_message: Any, model: str | None, tools: Any, kwargs: dict[str, Any]) -> None:
-        self._args = (manager, session_id, user_message, model, tools, kwargs)
+    def __init__(self, program: Program[ChatResult], send: ASend) -> None:
         self.result: ChatResult | None = None
-        self._iterator = self._run()
+        self._out: list[ChatResult] = []
+        self._steps: AsyncGenerator[str, None] = adrive(program, send, self._out)
 
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self._iterator
+    def __aiter__(self) -> AsyncChatStream:
+        return self
 
     async def __anext__(self) -> str:
-        return await self._iterator.__anext__()
+        try:
+            return await anext(self._steps)
+        except StopAsyncIteration:
+            self.result = self._out[0] if self._out else None
+            raise
 
     async def aclose(self) -> None:
-        await self._iterator.aclose()
-
-    async def _run(self) -> AsyncIterator[str]:
-        manager, session_id, user_message, model, tools, kwargs = self._args
-        turn = _start(manager, session_id, user_message, model, tools, "stream")
-        turn.begin(await _maybe(_prepare(turn)))
-        texts: list[str] = []
-        recorded = False
-        try:
-            while not turn.loop.done:
-                sent, started = list(turn.loop.messages), time.perf_counter()
-                streamed = llm.StreamedMessage()
-                async for chunk in llm.astream(turn.model, sent, turn.schemas, **kwargs):
-                    text = streamed.add(chunk)
-                    if text:
-                        texts.append(text)
-                        yield text
-                pending = turn.took(sent, streamed.message(), streamed.usage, started)
-                if pending:
-                    turn.gave([await turn.toolset.arun(p.id, p.name, p.arguments) for p in pending])
-            number = await _maybe(turn.record())
-            recorded = True
-            self.result = turn.result(number)
-        finally:
-            if not recorded and (texts or turn.loop.calls):
-                await _maybe(turn.record(_cut_reply(texts)))
+        await self._steps.aclose()
 
 
 # --- wrapping an existing chatbot -------------------------------------------
@@ -336,7 +258,7 @@ def _calls_of(message: Mapping[str, Any], results: Mapping[str, Any]) -> list[To
     for call in message.get("tool_calls") or ():
         call = _as_dict(call)
         result = results.get(call.get("id") or "")
-        calls.append(ToolCall.from_openai(call, result=result, ok=_succeeded(result)))
+        calls.append(ToolCall.from_openai(call, result=result, ok=succeeded(result)))
     return calls
 
 
@@ -375,7 +297,24 @@ def interpret_reply(reply: Any) -> tuple[str, list[ToolCall], Any, str | None]:
     )
 
 
-def _wrapped_line(manager: Any, session_id: str, prompt: Prompt, reply: Any, latency: float) -> tuple[str, list[ToolCall]]:
+def _call_blocking(fn: Callable[..., Any], messages: list[dict[str, str]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    reply = fn(messages, *args, **kwargs)
+    if inspect.isawaitable(reply):
+        if inspect.iscoroutine(reply):
+            reply.close()  # never awaited: say so once, not as a RuntimeWarning too
+        raise LLMError("The wrapped chatbot returned an awaitable: wrap an async function (async def) instead.")
+    return reply
+
+
+def wrapped_turn(
+    engine: Engine, fn: Callable[..., Any], session_id: Any, user_message: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Program[Any]:
+    """A turn of the chatbot ``fn(messages, *args, **kwargs) -> reply``: compose, call, record, log."""
+    session_id = engine.session_id(session_id)
+    prompt = yield from engine.prepare(session_id, user_message)
+    started = time.perf_counter()
+    reply = yield Io(lambda: _call_blocking(fn, prompt.messages, args, kwargs), lambda: fn(prompt.messages, *args, **kwargs))
+    latency = time.perf_counter() - started
     text, calls, usage, model = interpret_reply(reply)
     provider = llm.usage_of(usage)
     name = model or "wrapped"
@@ -386,44 +325,7 @@ def _wrapped_line(manager: Any, session_id: str, prompt: Prompt, reply: Any, lat
         price_per_token=llm.input_price(name) if model else None,
         latency_ms=latency * 1000, tool_calls=len(calls),
     )  # fmt: skip
-    manager.usage_log.write(record, content={"messages": prompt.messages, "reply": text})
-    return text, calls
+    engine.usage_log.write(record, content={"messages": prompt.messages, "reply": text})
+    yield from engine.record_turn(session_id, user=user_message, assistant=text, tool_calls=calls)
+    return reply
 
-
-def wrap(manager: Any, fn: Callable[[list[dict[str, str]]], Any]) -> Callable[[str, str], Any]:
-    """``(session_id, user_message) -> reply`` around ``fn(messages) -> reply``.
-
-    The wrapper is async when ``fn`` is async or the manager is (``AsyncSessionManager``).
-    """
-    if is_async_callable(fn) or manager.is_async:
-
-        async def wrapped_async(session_id: str, user_message: str) -> Any:
-            session_id = manager._session_id(session_id)
-            prompt = await _maybe(manager.prepare(session_id, user_message))
-            started = time.perf_counter()
-            reply = await _maybe(fn(prompt.messages))
-            text, calls = _wrapped_line(manager, session_id, prompt, reply, time.perf_counter() - started)
-            await _maybe(manager.record_turn(session_id, user=user_message, assistant=text, tool_calls=calls))
-            return reply
-
-        return _named(wrapped_async, fn)
-
-    def wrapped(session_id: str, user_message: str) -> Any:
-        session_id = manager._session_id(session_id)
-        prompt = manager.prepare(session_id, user_message)
-        started = time.perf_counter()
-        reply = fn(prompt.messages)
-        if inspect.isawaitable(reply):
-            raise LLMError("The wrapped chatbot returned an awaitable: wrap an async function (async def) instead.")
-        text, calls = _wrapped_line(manager, session_id, prompt, reply, time.perf_counter() - started)
-        manager.record_turn(session_id, user=user_message, assistant=text, tool_calls=calls)
-        return reply
-
-    return _named(wrapped, fn)
-
-
-def _named(wrapper: Callable[..., Any], fn: Any) -> Callable[..., Any]:
-    wrapper.__name__ = getattr(fn, "__name__", "chatbot")
-    wrapper.__doc__ = getattr(fn, "__doc__", None)
-    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
-    return wrapper

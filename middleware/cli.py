@@ -13,12 +13,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .config import ENV_REDIS_URL, Config, load_config
+from .config import Config
 from .exceptions import LLMError, MiddlewareError
+from .loader import ENV_REDIS_URL, load_config
+
+if TYPE_CHECKING:
+    from .manager import SessionManager
 
 __all__ = ["main"]
 
@@ -54,16 +58,16 @@ class _Context:
             config = load_config(self.config_path, env=env)
             return config.with_overrides(**overrides) if overrides else config
 
-    def manager(self, **overrides: Any) -> Any:
+    def manager(self, config: Config | None = None) -> SessionManager:
         from .manager import SessionManager
 
         with _errors():
-            return SessionManager(self.config(**overrides))
+            return SessionManager(config or self.config())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--config", "config_path", envvar="MIDDLEWARE_CONFIG", type=click.Path(dir_okay=False),
-              help="Config file (default: $MIDDLEWARE_CONFIG, else the embedded default).")
+              help="Config file (default: $MIDDLEWARE_CONFIG, else the library defaults).")
 @click.option("--redis-url", envvar="REDIS_URL", help="Session store URL: memory://, redis://, rediss:// (default: $REDIS_URL, else the config's).")
 @click.version_option(package_name="token-middleware", prog_name="middleware")
 @click.pass_context
@@ -83,21 +87,25 @@ def main(ctx: click.Context, config_path: str | None, redis_url: str | None) -> 
 def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -> None:
     """Play a 12-turn device-navigation conversation through chat() and show the tokens saved.
 
-    Offline by default: the store is the config's (the embedded default is memory://;
-    --redis-url or $REDIS_URL point it at Redis, so the inspector can show the session
-    afterwards), the model is the scripted Atlas served through litellm, and the tools
-    are simulated devices. Each request leaves out what earlier turns established
-    (interface, device); the model finds it only in the context the middleware injects.
+    Offline by default: the model is the scripted Atlas served through litellm, the tools
+    are simulated devices, and Atlas brings its own configuration; it stores and logs
+    where your settings say (--config's store and usage_log sections, --redis-url or
+    $REDIS_URL; by default the embedded memory:// store, so run it against Redis to look
+    at the session in the inspector afterwards). Each request leaves out what earlier
+    turns established (interface, device); the model finds it only in the context the
+    middleware injects.
     """
     from rich.table import Table
 
-    from .demo import SCRIPT
+    from . import llm
+    from .demo import SCRIPT, demo_config
     from .demo.device import LAB
     from .report import Totals
 
-    overrides: dict[str, Any] = {"usage_log": {"path": log_path}} if log_path else {}
+    with _errors():
+        config = demo_config(obj.config(**({"usage_log": {"path": log_path}} if log_path else {})))
     console = _console()
-    mgr = obj.manager(**overrides)
+    mgr = obj.manager(config)
     LAB.reset()
     session = session or f"demo-{datetime.now():%Y%m%d-%H%M%S}"
     with _errors(), mgr:
@@ -110,8 +118,6 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
             table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
         firsts = Totals()  # the first LLM call of each turn
         with console.status("Loading litellm (the first call takes a few seconds)…"):
-            from . import llm
-
             llm.litellm()
         for number, request in enumerate(SCRIPT, start=1):
             result = mgr.chat(session, request, model=model, tools=device_tools)
@@ -138,7 +144,7 @@ def _device_tool(name: str) -> Any:
     return getattr(device, name)
 
 
-def _warn_if_private_store(mgr: Any) -> None:
+def _warn_if_private_store(mgr: SessionManager) -> None:
     if mgr.config.store.url.startswith("memory://"):
         click.echo(
             "Note: the store is memory://, which lives inside this one process, so it holds no sessions of other "
@@ -160,6 +166,8 @@ def chat(obj: _Context, session: str, model: str | None, stream: bool) -> None:
     console = _console()
     mgr = obj.manager()
     model = model or mgr.config.model
+    if model.startswith("scripted/"):
+        from . import demo  # noqa: F401 (serves scripted/atlas)
     interactive = sys.stdin.isatty()
     if interactive:
         console.print(f"Session '{session}' · model {model} · store {mgr.store!r}. /exit to leave.")
@@ -203,7 +211,7 @@ def _lines(interactive: bool) -> Iterator[str]:
         yield line
 
 
-def _chat_turn(mgr: Any, session: str, text: str, model: str, stream: bool, console: Any) -> Any:
+def _chat_turn(mgr: SessionManager, session: str, text: str, model: str, stream: bool, console: Any) -> Any:
     if not stream:
         result = mgr.chat(session, text, model=model)
         console.print(f"{mgr.config.assistant.name}> {result.text}")
@@ -229,13 +237,20 @@ def report(log: str, session: str | None, since: str | None, fmt: str, html_path
     """Summarize a token usage log: totals, per session and per model (calls, tokens
     sent, full-history tokens, saved, cost, cost saved, p50/p95 prompt tokens).
     Lines that are not usage records are counted and skipped."""
-    from .report import load_report, render_csv, render_html, render_json
+    from .report import build_report, load_report, render_csv, render_html, render_json
 
     try:
         moment = _parse_since(since)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from None
-    result = load_report(log, session=session, since=moment)
+    result = load_report(log, since=moment)
+    if session is not None:
+        if session not in result.sessions:
+            latest = ", ".join(repr(name[:60]) for name in list(result.sessions)[-3:]) or "none"
+            when = " since then" if moment else ""
+            raise click.ClickException(f"No calls of session {session[:100]!r} in {log}{when}: it holds "
+                                       f"{len(result.sessions)} session(s), the latest {latest}.")  # fmt: skip
+        result = build_report(result.records, bad_lines=result.bad_lines, session=session)
     if fmt == "json":
         click.echo(render_json(result))
     elif fmt == "csv":
@@ -335,7 +350,7 @@ def sessions_list(obj: _Context, search: str | None, page: int, page_size: int) 
     mgr = obj.manager()
     _warn_if_private_store(mgr)
     with _errors(), mgr:
-        result = mgr.store.list_sessions(search=search, page=page, page_size=page_size)
+        result = mgr.list_sessions(search=search, page=page, page_size=page_size)
     table = Table(title=f"sessions · page {result.page}/{result.total_pages} · {result.total} in all", title_justify="left")
     for column in ["session", "updated", "turns", "context keys", "summary lines", "recent", "full-history tokens"]:
         table.add_column(column, justify="left" if column in {"session", "updated"} else "right")

@@ -1,26 +1,23 @@
-"""Configuration: ``config.yaml`` loaded into validated, frozen pydantic models.
+"""Configuration as frozen values: validated pydantic models, nothing read or cached here.
 
-Resolution order for the file: an explicit path, then ``$MIDDLEWARE_CONFIG``, then
-the embedded default (the "Atlas" device-navigation assistant). ``$REDIS_URL``
-overrides ``store.url``. Errors name the key, the bad value and what was expected::
+``Config()`` is the library default: a neutral assistant, auto context keys, no skills,
+the embedded ``memory://`` store. ``middleware.loader.load_config`` reads a YAML file
+into one. Errors name the key, the bad value and what was expected::
 
-    Config 'summary.lines' has value -1. Expected an integer >= 0.
+    Config 'summary.lines' has value -1. Expected: Input should be greater than or equal to 0.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import string
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .core.text import redact_url
 from .exceptions import ConfigError
-from .skills import Skill, load_skills
-from .text import redact_url
 
 __all__ = [
     "AssistantConfig",
@@ -29,26 +26,49 @@ __all__ = [
     "NotesConfig",
     "PromptConfig",
     "RecentConfig",
+    "Skill",
     "StoreConfig",
     "SummaryConfig",
     "TokensConfig",
     "TracesConfig",
     "UsageLogConfig",
-    "default_config_path",
-    "load_config",
+    "template_for",
+    "validate_config",
 ]
 
-ENV_CONFIG = "MIDDLEWARE_CONFIG"
-ENV_REDIS_URL = "REDIS_URL"
-
 _PROMPT_FIELDS = ("name", "instructions", "skills", "notes", "context")
-_VOLATILE = ("{notes}", "{context}")
+_VOLATILE = ("notes", "context")
 # A context key name: an identifier, never free text (it is printed into the system prompt).
 KEY_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_TOOL_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class Skill(_Section):
+    """A named capability, listed in one line of the system prompt; its tools are
+    ``module:function`` references, imported when a chat needs them."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str = Field(min_length=1, max_length=500)
+    tools: tuple[str, ...] = ()
+    source: str | None = Field(default=None, exclude=True)  # the file it came from, for error messages
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_refs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for ref in value:
+            if not _TOOL_REF.match(ref):
+                raise ValueError(f"tool '{ref}' is not a 'module:function' reference")
+        return value
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(ref.rsplit(":", 1)[1] for ref in self.tools)
 
 
 class AssistantConfig(_Section):
@@ -131,7 +151,7 @@ class RecentConfig(_Section):
         return self.messages // 2
 
 
-_DEFAULT_TEMPLATE = "You are {name}, AI Assistant.\n{instructions}\n{skills}\n{notes}\n{context}"
+_DEFAULT_TEMPLATE = "You are a helpful assistant.\n{instructions}\n{skills}\n{notes}\n{context}"
 
 
 class PromptConfig(_Section):
@@ -146,20 +166,44 @@ class PromptConfig(_Section):
         fields = _check_template(value, allowed=_PROMPT_FIELDS, where="the prompt template")
         if "context" not in fields:
             raise ValueError("must contain the {context} placeholder")
-        tail = value[value.rindex("{context}") + len("{context}") :]
-        if tail.strip():
+        tail = _pieces(value)[_first_volatile(value) :]
+        names = [name for _, name in tail if name]
+        after = tail[-1][0] if tail[-1][1] is None else ""
+        if names[-1] != "context" or after.strip():
             raise ValueError(
                 "must end with {context}: text after the volatile context section breaks "
                 "the provider's prompt cache on every turn"
             )
-        if "notes" in fields and value[value.index("{notes}") + len("{notes}") : value.index("{context}")].strip():
+        if names not in (["context"], ["notes", "context"]) or any(text.strip() for text, name in tail[1:] if name):
             raise ValueError("must have nothing but whitespace between {notes} and {context}: both change between sessions")
         return value
 
     def static_head(self) -> str:
-        """The template up to its first per-session field ({notes} or {context})."""
-        cut = min(self.template.index(p) for p in _VOLATILE if p in self.template)
-        return self.template[:cut]
+        """The template up to its first per-session field ({notes} or {context}), braces still escaped."""
+        pieces = _pieces(self.template)
+        first = _first_volatile(self.template)
+        head = [*pieces[:first], (pieces[first][0], None)]
+        return "".join(_escaped(text) + (f"{{{name}}}" if name else "") for text, name in head)
+
+
+def _escaped(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def template_for(system_prompt: str) -> str:
+    """A prompt template that sends ``system_prompt`` as written, then the skills, notes
+    and context sections."""
+    return _escaped(system_prompt) + "\n{skills}\n{notes}\n{context}"
+
+
+def _pieces(template: str) -> list[tuple[str, str | None]]:
+    """(literal text, field name) pairs of a format string, the literal text unescaped."""
+    return [(text, name) for text, name, _, _ in string.Formatter().parse(template)]
+
+
+def _first_volatile(template: str) -> int:
+    """The index of the piece holding the first per-session field ({notes} or {context})."""
+    return next(i for i, (_, name) in enumerate(_pieces(template)) if name in _VOLATILE)
 
 
 class NotesConfig(_Section):
@@ -233,9 +277,7 @@ class Config(_Section):
     summary: SummaryConfig = Field(default_factory=SummaryConfig)
     recent: RecentConfig = Field(default_factory=RecentConfig)
     prompt: PromptConfig = Field(default_factory=PromptConfig)
-    # Folder of skill definitions, relative to the config file; None lists no skills.
-    skills_dir: Path | None = None
-    # Skills listed in the system prompt: those given inline plus those found in skills_dir.
+    # Skills listed in the system prompt (a config file's skills_dir adds those it holds).
     skills: tuple[Skill, ...] = ()
     store: StoreConfig = Field(default_factory=StoreConfig)
     tokens: TokensConfig = Field(default_factory=TokensConfig)
@@ -247,31 +289,6 @@ class Config(_Section):
     # Tool rounds one chat turn may take before it stops with a note.
     max_tool_rounds: int = Field(default=8, ge=0, le=100)
     max_session_id_chars: int = Field(default=256, ge=1, le=4096)
-    # Values derived from the (frozen) settings, computed once: the static prompt prefix.
-    _derived: dict[str, Any] = PrivateAttr(default_factory=dict)
-
-    def derived(self, name: str, compute: Callable[[Config], Any]) -> Any:
-        """``compute(self)``, computed once per config object."""
-        # Read the private storage slot directly: pydantic's __getattr__ for private
-        # attributes is slow, and this sits on the hot path of every composed prompt.
-        cache = self.__pydantic_private__["_derived"]  # type: ignore[index]
-        try:
-            return cache[name]
-        except KeyError:
-            cache[name] = value = compute(self)
-            return value
-
-    @model_validator(mode="before")
-    @classmethod
-    def _read_skills_dir(cls, data: Any) -> Any:
-        # Inline skills win over files of the same name, so validating a dumped
-        # config again (with_overrides) does not list a skill twice.
-        if not isinstance(data, Mapping) or not data.get("skills_dir"):
-            return data
-        inline = list(data.get("skills") or [])
-        taken = {_skill_name(skill) for skill in inline}
-        found = [skill for skill in load_skills(data["skills_dir"]) if skill.get("name") not in taken]
-        return {**data, "skills": [*inline, *found]}
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
@@ -285,7 +302,7 @@ class Config(_Section):
                 raise ValueError(f"context.labels names '{key}', which is not in context.keys")
         return self
 
-    def with_overrides(self, **sections: Mapping[str, Any]) -> Config:
+    def with_overrides(self, **sections: Any) -> Config:
         """Return a copy with some settings replaced, validated like a loaded file.
 
         ``config.with_overrides(store={"url": "redis://127.0.0.1:6379/0"})``
@@ -296,11 +313,7 @@ class Config(_Section):
                 data[section] = {**data[section], **values}
             else:
                 data[section] = values
-        return _validate(data, source="overrides")
-
-
-def _skill_name(skill: Any) -> Any:
-    return skill.get("name") if isinstance(skill, Mapping) else getattr(skill, "name", None)
+        return validate_config(data, source="overrides")
 
 
 def _check_template(template: str, *, allowed: tuple[str, ...] | None, where: str) -> set[str]:
@@ -334,7 +347,8 @@ def _describe(error: Mapping[str, Any]) -> str:
     return f"Config '{key}' has value {value!r}. Expected: {expected}."
 
 
-def _validate(data: Any, *, source: str) -> Config:
+def validate_config(data: Any, *, source: str) -> Config:
+    """``data`` (a mapping of settings) as a Config; ConfigError naming the first bad key."""
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
@@ -354,49 +368,3 @@ def _validate(data: Any, *, source: str) -> Config:
             message += f" ({len(errors) - 1} more problem(s) in {source})"
         key = ".".join(str(part) for part in first["loc"])
         raise ConfigError(message, key=key) from None
-
-
-def default_config_path() -> Path:
-    """The embedded default ``config.yaml`` (inside the wheel, or at the source tree's top)."""
-    here = Path(__file__).resolve().parent
-    packaged = here / "_defaults" / "config.yaml"
-    return packaged if packaged.is_file() else here.parent / "config.yaml"
-
-
-def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None) -> Config:
-    """Load and validate a configuration file.
-
-    ``path`` wins, then ``$MIDDLEWARE_CONFIG``, then the embedded default.
-    ``$REDIS_URL`` replaces ``store.url``. A relative ``skills_dir`` is resolved
-    against the config file's folder.
-    """
-    import yaml
-
-    env = os.environ if env is None else env
-    chosen = Path(path) if path is not None else Path(env[ENV_CONFIG]) if env.get(ENV_CONFIG) else default_config_path()
-    try:
-        text = chosen.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"Config file {str(chosen)!r} does not exist.", key=None) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"Config file {str(chosen)!r} cannot be read: {exc}.", key=None) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"Config file {str(chosen)!r} is not valid YAML: {exc}".rstrip(".") + ".") from None
-    if isinstance(data, dict):
-        data = _apply_env(data, env)
-        skills = data.get("skills_dir")
-        if isinstance(skills, str) and not Path(skills).is_absolute():
-            data["skills_dir"] = str((chosen.parent / skills).resolve())
-    elif data is None and env.get(ENV_REDIS_URL):
-        data = _apply_env({}, env)
-    return _validate(data, source=repr(str(chosen)))
-
-
-def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-    url = env.get(ENV_REDIS_URL)
-    if url:
-        store = data.get("store")
-        data = {**data, "store": {**(store if isinstance(store, dict) else {}), "url": url}}
-    return data

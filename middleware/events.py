@@ -15,18 +15,33 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
 
-__all__ = ["debug_enabled", "log"]
+__all__ = ["capture", "debug_enabled", "log"]
 
 # Open capture_events() blocks; process-wide so events from worker threads are caught too.
 _sinks: list[list[dict[str, Any]]] = []
 _sinks_lock = threading.Lock()
 
 
-def _capture_processor(_logger: Any, method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+@contextmanager
+def capture() -> Iterator[list[dict[str, Any]]]:
+    """Collect every event (debug included) as dicts while the block runs."""
+    events: list[dict[str, Any]] = []
+    with _sinks_lock:
+        _sinks.append(events)
+    try:
+        yield events
+    finally:
+        with _sinks_lock:
+            _sinks.remove(events)
+
+
+def _capture_processor(_logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     if _sinks:
         with _sinks_lock:
             for sink in _sinks:
@@ -34,7 +49,7 @@ def _capture_processor(_logger: Any, method: str, event_dict: dict[str, Any]) ->
     return event_dict
 
 
-def _render(_logger: Any, _method: str, event_dict: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _render(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     event = event_dict.pop("event")
     fields = " ".join(f"{key}={value!r}" for key, value in event_dict.items())
     return ((f"{event} {fields}" if fields else event),), {"extra": {"mw_event": event, "mw_fields": event_dict}}

@@ -19,6 +19,7 @@ __all__ = [
     "InvalidToolCallError",
     "LLMError",
     "MiddlewareError",
+    "NotesError",
     "StoreError",
     "StoreUnavailableError",
     "TokenBudgetError",
@@ -51,6 +52,10 @@ class InvalidMessageError(InvalidInputError):
 
 class InvalidToolCallError(InvalidInputError):
     """A tool call has no usable name or arguments of an unusable type."""
+
+
+class NotesError(InvalidInputError):
+    """A notes operation that cannot be carried out as asked."""
 
 
 class TokenBudgetError(InvalidInputError):

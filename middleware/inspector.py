@@ -1,7 +1,6 @@
 """The memory inspector's views, as pure functions over what the store returns.
 
-The design notes' memory view (seeds/001): a paged listing of sessions, newest
-first and searchable by id; one session's view with include flags and limits;
+A paged listing of sessions, newest first and searchable by id; one session's view with include flags and limits;
 raw traces merged and sorted by (time, turn, sequence); a conversation view in
 which a tool call and its result become one entry and a result without its call
 is kept as an orphan. Bad records never fail a view: they are skipped and named
@@ -13,12 +12,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .state import SessionState
-
-if TYPE_CHECKING:
-    from .store import SessionPage
+from .core.plans import Inspection, SessionPage
 
 __all__ = ["INCLUDES", "conversation_view", "listing", "parse_traces", "session_view"]
 
@@ -108,16 +104,16 @@ def _limit(value: int | None, default: int) -> int:
 
 
 def session_view(
-    raw: Mapping[str, Any],
+    raw: Inspection,
     *,
     include: Iterable[str] = INCLUDES,
     trace_limit: int | None = None,
     conversation_limit: int | None = None,
 ) -> dict[str, Any]:
     """One session as the inspector shows it; ``include`` picks the parts."""
-    state: SessionState = raw["state"]
+    state = raw.state
     wanted = set(include)
-    warnings = list(raw.get("warnings") or ())
+    warnings = [str(corrupt) for corrupt in raw.corrupt]
     view: dict[str, Any] = {
         "session_id": state.session_id,
         "turns": state.turns,
@@ -134,7 +130,7 @@ def session_view(
         view["recent"] = [{**m, "tokens": t} for m, t in zip(state.recent, state.recent_tokens, strict=False)]
     if "notes" in wanted:
         view["notes"] = state.notes
-    traces = parse_traces(raw.get("traces"), warnings) if wanted & {"traces", "conversation"} else []
+    traces = parse_traces(raw.traces, warnings) if wanted & {"traces", "conversation"} else []
     if "traces" in wanted:
         limit = _limit(trace_limit, 100)
         view["traces"] = traces[-limit:] if limit else []
@@ -143,6 +139,6 @@ def session_view(
         conversation = conversation_view(traces)
         view["conversation"] = conversation[-limit:] if limit else []
     if "prompt" in wanted:
-        view["prompt"] = _prompt(raw.get("prompt"), warnings)
+        view["prompt"] = _prompt(raw.prompt, warnings)
     view["warnings"] = warnings
     return view

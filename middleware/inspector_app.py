@@ -8,8 +8,8 @@
 
 Errors are JSON: 400 for bad parameters, 401 without the token (when one is set),
 404 for an unknown session, 503 when the store is unreachable (its password
-masked). Bad or missing records give partial results with ``warnings``, never
-a server error.
+masked; ``/api/health`` too). Bad or missing records give partial results with
+``warnings``, never a server error.
 """
 
 from __future__ import annotations
@@ -20,13 +20,15 @@ from importlib.resources import files
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from .core.text import redact_secrets
 from .exceptions import InvalidInputError, StoreError
 from .inspector import INCLUDES, listing, session_view
-from .text import redact_secrets
+from .manager import AsyncSessionManager, SessionManager
 
 __all__ = ["create_app"]
 
@@ -45,10 +47,15 @@ def _int(request: Request, name: str, default: int | None) -> int | None:
         raise InvalidInputError(f"Parameter {name!r} has value {value!r}; expected an integer.") from None
 
 
-def create_app(manager: Any, *, token: str | None = None) -> Starlette:
-    """An ASGI app over a SessionManager's store. With ``token``, every request must
-    carry it (``Authorization: Bearer …`` or ``?token=…``)."""
-    store = manager.store
+def create_app(manager: SessionManager | AsyncSessionManager, *, token: str | None = None) -> Starlette:
+    """An ASGI app over a manager's store (a sync manager's calls run in worker threads).
+    With ``token``, every request must carry it (``Authorization: Bearer …`` or ``?token=…``)."""
+
+    async def call(operation: str, *args: Any, **kwargs: Any) -> Any:
+        method = getattr(manager, operation)
+        if isinstance(manager, AsyncSessionManager):
+            return await method(*args, **kwargs)
+        return await run_in_threadpool(method, *args, **kwargs)
 
     def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -69,19 +76,20 @@ def create_app(manager: Any, *, token: str | None = None) -> Starlette:
         return HTMLResponse((files("middleware") / "static" / "inspector.html").read_text(encoding="utf-8"))
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"ok": True, "store": repr(store)})
+        await call("ping")  # StoreError: 503
+        return JSONResponse({"ok": True, "store": repr(manager.store)})
 
     async def sessions(request: Request) -> Response:
         search = request.query_params.get("search") or None
         page_number = _int(request, "page", 1) or 1
         page_size = _int(request, "page_size", 20) or 20
-        result = await _call(store.list_sessions, search=search, page=page_number, page_size=page_size)
+        result = await call("list_sessions", search=search, page=page_number, page_size=page_size)
         return JSONResponse(listing(result))
 
     async def session(request: Request) -> Response:
         if "id" not in request.query_params:
             raise InvalidInputError("Parameter 'id' (the session id) is required.")
-        session_id = manager._session_id(request.query_params["id"])
+        session_id = request.query_params["id"]
         include = [p.strip() for p in (request.query_params.get("include") or ",".join(INCLUDES)).split(",") if p.strip()]
         unknown = sorted(set(include) - set(INCLUDES))
         if unknown:
@@ -89,10 +97,9 @@ def create_app(manager: Any, *, token: str | None = None) -> Starlette:
         trace_limit = _int(request, "trace_limit", None)
         conversation_limit = _int(request, "conversation_limit", None)
         # Traces are read generously so the conversation view can collapse calls and results.
-        raw = await _call(store.inspect, session_id, traces=max(trace_limit or 100, (conversation_limit or 50) * 4))
-        state = raw["state"]
-        if state.is_empty and not raw["traces"]:
-            return _error(404, f"no session {session_id!r}")
+        raw = await call("inspect", session_id, traces=max(trace_limit or 100, (conversation_limit or 50) * 4))
+        if raw.state.is_empty and not raw.traces:
+            return _error(404, f"no session {session_id[:100]!r}")
         view = session_view(raw, include=include, trace_limit=trace_limit, conversation_limit=conversation_limit)
         return JSONResponse(view)
 
@@ -104,13 +111,3 @@ def create_app(manager: Any, *, token: str | None = None) -> Starlette:
     ]
     return Starlette(routes=routes)
 
-
-async def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run a store call: awaited for the async store, in a worker thread for the sync one."""
-    import inspect
-
-    if inspect.iscoroutinefunction(function):
-        return await function(*args, **kwargs)
-    from starlette.concurrency import run_in_threadpool
-
-    return await run_in_threadpool(function, *args, **kwargs)

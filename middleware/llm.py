@@ -15,9 +15,9 @@ import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
+from .core.text import redact_secrets
 from .exceptions import LLMError
 from .scripted import get_responder
-from .text import redact_secrets
 from .tokens import get_tokenizer
 
 __all__ = [

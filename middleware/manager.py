@@ -1,407 +1,270 @@
-"""The session manager: the shell around the pure core (load -> build -> call -> record).
+"""The session managers: the shell around the pure core (load -> build -> call -> record).
 
-``SessionManager`` is synchronous over redis-py; ``AsyncSessionManager`` has the
-same methods, awaited, over ``redis.asyncio``. Both validate input the same way
-and build the same store commands.
+``SessionManager`` runs every operation in the calling thread over redis-py;
+``AsyncSessionManager`` awaits the same operations over ``redis.asyncio``. Each
+operation is written once, as a program of ``middleware.engine.Engine``; the
+``operation`` descriptor binds it to a manager's runner, typed for each face.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-import threading
-from collections import deque
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, Protocol, TypeVar, cast, overload
 
-import orjson
-
-from .composer import apply_turn, compose, tokenizer_for
-from .config import Config, load_config
-from .events import debug_enabled, log
-from .exceptions import ConfigError, InvalidToolCallError, StoreError
-from .lru import Lru
-from .notes import WRITES, apply_operation, notes_tool_schema
-from .state import Prompt, SessionState, ToolCall, Turn, TurnUpdate, check_session_id, check_text_size
-from .store import AsyncRedisStore, RedisStore
-from .text import cut_middle, redact_secrets
-from .tokens import context_window
-from .tools import Tool, Toolset
-from .usage import UsageLog
+from .chat import AsyncChatStream, ChatResult, ChatStream, ChatTurn, wrapped_turn
+from .config import Config, template_for
+from .core.effects import Program
+from .core.state import TurnUpdate
+from .engine import Engine, ToolsArg
+from .exceptions import ConfigError
+from .loader import load_config
+from .runner import ASend, arun, run
+from .store import AsyncRedisStore, AsyncSessionStore, RedisStore, SessionStore, ThreadedStore
+from .tools import Tool, Toolset, is_async_callable
 
 if TYPE_CHECKING:
-    from .chat import AsyncChatStream, ChatResult, ChatStream
+    from .tokens import Tokenizer
+    from .usage import UsageLog
 
-__all__ = ["AsyncSessionManager", "SessionManager"]
+__all__ = ["AsyncChat", "AsyncSessionManager", "Chat", "SessionManager"]
 
-
-def _tool_call(value: Any) -> ToolCall:
-    if isinstance(value, ToolCall):
-        return value
-    if isinstance(value, Mapping):
-        if "function" in value:  # an OpenAI tool_calls entry
-            return ToolCall.from_openai(value, result=value.get("result"), ok=value.get("ok", True))
-        allowed = {"name", "arguments", "result", "ok", "id"}
-        unknown = set(value) - allowed
-        if unknown:
-            raise InvalidToolCallError(f"Tool call has unknown fields {sorted(map(str, unknown))}; expected {sorted(allowed)}.")
-        return ToolCall(**value)
-    raise InvalidToolCallError(f"A tool call must be a ToolCall or a mapping, got {type(value).__name__}.")
+P = ParamSpec("P")
+T = TypeVar("T")
+R = TypeVar("R")
+M = TypeVar("M", bound="_Manager")
+_R_co = TypeVar("_R_co", covariant=True)
+_S_co = TypeVar("_S_co", covariant=True)
 
 
-def _import_tool(ref: str, skill: str) -> Tool:
-    import importlib
+class _ChatCall(Protocol[_R_co, _S_co]):
+    """The signature of chat(), written once for both faces: a result, or with stream=True a stream."""
 
-    module_name, _, attribute = ref.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"Skill '{skill}' lists tool {ref!r}, which cannot be imported: {exc}.", key="skills") from None
-    return Tool(fn)
-
-
-_PROMPT_CHARS = 64_000
-
-
-def _prompt_json(prompt: Prompt) -> str:
-    """The prompt as the inspector shows it; long messages cut in the middle past 64 kB."""
-    record = {"messages": prompt.messages, "tokens": prompt.tokens.as_dict(), "full_history_tokens": prompt.full_history_tokens,
-              "turn": prompt.turn, "trimmed": list(prompt.trimmed)}  # fmt: skip
-    text = orjson.dumps(record)
-    if len(text) > _PROMPT_CHARS:
-        record["messages"] = [{**m, "content": cut_middle(m["content"], 2_000)} for m in prompt.messages]
-        text = orjson.dumps(record)
-    return text.decode()
+    @overload
+    def __call__(
+        self, session_id: str, user_message: str, *, model: str | None = None, tools: ToolsArg = None,
+        stream: Literal[False] = False, **litellm_kwargs: Any,
+    ) -> _R_co: ...  # fmt: skip
+    @overload
+    def __call__(
+        self, session_id: str, user_message: str, *, model: str | None = None, tools: ToolsArg = None,
+        stream: Literal[True], **litellm_kwargs: Any,
+    ) -> _S_co: ...  # fmt: skip
+    @overload
+    def __call__(
+        self, session_id: str, user_message: str, *, model: str | None = None, tools: ToolsArg = None,
+        stream: bool, **litellm_kwargs: Any,
+    ) -> _R_co | _S_co: ...  # fmt: skip
 
 
-class _NotesEdit:
-    """One notes operation as the store's optimistic transaction runs it: called with the
-    current notes (perhaps more than once, if another writer got there first)."""
-
-    def __init__(self, operation: str, content: str | None, section_header: str | None, max_chars: int) -> None:
-        self.operation, self.content, self.section_header, self.max_chars = operation, content, section_header, max_chars
-        self.writes = operation in WRITES
-        self.message = ""
-
-    def read(self, notes: str) -> str:
-        return apply_operation(notes, self.operation, content=self.content, section_header=self.section_header)[1]
-
-    def __call__(self, current: str) -> str:
-        updated, self.message = apply_operation(
-            current, self.operation, content=self.content, section_header=self.section_header, max_chars=self.max_chars
-        )
-        return updated
+Chat = _ChatCall[ChatResult, ChatStream]
+AsyncChat = _ChatCall[Coroutine[Any, Any, ChatResult], Coroutine[Any, Any, AsyncChatStream]]
 
 
-class _ManagerBase:
-    is_async = False
+class operation(Generic[P, T]):
+    """An Engine program as a manager method: ``SessionManager`` returns its result,
+    ``AsyncSessionManager`` a coroutine of it."""
 
-    def __init__(self, config: Config | None = None, *, redis_url: str | None = None) -> None:
-        config = config if config is not None else load_config()
-        if redis_url is not None:
-            config = config.with_overrides(store={"url": redis_url})
-        self.config = config
-        self.tokenizer = tokenizer_for(config)
-        self.usage_log = UsageLog(config.usage_log.path, include_content=config.usage_log.include_content)
-        self._skill_tools: list[Tool] | None = None
-        # Turns the store could not take (on_store_error: degrade), oldest first; written
-        # before anything else on the next store call that works.
-        self._pending: deque[tuple[str, TurnUpdate]] = deque()
-        self._pending_lock = threading.Lock()
-        # The last prompt composed per session, stored with the turn for the inspector.
-        self._prompts: Lru[Prompt] = Lru(4_096)  # composed, not yet recorded
+    def __init__(self, program: Callable[Concatenate[Engine, P], Program[T]]) -> None:
+        self.program = program
+        self.name = program.__name__
+        self.__doc__ = program.__doc__
 
-    @property
-    def pending_turns(self) -> list[tuple[str, TurnUpdate]]:
-        """Turns recorded while the store was unreachable, not yet written (degrade mode)."""
-        with self._pending_lock:
-            return list(self._pending)
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        self.name = name
 
-    @property
-    def _degrade(self) -> bool:
-        return self.config.store.on_store_error == "degrade"
+    @overload
+    def __get__(self, manager: None, owner: type[Any]) -> operation[P, T]: ...
+    @overload
+    def __get__(self, manager: SessionManager, owner: type[Any]) -> Callable[P, T]: ...
+    @overload
+    def __get__(self, manager: AsyncSessionManager, owner: type[Any]) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    def __get__(self, manager: _Manager | None, owner: type[Any]) -> Any:
+        if manager is None:
+            return self
+        program, engine, execute = self.program, manager._engine, manager._execute
 
-    def budget(self, model: str | None = None) -> int | None:
-        """The prompt cap: tokens.budget, else the model's context window minus reply_reserve."""
-        if self.config.tokens.budget is not None:
-            return self.config.tokens.budget
-        window = context_window(model or self.config.tokens.model)
-        return max(window - self.config.tokens.reply_reserve, 64) if window else None
+        @functools.wraps(program)
+        def bound(*args: Any, **kwargs: Any) -> Any:
+            return execute(program(engine, *args, **kwargs))
 
-    def _degraded_state(self, session_id: str, exc: StoreError) -> SessionState:
-        log.warning("store.degraded", session=session_id, operation="load", error=redact_secrets(str(exc)))
-        return SessionState(session_id=session_id)
-
-    def _hold(self, session_id: str, update: TurnUpdate, exc: StoreError) -> int:
-        with self._pending_lock:
-            if len(self._pending) >= self.config.store.max_pending_turns:
-                dropped, _ = self._pending.popleft()
-                log.error("store.pending_overflow", session=dropped, limit=self.config.store.max_pending_turns)
-            self._pending.append((session_id, update))
-            waiting = len(self._pending)
-        log.warning(
-            "store.turn_not_recorded", session=session_id, pending=waiting, line=self._content(update.summary_line),
-            error=redact_secrets(str(exc)),
-        )
-        return 0
-
-    def _next_pending(self) -> tuple[str, TurnUpdate] | None:
-        if not self._pending:  # the usual case, checked without the lock (deque truth is atomic)
-            return None
-        with self._pending_lock:
-            return self._pending[0] if self._pending else None
-
-    def _done_pending(self, item: tuple[str, TurnUpdate], turns: int) -> None:
-        with self._pending_lock:
-            if self._pending and self._pending[0] is item:
-                self._pending.popleft()
-        if turns:
-            log.info("store.pending_recorded", session=item[0], turn=turns)
-        else:
-            log.info("store.pending_already_recorded", session=item[0])
-
-    def skill_tools(self) -> list[Tool]:
-        """The tools the configured skills bring (imported on first use)."""
-        if self._skill_tools is None:
-            self._skill_tools = [_import_tool(ref, skill.name) for skill in self.config.skills for ref in skill.tools]
-        return list(self._skill_tools)
-
-    def toolset(self, tools: Any = None) -> Toolset:
-        """``tools`` as a Toolset: None means the skills' tools, [] means none."""
-        if tools is None:
-            return Toolset(self.skill_tools())
-        return tools if isinstance(tools, Toolset) else Toolset(tools)
-
-    def _session_id(self, session_id: Any) -> str:
-        return check_session_id(session_id, limit=self.config.max_session_id_chars)
-
-    def _turn(self, user: Any, assistant: Any, tool_calls: Iterable[Any] | None) -> Turn:
-        limit = self.config.tokens.max_message_chars
-        if tool_calls is not None and (isinstance(tool_calls, (str, bytes, Mapping)) or not isinstance(tool_calls, Iterable)):
-            raise InvalidToolCallError(f"tool_calls must be a list of tool calls, got {type(tool_calls).__name__}.")
-        # Turn checks types and emptiness and cleans the text; only the size limit is
-        # checked here. An oversized reply is cut in the middle when recorded, not refused.
-        return Turn(
-            user=check_text_size(user, what="The user message", limit=limit),
-            assistant=assistant,
-            tool_calls=tuple(_tool_call(call) for call in tool_calls or ()),
-        )
-
-    def _update(self, session_id: str, turn: Turn) -> TurnUpdate:
-        prompt = self._prompts.pop(session_id)
-        # 128 random bits as 32 hex digits (what uuid4().hex gives, without the UUID object).
-        turn_id = os.urandom(16).hex()
-        return apply_turn(
-            turn, self.config, tokenizer=self.tokenizer, turn_id=turn_id, prompt=_prompt_json(prompt) if prompt else ""
-        )
-
-    def _remember_prompt(self, session_id: str, prompt: Prompt) -> None:
-        """Keep what the model is about to be sent until the turn is recorded (serialized
-        then, off the build path)."""
-        self._prompts.put(session_id, prompt)
-
-    def _party(self, user_id: Any, agent: Any) -> tuple[str, str]:
-        limit = 128
-        return (
-            check_session_id(user_id, limit=limit, what="User id"),
-            check_session_id(agent, limit=limit, what="Agent name"),
-        )
-
-    def notes_tool(self, user_id: str, agent: str) -> Tool:
-        """The ``manage_long_term_memory`` tool for this (user, agent), for chat(tools=[...])."""
-        user_id, agent = self._party(user_id, agent)
-        manage = self.manage_notes
-
-        def manage_long_term_memory(operation: str = "read", content: str | None = None, section_header: str | None = None) -> Any:
-            return manage(user_id, agent, operation, content=content, section_header=section_header)
-
-        return Tool(manage_long_term_memory, schema=notes_tool_schema())
-
-    def _compose(self, state: SessionState, user_message: Any, model: str | None, extra_tokens: int) -> Prompt:
-        return compose(
-            state, user_message, self.config, tokenizer=self.tokenizer, budget=self.budget(model), extra_tokens=extra_tokens
-        )
-
-    def _content(self, text: str) -> str:
-        return text if self.config.usage_log.include_content else f"<{len(text)} chars>"
-
-    def _log_recorded(self, session_id: str, update: TurnUpdate, turns: int) -> None:
-        if not debug_enabled():
-            return
-        for key, value in update.context:
-            log.debug("context.set", session=session_id, key=key, value=self._content(value))
-        log.debug("summary.updated", session=session_id, line=self._content(update.summary_line))
-        log.debug("turn.recorded", session=session_id, turn=turns, turn_full_tokens=update.full_tokens)
+        manager.__dict__[self.name] = bound  # found first from now on
+        return bound
 
 
-    async def achat(
-        self,
-        session_id: str,
-        user_message: str,
-        *,
-        model: str | None = None,
-        tools: Any = None,
-        stream: bool = False,
-        **litellm_kwargs: Any,
-    ) -> ChatResult | AsyncChatStream:
-        """One full turn over ``litellm.acompletion`` (the async twin of ``SessionManager.chat``).
-
-        With ``stream=True`` returns an async iterator of text chunks that records the turn
-        when it ends; its ``.result`` then holds the ChatResult."""
-        from .chat import AsyncChatStream, arun_chat
-
-        if stream:
-            return AsyncChatStream(self, session_id, user_message, model, tools, litellm_kwargs)
-        return await arun_chat(self, session_id, user_message, model=model, tools=tools, kwargs=litellm_kwargs)
-
-    def wrap(self, fn: Any) -> Any:
-        """Wrap a chatbot ``fn(messages) -> reply`` as ``(session_id, user_message) -> reply``;
-        the wrapper is async when ``fn`` or this manager is."""
-        from .chat import wrap
-
-        return wrap(self, fn)
+def _named(wrapper: Callable[..., Any], fn: Any) -> Callable[..., Any]:
+    wrapper.__name__ = getattr(fn, "__name__", "chatbot")
+    wrapper.__doc__ = getattr(fn, "__doc__", None)
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+    return wrapper
 
 
-class SessionManager(_ManagerBase):
-    """Remembers sessions and composes token-efficient prompts for them.
+class _Manager:
+    """What both managers share: configuration, the engine and every operation."""
 
-    >>> mgr = SessionManager.from_config()          # embedded default, memory:// store
-    >>> messages = mgr.build_messages("s1", "goto shop")
-    """
+    store: Any
 
     def __init__(
         self,
         config: Config | None = None,
         *,
+        system_prompt: str | None = None,
+        instructions: str | None = None,
         redis_url: str | None = None,
         client: Any = None,
-        store: RedisStore | None = None,
+        store: Any = None,
     ) -> None:
-        super().__init__(config, redis_url=redis_url)
-        if store is not None:
-            self.store = store
-        elif client is not None:
-            self.store = RedisStore(client, self.config)
-        else:
-            self.store = RedisStore.from_url(self.config.store.url, self.config)
+        config = config if config is not None else load_config()
+        if system_prompt is not None and instructions is not None:
+            raise ConfigError("Give system_prompt (your whole prompt) or instructions (for the default one), not both.")
+        if system_prompt is not None:
+            config = config.with_overrides(prompt={"template": template_for(system_prompt)})
+        if instructions is not None:
+            config = config.with_overrides(assistant={"instructions": instructions})
+        if redis_url is not None:
+            config = config.with_overrides(store={"url": redis_url})
+        self.config = config
+        self._engine = Engine(config)
+        self.store = store if store is not None else self._connect(client)
 
     @classmethod
-    def from_config(cls, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> SessionManager:
-        """Load ``path`` (or ``$MIDDLEWARE_CONFIG``, or the embedded default) and connect."""
-        return cls(config=load_config(path), **kwargs)
+    def from_config(cls: type[M], path: str | os.PathLike[str] | None = None, **kwargs: Any) -> M:
+        """Load ``path`` (or ``$MIDDLEWARE_CONFIG``; with neither, the library default) and connect."""
+        return cls(load_config(path), **kwargs)
 
-    def _flush_pending(self) -> None:
-        while (item := self._next_pending()) is not None:
-            # A held turn may have reached Redis before the failure (the reply was lost).
-            turns = 0 if self.store.has_turn(*item) else self.store.record(*item)
-            self._done_pending(item, turns)
+    def _connect(self, client: Any) -> Any:
+        raise NotImplementedError
 
-    def _load_for_prompt(self, session_id: str) -> SessionState:
-        try:
-            self._flush_pending()
-            return self.store.load(session_id)
-        except StoreError as exc:
-            if not self._degrade:
-                raise
-            return self._degraded_state(session_id, exc)
+    def _execute(self, program: Program[Any]) -> Any:
+        raise NotImplementedError
 
-    def prepare(self, session_id: str, user_message: str, *, model: str | None = None, extra_tokens: int = 0) -> Prompt:
-        """Compose the prompt for ``user_message``, with its token figures.
+    def _async_send(self) -> ASend:
+        raise NotImplementedError
 
-        The prompt stays within :meth:`budget` for ``model`` (default: tokens.model),
-        counting ``extra_tokens`` sent beside the messages (tool schemas).
-        """
-        session_id = self._session_id(session_id)
-        prompt = self._compose(self._load_for_prompt(session_id), user_message, model, extra_tokens)
-        self._remember_prompt(session_id, prompt)
-        return prompt
+    get_state = operation(Engine.get_state)
+    prepare = operation(Engine.prepare)
+    build_messages = operation(Engine.build_messages)
+    record_turn = operation(Engine.record_turn)
+    reset = operation(Engine.reset)
+    resolve_session = operation(Engine.resolve_session)
+    new_session = operation(Engine.new_session)
+    pair_sessions = operation(Engine.pair_sessions)
+    notes = operation(Engine.notes)
+    manage_notes = operation(Engine.manage_notes)
+    list_sessions = operation(Engine.list_sessions)
+    inspect = operation(Engine.inspect)
+    ping = operation(Engine.ping)
 
-    def build_messages(self, session_id: str, user_message: str) -> list[dict[str, str]]:
-        """OpenAI-format messages for ``user_message``, ready for any chat API."""
-        return self.prepare(session_id, user_message).messages
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._engine.tokenizer
 
-    def record_turn(
-        self,
-        session_id: str,
-        *,
-        user: str,
-        assistant: str = "",
-        tool_calls: Iterable[ToolCall | Mapping[str, Any]] | None = None,
-    ) -> int:
-        """Remember a finished turn; returns the session's turn count after it.
+    @property
+    def usage_log(self) -> UsageLog:
+        return self._engine.usage_log
 
-        With ``on_store_error: degrade`` an unreachable store does not raise: the turn
-        is kept in :attr:`pending_turns`, a warning is logged, 0 is returned, and the
-        turn is written before anything else once the store answers again.
-        """
-        session_id = self._session_id(session_id)
-        update = self._update(session_id, self._turn(user, assistant, tool_calls))
-        try:
-            self._flush_pending()
-            turns = self.store.record(session_id, update)
-        except StoreError as exc:
-            if not self._degrade:
-                raise
-            return self._hold(session_id, update, exc)
-        self._log_recorded(session_id, update, turns)
-        return turns
+    @property
+    def pending_turns(self) -> list[tuple[str, TurnUpdate]]:
+        """Turns recorded while the store was unreachable, not yet written (degrade mode)."""
+        return self._engine.pending_turns
 
-    def get_state(self, session_id: str) -> SessionState:
-        return self.store.load(self._session_id(session_id))
+    def budget(self, model: str | None = None) -> int | None:
+        """The prompt cap: tokens.budget, else the model's context window minus reply_reserve."""
+        return self._engine.budget(model)
 
-    def reset(self, session_id: str) -> None:
-        """Forget a session entirely."""
-        self.store.reset(self._session_id(session_id))
+    def toolset(self, tools: ToolsArg = None) -> Toolset:
+        """``tools`` as a Toolset: None means the configured skills' tools, [] means none."""
+        return self._engine.toolset(tools)
 
-    def resolve_session(self, user_id: str, agent: str) -> str:
-        """The active session of (user, agent), created if there is none."""
-        return self.store.resolve_session(*self._party(user_id, agent))
+    def notes_tool(self, user_id: str, agent: str) -> Tool:
+        """The ``manage_long_term_memory`` tool for this (user, agent), for chat(tools=[...])."""
+        return self._engine.notes_tool(user_id, agent)
 
-    def new_session(self, user_id: str, agent: str) -> str:
-        """Start a fresh session for (user, agent) and make it the active one."""
-        return self.store.resolve_session(*self._party(user_id, agent), new=True)
+    def _chat_program(self, session_id: Any, user_message: Any, model: str | None, tools: ToolsArg, stream: bool,
+                      litellm_kwargs: dict[str, Any]) -> Program[ChatResult]:  # fmt: skip
+        turn = ChatTurn.start(self._engine, session_id, user_message, model=model, tools=tools, stream=stream)
+        return turn.program(litellm_kwargs)
 
-    def notes(self, user_id: str, agent: str) -> str:
-        """The long-term notes of (user, agent) (Markdown; "" when there are none)."""
-        return self.store.get_notes(*self._party(user_id, agent))
+    @property
+    def achat(self) -> AsyncChat:
+        """``chat()`` awaited: ``await mgr.achat(...)`` (and ``async for`` over it with stream=True).
+        Store calls never block the event loop."""
+        return cast(AsyncChat, self._achat)
 
-    def manage_notes(
-        self, user_id: str, agent: str, operation: str = "read", *, content: str | None = None, section_header: str | None = None
-    ) -> str:
-        """Read or edit the notes (see middleware.notes for the operations); returns what to
-        tell the caller. Raises NotesError for a bad operation."""
-        user_id, agent = self._party(user_id, agent)
-        edit = _NotesEdit(operation, content, section_header, self.config.notes.max_chars)
-        if not edit.writes:
-            return edit.read(self.store.get_notes(user_id, agent))
-        self.store.update_notes(user_id, agent, edit)
-        return edit.message
+    async def _achat(self, session_id: str, user_message: str, *, model: str | None = None, tools: ToolsArg = None,
+                     stream: bool = False, **litellm_kwargs: Any) -> ChatResult | AsyncChatStream:  # fmt: skip
+        program = self._chat_program(session_id, user_message, model, tools, stream, litellm_kwargs)
+        send = self._async_send()
+        return AsyncChatStream(program, send) if stream else await arun(program, send)
 
-    def chat(
-        self,
-        session_id: str,
-        user_message: str,
-        *,
-        model: str | None = None,
-        tools: Any = None,
-        stream: bool = False,
-        **litellm_kwargs: Any,
-    ) -> ChatResult | ChatStream:
+    def _wrap_async(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        engine, send = self._engine, self._async_send()
+
+        async def wrapped(session_id: str, user_message: str, *args: Any, **kwargs: Any) -> Any:
+            return await arun(wrapped_turn(engine, fn, session_id, user_message, args, kwargs), send)
+
+        return _named(wrapped, fn)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(store={self.store!r}, assistant={self.config.assistant.name!r})"
+
+
+class SessionManager(_Manager):
+    """Remembers sessions and composes token-efficient prompts for them.
+
+    >>> mgr = SessionManager()                      # a neutral assistant, memory:// store
+    >>> messages = mgr.build_messages("s1", "goto shop")
+    """
+
+    store: SessionStore
+
+    def _connect(self, client: Any) -> SessionStore:
+        if client is not None:
+            return RedisStore(client, url=self.config.store.url)
+        return RedisStore.from_url(self.config.store.url, self.config.store)
+
+    def _execute(self, program: Program[Any]) -> Any:
+        return run(program, self.store.send)
+
+    def _async_send(self) -> ASend:
+        return ThreadedStore(self.store).send  # store calls in a worker thread, off the event loop
+
+    @property
+    def chat(self) -> Chat:
         """One full turn through litellm: compose, call, run tools, record, log.
 
-        ``tools``: Python callables (schemas from signatures and docstrings), ``Tool``
-        objects with explicit schemas, or None for the skills' tools. With
-        ``stream=True`` returns an iterator of text chunks that records the turn
-        when it ends; its ``.result`` then holds the ChatResult.
-        """
-        from .chat import ChatStream, run_chat
+        ``chat(session_id, user_message, *, model=None, tools=None, stream=False, **litellm_kwargs)``.
+        ``tools``: Python callables (schemas from signatures and docstrings), ``Tool`` objects,
+        a ``Toolset``, or None for the configured skills' tools. With ``stream=True`` returns
+        a ChatStream of text chunks that records the turn when it ends."""
+        return cast(Chat, self._chat)
 
-        if stream:
-            return ChatStream(self, session_id, user_message, model, tools, litellm_kwargs)
-        return run_chat(self, session_id, user_message, model=model, tools=tools, kwargs=litellm_kwargs)
+    def _chat(self, session_id: str, user_message: str, *, model: str | None = None, tools: ToolsArg = None,
+              stream: bool = False, **litellm_kwargs: Any) -> ChatResult | ChatStream:  # fmt: skip
+        program = self._chat_program(session_id, user_message, model, tools, stream, litellm_kwargs)
+        return ChatStream(program, self.store.send) if stream else run(program, self.store.send)
+
+    @overload
+    def wrap(self, fn: Callable[Concatenate[Any, P], Awaitable[R]]) -> Callable[Concatenate[str, str, P], Coroutine[Any, Any, R]]: ...
+    @overload
+    def wrap(self, fn: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[str, str, P], R]: ...
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Give a chatbot ``fn(messages, *args, **kwargs) -> reply`` memory: the result is
+        ``(session_id, user_message, *args, **kwargs) -> reply``, extra arguments passed
+        through. It is async when ``fn`` is."""
+        if is_async_callable(fn):
+            return self._wrap_async(fn)
+        engine, send = self._engine, self.store.send
+
+        def wrapped(session_id: str, user_message: str, *args: Any, **kwargs: Any) -> Any:
+            return run(wrapped_turn(engine, fn, session_id, user_message, args, kwargs), send)
+
+        return _named(wrapped, fn)
 
     def close(self) -> None:
         self.store.close()
-        self.usage_log.close()
+        self._engine.close()
 
     def __enter__(self) -> SessionManager:
         return self
@@ -409,116 +272,43 @@ class SessionManager(_ManagerBase):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        return f"SessionManager(store={self.store!r}, assistant={self.config.assistant.name!r})"
 
+class AsyncSessionManager(_Manager):
+    """:class:`SessionManager` for asyncio: the same methods, awaited."""
 
-class AsyncSessionManager(_ManagerBase):
-    """The asyncio twin of :class:`SessionManager`: the same methods, awaited."""
+    store: AsyncSessionStore
 
-    is_async = True
+    def _connect(self, client: Any) -> AsyncSessionStore:
+        if client is not None:
+            return AsyncRedisStore(client, url=self.config.store.url)
+        return AsyncRedisStore.from_url(self.config.store.url, self.config.store)
 
-    def __init__(
-        self,
-        config: Config | None = None,
-        *,
-        redis_url: str | None = None,
-        client: Any = None,
-        store: AsyncRedisStore | None = None,
-    ) -> None:
-        super().__init__(config, redis_url=redis_url)
-        if store is not None:
-            self.store = store
-        elif client is not None:
-            self.store = AsyncRedisStore(client, self.config)
-        else:
-            self.store = AsyncRedisStore.from_url(self.config.store.url, self.config)
+    def _execute(self, program: Program[Any]) -> Any:
+        return arun(program, self.store.send)
 
-    @classmethod
-    def from_config(cls, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> AsyncSessionManager:
-        return cls(config=load_config(path), **kwargs)
+    def _async_send(self) -> ASend:
+        return self.store.send
 
-    async def _flush_pending(self) -> None:
-        while (item := self._next_pending()) is not None:
-            turns = 0 if await self.store.has_turn(*item) else await self.store.record(*item)
-            self._done_pending(item, turns)
+    @property
+    def chat(self) -> AsyncChat:
+        """``await amgr.chat(...)``: the same turn as :attr:`SessionManager.chat`, awaited."""
+        return self.achat
 
-    async def _load_for_prompt(self, session_id: str) -> SessionState:
-        try:
-            await self._flush_pending()
-            return await self.store.load(session_id)
-        except StoreError as exc:
-            if not self._degrade:
-                raise
-            return self._degraded_state(session_id, exc)
-
-    async def prepare(self, session_id: str, user_message: str, *, model: str | None = None, extra_tokens: int = 0) -> Prompt:
-        session_id = self._session_id(session_id)
-        prompt = self._compose(await self._load_for_prompt(session_id), user_message, model, extra_tokens)
-        self._remember_prompt(session_id, prompt)
-        return prompt
-
-    async def build_messages(self, session_id: str, user_message: str) -> list[dict[str, str]]:
-        return (await self.prepare(session_id, user_message)).messages
-
-    async def record_turn(
-        self,
-        session_id: str,
-        *,
-        user: str,
-        assistant: str = "",
-        tool_calls: Iterable[ToolCall | Mapping[str, Any]] | None = None,
-    ) -> int:
-        session_id = self._session_id(session_id)
-        update = self._update(session_id, self._turn(user, assistant, tool_calls))
-        try:
-            await self._flush_pending()
-            turns = await self.store.record(session_id, update)
-        except StoreError as exc:
-            if not self._degrade:
-                raise
-            return self._hold(session_id, update, exc)
-        self._log_recorded(session_id, update, turns)
-        return turns
-
-    async def get_state(self, session_id: str) -> SessionState:
-        return await self.store.load(self._session_id(session_id))
-
-    async def reset(self, session_id: str) -> None:
-        await self.store.reset(self._session_id(session_id))
-
-    async def resolve_session(self, user_id: str, agent: str) -> str:
-        return await self.store.resolve_session(*self._party(user_id, agent))
-
-    async def new_session(self, user_id: str, agent: str) -> str:
-        return await self.store.resolve_session(*self._party(user_id, agent), new=True)
-
-    async def notes(self, user_id: str, agent: str) -> str:
-        return await self.store.get_notes(*self._party(user_id, agent))
-
-    async def manage_notes(
-        self, user_id: str, agent: str, operation: str = "read", *, content: str | None = None, section_header: str | None = None
-    ) -> str:
-        user_id, agent = self._party(user_id, agent)
-        edit = _NotesEdit(operation, content, section_header, self.config.notes.max_chars)
-        if not edit.writes:
-            return edit.read(await self.store.get_notes(user_id, agent))
-        await self.store.update_notes(user_id, agent, edit)
-        return edit.message
-
-    # The same turn as SessionManager.achat, awaited: chat and achat are one method here.
-    chat = _ManagerBase.achat
-    achat = _ManagerBase.achat
+    @overload
+    def wrap(self, fn: Callable[Concatenate[Any, P], Awaitable[R]]) -> Callable[Concatenate[str, str, P], Coroutine[Any, Any, R]]: ...
+    @overload
+    def wrap(self, fn: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[str, str, P], Coroutine[Any, Any, R]]: ...
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Give a chatbot ``fn(messages, *args, **kwargs) -> reply`` (sync or async) memory:
+        the result is an async ``(session_id, user_message, *args, **kwargs) -> reply``."""
+        return self._wrap_async(fn)
 
     async def close(self) -> None:
         await self.store.close()
-        self.usage_log.close()
+        self._engine.close()
 
     async def __aenter__(self) -> AsyncSessionManager:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
-
-    def __repr__(self) -> str:
-        return f"AsyncSessionManager(store={self.store!r}, assistant={self.config.assistant.name!r})"

@@ -12,8 +12,8 @@ model ``scripted/<name>``, so scripted runs take the real litellm call path::
 
     register("pong", my_bot)          # now model="scripted/pong" works in chat()
 
-Built in: ``scripted/atlas`` (the device-navigation assistant of the demo) and
-``scripted/echo`` (replies with the user's last message).
+Built in: ``scripted/echo`` (replies with the user's last message). The demo's
+``scripted/atlas`` is registered when ``middleware.demo`` is imported.
 """
 
 from __future__ import annotations
@@ -28,13 +28,15 @@ __all__ = ["Responder", "get_responder", "register"]
 
 Responder = Callable[[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]] | None], Mapping[str, Any]]
 
-_responders: dict[str, Responder] = {}
 _lock = threading.Lock()
 
 
 def _echo(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     last_user = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "")
     return {"role": "assistant", "content": f"echo: {last_user}", "tool_calls": None}
+
+
+_responders: dict[str, Responder] = {"echo": _echo}
 
 
 def register(name: str, responder: Responder) -> None:
@@ -47,14 +49,8 @@ def register(name: str, responder: Responder) -> None:
 
 def get_responder(name: str) -> Responder:
     with _lock:
-        if name not in _responders:
-            if name == "atlas":
-                from .demo.atlas import respond
-
-                _responders[name] = respond
-            elif name == "echo":
-                _responders[name] = _echo
         responder = _responders.get(name)
+        known = sorted(_responders)
     if responder is None:
-        raise LLMError(f"No scripted model '{name}'; registered: {sorted({'atlas', 'echo', *_responders})}.")
+        raise LLMError(f"No scripted model '{name[:100]}'; registered: {known}.")
     return responder

@@ -1,21 +1,23 @@
-"""Helpers for testing code that uses ``middleware`` (and for our own tests)."""
+"""Helpers for testing code that uses ``middleware`` (and for our own tests): capture the
+library's events, start real ``redis-server`` processes (one, or a small cluster) on free
+loopback ports, and serve scripted models through litellm."""
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
-import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .events import _sinks, _sinks_lock
+from .events import capture
+from .scripted import Responder, register
 
-__all__ = ["CHROMIUM_FLAGS", "RedisServer", "capture_events", "free_port", "screenshot", "serve"]
+__all__ = ["RedisCluster", "RedisServer", "Responder", "capture_events", "free_port", "register"]
 
 
 @contextmanager
@@ -27,14 +29,8 @@ def capture_events() -> Iterator[list[dict[str, Any]]]:
     >>> [e["event"] for e in events]
     ['summary.updated', 'turn.recorded']
     """
-    events: list[dict[str, Any]] = []
-    with _sinks_lock:
-        _sinks.append(events)
-    try:
+    with capture() as events:
         yield events
-    finally:
-        with _sinks_lock:
-            _sinks.remove(events)
 
 
 def free_port() -> int:
@@ -118,38 +114,75 @@ class RedisServer:
         self.stop()
 
 
-# Headless Chromium with nothing reaching the network (no updates, sync or QUIC probes).
-CHROMIUM_FLAGS = (
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-)  # fmt: skip
+def _cluster_ports(count: int) -> list[int]:
+    """Free loopback ports whose cluster bus ports (+10000) are free too."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = random.randint(20000, 45000)
+        if port in ports:
+            continue
+        try:
+            for candidate in (port, port + 10000):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        ports.append(port)
+    return ports
 
 
-def screenshot(chromium: str, url: str, out: str | Path, *, size: str = "900,1080", timeout: float = 120) -> None:
-    """A PNG of ``url`` taken by headless ``chromium`` (the binary's path), with a throwaway profile."""
-    with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([chromium, "--headless", *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={size}",
-                        f"--screenshot={out}", url], check=True, capture_output=True, timeout=timeout)  # fmt: skip
+class RedisCluster:
+    """A Redis Cluster of ``masters`` redis-server processes on loopback (no replicas),
+    made with ``redis-cli --cluster create``. ``url`` names its first node.
 
+    >>> with RedisCluster(tmp_path) as cluster:
+    ...     mgr = SessionManager(Config(store={"url": cluster.url, "cluster": True}))
+    """
 
-@contextmanager
-def serve(app: Any, timeout: float = 10.0) -> Iterator[str]:
-    """Serve an ASGI app (``create_app(mgr)``, say) with uvicorn on a free loopback port in
-    a background thread; yields its base URL, stops it afterwards."""
-    import uvicorn
+    def __init__(self, workdir: str | Path, *, masters: int = 3, binary: str | None = None, cli: str | None = None) -> None:
+        self.cli = cli or shutil.which("redis-cli") or "redis-cli"
+        options = ("--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
+        self.nodes = [
+            RedisServer(Path(workdir) / f"n{i}", port=port, binary=binary, extra=(*options, "--cluster-config-file", f"nodes-{port}.conf"))
+            for i, port in enumerate(_cluster_ports(masters))
+        ]
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout)
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self) -> None:
+        try:
+            for node in self.nodes:
+                node.start()
+            addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+            subprocess.run([self.cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+                           check=True, capture_output=True, timeout=60)  # fmt: skip
+            self.wait_ok()
+        except BaseException:
+            self.stop()  # no node left running behind a failed start
+            raise
+
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(node.client().cluster("info").get("cluster_state") == "ok" for node in self.nodes):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("the cluster did not reach cluster_state:ok")
+
+    def flush(self) -> None:
+        """Empty every node."""
+        for node in self.nodes:
+            node.client().flushall()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> RedisCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .core.composer import REPLY_PRIMING, TOKENS_PER_MESSAGE
+
 __all__ = [
     "REPLY_PRIMING",
     "TOKENS_PER_MESSAGE",
@@ -27,9 +29,7 @@ __all__ = [
     "get_tokenizer",
 ]
 
-TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
-REPLY_PRIMING = 3
 FALLBACK_ENCODING = "cl100k_base"
 # Beyond this many characters a text is counted from evenly spaced samples.
 _EXACT_CHARS = 200_000

@@ -16,6 +16,7 @@ safe execution (validated arguments; a failing tool becomes an error result).
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -24,10 +25,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from .core.effects import Inline, Io, Program
+from .core.state import ToolCall, to_text
+from .core.turnloop import ToolOutcome
 from .exceptions import InvalidToolCallError
-from .state import ToolCall, to_text
 
-__all__ = ["Tool", "ToolOutcome", "Toolset", "tool_schema"]
+__all__ = ["Tool", "Toolset", "is_async_callable", "succeeded", "tool_schema"]
 
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$", re.IGNORECASE)
 _ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
@@ -132,14 +135,6 @@ class Tool:
         object.__setattr__(self, "name", name)
 
 
-@dataclass(frozen=True, slots=True)
-class ToolOutcome:
-    """What running one requested call gave: the message for the model and the record."""
-
-    message: dict[str, Any]
-    record: ToolCall
-
-
 class Toolset:
     """Tools by name; runs the model's calls and never lets a tool crash the turn."""
 
@@ -183,31 +178,27 @@ class Toolset:
         content = record.result_text if ok else to_text(result)
         return ToolOutcome(message={"role": "tool", "tool_call_id": call_id, "content": content}, record=record)
 
-    def run(self, call_id: str, name: str, arguments: Any) -> ToolOutcome:
-        """Run a call synchronously; exceptions become error results."""
+    def call(self, call_id: str, name: str, arguments: Any) -> Program[ToolOutcome]:
+        """Run one call the model asked for (sync tools in the calling thread under the sync
+        runner, async tools awaited under the async one); a tool that raises or gets bad
+        arguments gives an error result, never an exception. A tool may return an
+        ``Inline`` program, which runs in place."""
         tool, prepared = self.prepare(name, arguments)
         if tool is None or isinstance(prepared, str):
             return self.outcome(call_id, name, arguments, {"error": prepared}, ok=False)
         try:
-            result = tool.fn(**prepared)
-            if inspect.isawaitable(result):  # an async tool under the sync manager
-                result = asyncio.run(_awaited(result))
+            result = yield Io(functools.partial(_call_blocking, tool.fn, prepared), functools.partial(tool.fn, **prepared))
+            if isinstance(result, Inline):
+                result = yield from result.program
         except Exception as exc:
             return self.outcome(call_id, name, arguments, {"error": _describe(exc)}, ok=False)
-        return self.outcome(call_id, name, arguments, result, ok=_succeeded(result))
+        return self.outcome(call_id, name, arguments, result, ok=succeeded(result))
 
-    async def arun(self, call_id: str, name: str, arguments: Any) -> ToolOutcome:
-        """Run a call, awaiting async tools; exceptions become error results."""
-        tool, prepared = self.prepare(name, arguments)
-        if tool is None or isinstance(prepared, str):
-            return self.outcome(call_id, name, arguments, {"error": prepared}, ok=False)
-        try:
-            result = tool.fn(**prepared)
-            if inspect.isawaitable(result):
-                result = await result
-        except Exception as exc:
-            return self.outcome(call_id, name, arguments, {"error": _describe(exc)}, ok=False)
-        return self.outcome(call_id, name, arguments, result, ok=_succeeded(result))
+
+def _call_blocking(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """Call a tool from sync code; an async tool runs to completion in its own event loop."""
+    result = fn(**kwargs)
+    return asyncio.run(_awaited(result)) if inspect.isawaitable(result) else result
 
 
 async def _awaited(awaitable: Any) -> Any:
@@ -219,7 +210,7 @@ def is_async_callable(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004 (an async __call__)
 
 
-def _succeeded(result: Any) -> bool:
+def succeeded(result: Any) -> bool:
     """A tool that returns ``{"success": False}`` or ``{"error": ...}`` did not succeed:
     its arguments must not become context keys."""
     if isinstance(result, Mapping):

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from .state import Prompt
+from .core.state import Prompt
 
 __all__ = ["UsageLog", "usage_record"]
 

@@ -7,12 +7,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from middleware import Config, SessionManager, SessionState, TokenBudgetError, compose, is_valid_chat, load_config
-from middleware.composer import tokenizer_for
-from middleware.text import CUT_MARKER
+from middleware.compose import composer_for
+from middleware.core.text import CUT_MARKER
 from tests.strategies import any_text
 
 CONFIG = load_config(env={})
-TOKENIZER = tokenizer_for(CONFIG)
+TOKENIZER = composer_for(CONFIG).tokenizer
 LINES = [f"• step {i} of the plan → Navigated to 'node_{i}' on google_tv" for i in range(3)]
 BIG_REPLY = "START " + "the device shows a long list of channels and programmes " * 200 + " END"
 

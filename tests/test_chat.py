@@ -1,20 +1,23 @@
-"""Tests for chat, achat, streaming and wrap, through litellm with scripted models."""
+"""Tests for chat, achat, streaming and wrap, on both faces, through litellm with scripted models."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from middleware import AsyncSessionManager, Config, LLMError, SessionManager, ToolCall
+from middleware import AsyncSessionManager, Config, InvalidMessageError, InvalidSessionIdError, LLMError, SessionManager, ToolCall
+from middleware.core.turnloop import valid_tool_sequence
 from middleware.demo import atlas
 from middleware.demo.device import LAB
 from middleware.scripted import register
-from middleware.turnloop import valid_tool_sequence
+from middleware.store import RedisStore
+from tests.conftest import Manager, ManagerFactory
 
 
 class Spy:
@@ -32,7 +35,7 @@ class Spy:
 
 
 @pytest.fixture
-def mgr(manager: SessionManager) -> SessionManager:
+def mgr(manager: Manager) -> Manager:
     """conftest's manager (usage log at log_path) with the simulated devices reset."""
     LAB.reset()
     return manager
@@ -42,7 +45,7 @@ def lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_chat_runs_tools_and_remembers_what_they_set(mgr: SessionManager) -> None:
+def test_chat_runs_tools_and_remembers_what_they_set(mgr: Manager) -> None:
     """The tool loop runs the device tools; context keys come from their arguments and
     'goto shop' reaches the model with the interface it never named."""
     spy = Spy()
@@ -65,7 +68,7 @@ def test_chat_runs_tools_and_remembers_what_they_set(mgr: SessionManager) -> Non
     assert all("tool_calls" not in m for m in state.recent)
 
 
-def test_every_call_logs_token_figures_that_match_what_was_sent(mgr: SessionManager, log_path: Path) -> None:
+def test_every_call_logs_token_figures_that_match_what_was_sent(mgr: Manager, log_path: Path) -> None:
     """One line per LLM call; its total equals litellm's count of the messages and tools
     the provider actually received. (The scripted provider reports usage with that same
     litellm count, so the provider figure shows the usage was carried through, not a
@@ -90,12 +93,12 @@ def test_every_call_logs_token_figures_that_match_what_was_sent(mgr: SessionMana
     assert logged[-1]["saved_tokens"] > 0
 
 
-def test_log_holds_no_content_and_no_secrets_unless_asked(atlas: Config, tmp_path: Path) -> None:
+def test_log_holds_no_content_and_no_secrets_unless_asked(atlas: Config, managers: ManagerFactory, tmp_path: Path) -> None:
     """Message text appears in the log only with include_content; an API key never does."""
     for include in (False, True):
         path = tmp_path / f"log-{include}.jsonl"
         config = atlas.with_overrides(usage_log={"path": str(path), "include_content": include})
-        with SessionManager(config, redis_url=f"memory://{uuid.uuid4().hex}") as mgr:
+        with managers(config) as mgr:
             mgr.chat("s", "navigate to watchlist on google_tv", model="scripted/atlas", api_key="sk-live-SECRET-123")
         text = path.read_text()
         assert "sk-live-SECRET" not in text
@@ -123,7 +126,15 @@ def test_achat_and_the_async_manager_behave_like_chat(atlas: Config, store_url: 
     assert state.context["userinterface_name"] == "google_tv" and state.turns == 3
 
 
-def test_streaming_yields_text_and_records_the_turn_when_it_ends(mgr: SessionManager, log_path: Path) -> None:
+def test_bad_input_to_a_stream_fails_when_it_is_made(mgr: Manager) -> None:
+    """Both faces check a stream's input when chat(stream=True) is called, before any I/O."""
+    with pytest.raises(InvalidSessionIdError):
+        mgr.chat("", "hello", model="scripted/atlas", stream=True)
+    with pytest.raises(InvalidMessageError):
+        mgr.chat("s", "   ", model="scripted/atlas", stream=True)
+
+
+def test_streaming_yields_text_and_records_the_turn_when_it_ends(mgr: Manager, log_path: Path) -> None:
     """stream=True yields the reply in chunks, runs tools between calls, records at the end."""
     LAB.take_control("sunri-pi1", "device1")
     stream = mgr.chat("s", "navigate to watchlist on google_tv", model="scripted/atlas", stream=True)
@@ -136,7 +147,7 @@ def test_streaming_yields_text_and_records_the_turn_when_it_ends(mgr: SessionMan
     assert [line["kind"] for line in lines(log_path)] == ["stream", "stream"]
 
 
-def test_a_stream_closed_early_records_what_was_said(mgr: SessionManager) -> None:
+def test_a_stream_closed_early_records_what_was_said(mgr: Manager) -> None:
     """Stopping a stream midway still records the turn, marked as cut: nothing is lost."""
     stream = mgr.chat("s", "hello there", model="scripted/atlas", stream=True)
     next(iter(stream))
@@ -159,7 +170,7 @@ def test_async_streaming_records_the_turn(atlas: Config, tmp_path: Path) -> None
     assert "".join(chunks).startswith("Nothing yet") and turns == 1
 
 
-def test_failing_tools_become_error_results_and_set_no_context(mgr: SessionManager) -> None:
+def test_failing_tools_become_error_results_and_set_no_context(mgr: Manager) -> None:
     """A tool that raises gives the model an error result; the turn completes."""
 
     def navigate_to_node(node: str, userinterface_name: str) -> dict:
@@ -172,7 +183,7 @@ def test_failing_tools_become_error_results_and_set_no_context(mgr: SessionManag
     assert mgr.get_state("s").context == {}
 
 
-def test_the_tool_loop_is_bounded(mgr: SessionManager) -> None:
+def test_the_tool_loop_is_bounded(mgr: Manager) -> None:
     """A model that never stops calling tools is cut off after max_tool_rounds."""
 
     def always_calls(messages: Any, tools: Any) -> dict:
@@ -185,7 +196,7 @@ def test_the_tool_loop_is_bounded(mgr: SessionManager) -> None:
     assert mgr.get_state("s").turns == 1
 
 
-def test_a_model_failure_after_tools_ran_still_records_the_turn(mgr: SessionManager) -> None:
+def test_a_model_failure_after_tools_ran_still_records_the_turn(mgr: Manager) -> None:
     """If the model fails once tools have acted, the turn is recorded with those calls."""
 
     def fails_second_time(messages: Any, tools: Any) -> Any:
@@ -200,7 +211,7 @@ def test_a_model_failure_after_tools_ran_still_records_the_turn(mgr: SessionMana
     assert state.turns == 1 and state.context == {"host_name": "sunri-pi1", "device_id": "device1"}
 
 
-def test_a_failure_before_any_tool_records_nothing(mgr: SessionManager) -> None:
+def test_a_failure_before_any_tool_records_nothing(mgr: Manager) -> None:
     """A model error with no side effects leaves the session untouched (the caller can retry)."""
     with pytest.raises(LLMError, match="No scripted model 'missing'"):
         mgr.chat("s", "hi", model="scripted/missing")
@@ -212,7 +223,7 @@ def test_a_failure_before_any_tool_records_nothing(mgr: SessionManager) -> None:
 # --- wrap --------------------------------------------------------------------
 
 
-def test_wrap_a_chatbot_returning_text(mgr: SessionManager, log_path: Path) -> None:
+def test_wrap_a_chatbot_returning_text(mgr: Manager, log_path: Path) -> None:
     """The wrapped function gets the composed messages; its reply is recorded and logged."""
     seen: list[list[dict[str, str]]] = []
 
@@ -234,7 +245,7 @@ def test_wrap_a_chatbot_returning_text(mgr: SessionManager, log_path: Path) -> N
     assert logged[1]["tokens"]["total"] == mgr.tokenizer.count_messages(seen[1])
 
 
-def test_wrap_a_chatbot_returning_its_whole_turn(mgr: SessionManager) -> None:
+def test_wrap_a_chatbot_returning_its_whole_turn(mgr: Manager) -> None:
     """A list of the turn's messages gives the tool calls with their results."""
 
     def bot(messages: list[dict[str, str]]) -> list[dict[str, Any]]:
@@ -254,7 +265,7 @@ def test_wrap_a_chatbot_returning_its_whole_turn(mgr: SessionManager) -> None:
     assert state.context == {"userinterface_name": "google_tv"}  # the failed call set nothing
 
 
-def test_wrap_a_chatbot_returning_a_message_or_a_litellm_response(mgr: SessionManager) -> None:
+def test_wrap_a_chatbot_returning_a_message_or_a_litellm_response(mgr: Manager) -> None:
     """OpenAI-style message dicts and litellm responses are understood."""
     from middleware import llm
 
@@ -286,13 +297,53 @@ def test_wrap_async_chatbots_with_either_manager(atlas: Config, tmp_path: Path) 
     assert asyncio.run(run()) == ("async hi", "sync under async", 1)
 
 
-def test_wrap_refuses_replies_it_cannot_read(mgr: SessionManager) -> None:
+def test_wrap_passes_extra_arguments_through(mgr: Manager) -> None:
+    """Arguments after the session id and message reach the wrapped chatbot as given."""
+    seen: list[tuple[Any, ...]] = []
+
+    def bot(messages: list[dict[str, str]], style: str, *, temperature: float = 1.0) -> str:
+        seen.append((style, temperature))
+        return f"{style} reply"
+
+    chat = mgr.wrap(bot)
+    assert chat("w", "hi", "terse", temperature=0.2) == "terse reply"
+    assert seen == [("terse", 0.2)] and mgr.get_state("w").turns == 1
+
+
+def test_the_sync_managers_async_methods_keep_store_calls_off_the_event_loop(atlas: Config, store_url: str) -> None:
+    """SessionManager.achat and a wrapped async chatbot send every store batch from a
+    worker thread, never from the thread running the event loop."""
+    threads: list[str] = []
+
+    class Watched(RedisStore):
+        def send(self, batch: Any) -> list[Any]:
+            threads.append(threading.current_thread().name)
+            return super().send(batch)
+
+    async def bot(messages: list[dict[str, str]]) -> str:
+        return "ok"
+
+    async def run() -> str:
+        with SessionManager(atlas.with_overrides(usage_log={"path": None}), store=Watched.from_url(store_url, atlas.store)) as mgr:
+            await mgr.achat("t", "take control of device1 on sunri-pi1", model="scripted/atlas")
+            stream = await mgr.achat("t", "hello", model="scripted/atlas", stream=True)
+            assert "".join([chunk async for chunk in stream])
+            await mgr.wrap(bot)("t", "hi")
+            assert (await mgr.achat("t", "hello", model="scripted/atlas")).turn == 4
+        return threading.current_thread().name
+
+    LAB.reset()
+    loop_thread = asyncio.run(run())
+    assert len(threads) >= 8 and loop_thread not in threads
+
+
+def test_wrap_refuses_replies_it_cannot_read(mgr: Manager) -> None:
     """A reply that is none of the understood shapes is a clear LLMError."""
     with pytest.raises(LLMError, match="expected a string"):
         mgr.wrap(lambda messages: 42)("w", "hi")
 
 
-def test_tool_call_records_keep_results_for_the_full_history_figure(mgr: SessionManager) -> None:
+def test_tool_call_records_keep_results_for_the_full_history_figure(mgr: Manager) -> None:
     """Results count in the full-history tokens although they are never stored."""
     LAB.take_control("sunri-pi1", "device1")
     before = mgr.get_state("s").full_tokens

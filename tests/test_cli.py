@@ -12,8 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from middleware.cli import main
+from tests.conftest import ATLAS_PATH
 
-COMMANDS = [[], ["demo"], ["chat"], ["report"], ["sessions"], ["sessions", "list"], ["sessions", "show"], ["sessions", "reset"]]
+COMMANDS = [[], ["demo"], ["chat"], ["report"], ["inspect"], ["sessions"], ["sessions", "list"], ["sessions", "show"], ["sessions", "reset"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "middleware")
@@ -66,6 +67,25 @@ def test_report_on_the_demo_log(demo_log: tuple[Path, str], tmp_path: Path) -> N
     assert json.loads(as_json.output)["total"]["turns"] == 12
 
 
+def test_report_says_when_a_session_is_not_in_the_log(demo_log: tuple[Path, str]) -> None:
+    """--session with an id the log does not hold is an error that says so and names one it does."""
+    log, _ = demo_log
+    result = CliRunner().invoke(main, ["report", str(log), "--session", "nobody"])
+    session = json.loads(log.read_text().splitlines()[0])["session"]
+    assert result.exit_code == 1 and "No calls of session 'nobody'" in result.output and session in result.output
+
+
+def test_the_demo_stores_where_the_config_says(tmp_path: Path, real_redis_url: str) -> None:
+    """The demo plays Atlas whatever the config, but takes its store and usage log from it."""
+    config = tmp_path / "mine.yaml"
+    config.write_text(f"store: {{url: '{real_redis_url}'}}\nusage_log: {{path: logs/u.jsonl}}\nassistant: {{name: Nova}}\n")
+    result = CliRunner().invoke(main, ["--config", str(config), "demo", "--session", "d1"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "logs" / "u.jsonl").is_file() and "middleware inspect shows it" in result.output
+    shown = CliRunner().invoke(main, ["--config", str(config), "sessions", "show", "d1", "--json"])
+    assert json.loads(shown.output)["turns"] == 12
+
+
 def test_report_rejects_a_bad_since(demo_log: tuple[Path, str]) -> None:
     """A wrong --since is a usage error naming the option."""
     result = CliRunner().invoke(main, ["report", str(demo_log[0]), "--since", "someday"])
@@ -74,7 +94,7 @@ def test_report_rejects_a_bad_since(demo_log: tuple[Path, str]) -> None:
 
 def test_the_report_page_renders_in_headless_chromium(demo_log: tuple[Path, str], tmp_path: Path) -> None:
     """Chromium loads the page offline and paints it (a screenshot of real size and content)."""
-    from middleware.testing import screenshot
+    from tests.browser import screenshot
     from tests.conftest import require_binary
 
     chromium = require_binary("chromium")
@@ -111,7 +131,7 @@ def test_chat_command_reads_stdin_and_remembers(tmp_path: Path, monkeypatch: pyt
     """Piped input drives `middleware chat`; /state shows what the session holds."""
     monkeypatch.chdir(tmp_path)  # the default usage log is written to the working directory
     result = CliRunner().invoke(
-        main, ["chat", "--model", "scripted/atlas", "--session", "c1"],
+        main, ["--config", str(ATLAS_PATH), "chat", "--model", "scripted/atlas", "--session", "c1"],
         input="take control of device1 on sunri-pi1\nnavigate to watchlist on google_tv\n/state\n/exit\n",
     )  # fmt: skip
     assert result.exit_code == 0, result.output

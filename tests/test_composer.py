@@ -6,8 +6,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from middleware import Config, InvalidMessageError, SessionState, ToolCall, Turn, apply_turn, build_messages, compose
-from middleware.composer import is_valid_chat, static_prefix, system_prompt, tokenizer_for
+from middleware import (
+    Config,
+    InvalidMessageError,
+    SessionState,
+    ToolCall,
+    Turn,
+    apply_turn,
+    build_messages,
+    compose,
+    is_valid_chat,
+)
+from middleware.compose import composer_for
 from tests.strategies import INJECTIONS, hostile_text, user_messages
 
 OLDER = ["• navigate to watchlist on google_tv → Navigated to 'watchlist' on google_tv", "• goto shop → Navigated to 'shop' on google_tv"]
@@ -38,9 +48,9 @@ def test_no_summary_messages_without_older_turns(atlas: Config) -> None:
 
 def test_static_text_first_and_context_last_in_the_system_prompt(atlas: Config) -> None:
     """The system prompt starts with the static prefix; only the context section varies."""
-    a = system_prompt(atlas, {"userinterface_name": "google_tv"})
-    b = system_prompt(atlas, {"userinterface_name": "apple_tv", "device_id": "d1"})
-    prefix = static_prefix(atlas)
+    a = composer_for(atlas).system_prompt({"userinterface_name": "google_tv"})
+    b = composer_for(atlas).system_prompt({"userinterface_name": "apple_tv", "device_id": "d1"})
+    prefix = composer_for(atlas).static_prefix
     assert a.startswith(prefix) and b.startswith(prefix)
     assert "## Skills" in prefix and "## Current Context" not in prefix
     assert a.endswith("- userinterface_name: google_tv")
@@ -51,7 +61,7 @@ def test_static_text_first_and_context_last_in_the_system_prompt(atlas: Config) 
 def test_token_breakdown_adds_up_to_the_exact_count_of_the_messages(atlas: Config) -> None:
     """Layer figures sum to what the tokenizer counts for the composed messages."""
     prompt = compose(state(recent_tokens=(7, 9)), "now show current node", atlas)
-    exact = tokenizer_for(atlas).count_messages(prompt.messages)
+    exact = composer_for(atlas).tokenizer.count_messages(prompt.messages)
     assert prompt.tokens.total == exact
     assert prompt.tokens.context > 0 and prompt.tokens.summary > 0
     assert prompt.full_history_tokens == prompt.tokens.system + 0 + prompt.tokens.current + 3
@@ -101,7 +111,7 @@ def test_apply_turn_is_derived_from_the_turn_alone(atlas: Config) -> None:
     assert update.summary_line == "• navigate to watchlist on google_tv → Navigated to 'watchlist' on google_tv"
     # No final text: the recent window remembers what was done, never an empty message.
     assert [m.content for m in update.recent] == [turn.user, "Navigated to 'watchlist' on google_tv"]
-    tokenizer = tokenizer_for(atlas)
+    tokenizer = composer_for(atlas).tokenizer
     assert [m.tokens for m in update.recent] == [tokenizer.count_message(m.as_dict()) for m in update.recent]
     # The full-history cost includes the tool call and its result.
     assert update.full_tokens > sum(m.tokens for m in update.recent) + 10
@@ -132,14 +142,14 @@ def test_composed_sequence_is_always_valid(context, summary, recent, message) ->
 @pytest.mark.parametrize("payload", INJECTIONS)
 def test_injected_context_cannot_add_lines_or_sections(atlas: Config, payload: str) -> None:
     """Context values arrive sanitized in the prompt: one line each, no new sections."""
-    from middleware.composer import apply_turn as apply
+    from middleware import apply_turn as apply
 
     update = apply(
         Turn(user="go", tool_calls=(ToolCall(name="navigate_to_node", arguments={"userinterface_name": payload, "tree_id": payload}),)),
         atlas,
     )
-    system = system_prompt(atlas, dict(update.context))
-    clean = system_prompt(atlas, {"userinterface_name": "a", "tree_id": "b"})
+    system = composer_for(atlas).system_prompt(dict(update.context))
+    clean = composer_for(atlas).system_prompt({"userinterface_name": "a", "tree_id": "b"})
     lines, clean_lines = system.splitlines(), clean.splitlines()
     assert len(lines) == len(clean_lines)
     # Headers are lines that start with '#'; mid-line text cannot make one.
@@ -151,7 +161,7 @@ def test_injected_context_cannot_add_lines_or_sections(atlas: Config, payload: s
 def test_full_history_cost_equals_counting_the_full_history_messages(atlas: Config, calls: int) -> None:
     """The turn's full-history tokens, computed without building messages, equal the count
     of the messages a full-history chatbot would resend (tool calls and results included)."""
-    from middleware.composer import _turn_messages
+    from middleware.core.composer import turn_messages
 
     tool_calls = tuple(
         ToolCall(name=f"tool_{i}", arguments={"node": f"n{i}", "deep": {"x": [1, 2]}}, result={"ok": True, "rows": list(range(i * 5))}, id=None if i % 2 else f"id-{i}")
@@ -159,4 +169,4 @@ def test_full_history_cost_equals_counting_the_full_history_messages(atlas: Conf
     )
     turn = Turn(user="navigate to watchlist on google_tv", assistant="done", tool_calls=tool_calls)
     update = apply_turn(turn, atlas)
-    assert update.full_tokens == sum(map(tokenizer_for(atlas).count_message, _turn_messages(turn, "done")))
+    assert update.full_tokens == sum(map(composer_for(atlas).tokenizer.count_message, turn_messages(turn, "done")))

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from middleware import SessionManager, load_config
+from middleware.demo import CONFIG_PATH as ATLAS_PATH
 from tests.workers import record_across_sessions, record_into_one_session
 
 pytestmark = pytest.mark.slow
@@ -22,7 +23,7 @@ def test_eight_processes_record_into_one_session_without_losing_a_turn(real_redi
     with pool(8) as workers:
         written = workers.starmap(record_into_one_session, [(real_redis_url, "shared", w, 100) for w in range(8)])
     assert sum(written) == 800
-    with SessionManager(load_config(env={}), redis_url=real_redis_url) as mgr:
+    with SessionManager(load_config(ATLAS_PATH, env={}), redis_url=real_redis_url) as mgr:
         state = mgr.get_state("shared")
     assert state.turns == 800
     assert len(state.summary) <= 3 and len(state.recent) == 2
@@ -39,7 +40,7 @@ def test_two_hundred_sessions_written_in_parallel_stay_separate(real_redis_url: 
     with pool(8) as workers:
         written = workers.starmap(record_across_sessions, [(real_redis_url, sessions, w, 3) for w in range(8)])
     assert sum(written) == 200 * 8 * 3
-    with SessionManager(load_config(env={}), redis_url=real_redis_url) as mgr:
+    with SessionManager(load_config(ATLAS_PATH, env={}), redis_url=real_redis_url) as mgr:
         for sid in sessions:
             state = mgr.get_state(sid)
             assert state.turns == 24, sid
@@ -48,5 +49,5 @@ def test_two_hundred_sessions_written_in_parallel_stay_separate(real_redis_url: 
             assert all(f"[{sid}]" in text for text in texts), (sid, texts)
             assert state.context == {"userinterface_name": f"ui-{sid}"}
             assert state.recent[1]["content"] == state.recent[0]["content"].replace("] w", "] done w", 1)
-        page = mgr.store.list_sessions(page_size=200)
+        page = mgr.list_sessions(page_size=200)
         assert page.total == 200 and len(page.entries) == 200

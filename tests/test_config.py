@@ -1,4 +1,5 @@
-"""Tests for middleware.config: loading, environment overrides and error messages."""
+"""Tests for middleware.config and middleware.loader: defaults, loading, paths, environment
+overrides and error messages."""
 
 from __future__ import annotations
 
@@ -6,27 +7,82 @@ from pathlib import Path
 
 import pytest
 
-from middleware import Config, ConfigError, load_config
-from middleware.config import default_config_path
-from tests.conftest import CONFIG_PATH
+from middleware import Config, ConfigError, SessionManager, load_config
+from middleware.core.composer import Composer
+from tests.conftest import REPO
 
 
-def test_shipped_config_is_the_atlas_assistant(atlas: Config) -> None:
-    """config.yaml loads into the seed's device-navigation assistant with its skill."""
+def test_the_library_default_is_a_neutral_assistant(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no file: no persona, auto context keys, no skills or tools, the embedded store."""
+    monkeypatch.delenv("MIDDLEWARE_CONFIG", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    config = load_config()
+    assert config == Config()
+    assert config.context.auto and config.skills == () and config.store.url == "memory://"
+    with SessionManager() as mgr:
+        assert mgr.build_messages("s", "hi")[0] == {"role": "system", "content": "You are a helpful assistant."}
+        assert mgr.toolset().schemas == []
+
+
+def test_the_demo_config_is_the_atlas_assistant(atlas: Config) -> None:
+    """The demo brings its own configuration: Atlas, tracked device keys, its skill."""
     assert atlas.assistant.name == "Atlas"
     assert atlas.context.keys == ("userinterface_name", "tree_id", "host_name", "device_id")
     assert "navigate_to_node" in (atlas.context.tools or ())
     assert atlas.summary.lines == 3 and atlas.recent.messages == 2
     assert [skill.name for skill in atlas.skills] == ["device-navigation"]
-    assert atlas.store.url == "memory://"
+    assert atlas.store == Config().store and atlas.usage_log == Config().usage_log  # the caller's to choose
 
 
-def test_embedded_default_is_used_without_a_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With no path and no $MIDDLEWARE_CONFIG, the embedded default loads."""
-    monkeypatch.delenv("MIDDLEWARE_CONFIG", raising=False)
-    monkeypatch.delenv("REDIS_URL", raising=False)
-    assert default_config_path().is_file()
-    assert load_config().assistant.name == "Atlas"
+def test_the_example_file_holds_the_library_defaults() -> None:
+    """config.yaml at the top of the repository sets every section to the library default
+    (its usage log path resolved against its own folder)."""
+    example = load_config(REPO / "config.yaml", env={})
+    assert example.usage_log.path == str(REPO / "middleware-usage.jsonl")
+    assert example.with_overrides(usage_log={"path": Config().usage_log.path}) == Config()
+
+
+def test_config_values_read_no_files() -> None:
+    """A Config is a value: the skills folder is the loader's key, not the model's."""
+    with pytest.raises(ConfigError, match="'skills_dir' is not a known setting"):
+        Config().with_overrides(skills_dir="skills")
+    assert not any(name.startswith("_") for name in Config.__private_attributes__)
+
+
+def test_every_relative_path_in_a_file_is_relative_to_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """skills_dir and usage_log.path both resolve against the config file's folder, whatever
+    the working directory; absolute paths stay as written."""
+    (tmp_path / "conf" / "sk" / "one").mkdir(parents=True)
+    (tmp_path / "conf" / "sk" / "one" / "SKILL.md").write_text("---\nname: one\ndescription: The first skill.\n---\n")
+    (tmp_path / "conf" / "c.yaml").write_text("skills_dir: sk\nusage_log: {path: logs/usage.jsonl}\n")
+    monkeypatch.chdir(tmp_path)
+    config = load_config("conf/c.yaml", env={})
+    assert config.usage_log.path == str(tmp_path / "conf" / "logs" / "usage.jsonl")
+    assert [skill.name for skill in config.skills] == ["one"]
+    (tmp_path / "conf" / "d.yaml").write_text(f"usage_log: {{path: {tmp_path / 'abs.jsonl'}}}\n")
+    assert load_config(tmp_path / "conf" / "d.yaml", env={}).usage_log.path == str(tmp_path / "abs.jsonl")
+
+
+def test_a_config_caches_nothing(atlas: Config) -> None:
+    """Composing leaves the config as it was: the composer owns its memos."""
+    before = atlas.model_dump()
+    Composer(atlas, SessionManager(atlas).tokenizer).compose(__import__("middleware").SessionState(), "hi")
+    assert atlas.model_dump() == before and not hasattr(atlas, "_derived")
+
+
+def test_the_system_prompt_can_be_given_to_the_manager(atlas: Config) -> None:
+    """system_prompt= sends the caller's own text (braces and all) before the memory sections;
+    instructions= fills the default template; both at once is an error."""
+    with SessionManager(system_prompt="You are Max {the} travel agent.") as mgr:
+        mgr.record_turn("max", user="book Rome", assistant="ok", tool_calls=[{"name": "book", "arguments": {"city": "Rome"}}])
+        system = mgr.build_messages("max", "and Paris?")[0]["content"]
+        assert system == "You are Max {the} travel agent.\n## Current Context (use as defaults)\n- city: Rome"
+    with SessionManager(instructions="Answer in French.") as mgr:
+        assert mgr.build_messages("fr", "hi")[0]["content"] == "You are a helpful assistant.\nAnswer in French."
+    with SessionManager(atlas, system_prompt="Be brief.") as mgr:  # the skills section stays
+        assert mgr.build_messages("brief", "hi")[0]["content"].startswith("Be brief.\n## Skills\n- device-navigation:")
+    with pytest.raises(ConfigError, match="not both"):
+        SessionManager(system_prompt="a", instructions="b")
 
 
 def test_environment_overrides_path_and_store_url(tmp_path: Path) -> None:
@@ -115,15 +171,10 @@ def test_skills_dir_is_relative_to_the_config_file(tmp_path: Path) -> None:
 
 
 def test_with_overrides_validates_and_keeps_the_rest(atlas: Config) -> None:
-    """with_overrides replaces settings in a section, re-validates, and lists skills once."""
+    """with_overrides replaces settings in a section, re-validates, and keeps the skills."""
     changed = atlas.with_overrides(store={"url": "redis://127.0.0.1:6379/3"})
     assert changed.store.url == "redis://127.0.0.1:6379/3"
     assert changed.store.key_prefix == atlas.store.key_prefix
     assert [s.name for s in changed.skills] == [s.name for s in atlas.skills]
     with pytest.raises(ConfigError, match=r"'summary\.lines'"):
         atlas.with_overrides(summary={"lines": "x"})
-
-
-def test_config_file_is_the_one_at_the_top_level() -> None:
-    """The shipped default the package embeds is the top-level config.yaml."""
-    assert default_config_path().read_text() == CONFIG_PATH.read_text()

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from middleware import Config, ToolCall
 from middleware.config import ContextConfig
-from middleware.context import extract_context, render_context
+from middleware.core.context import extract_context, render_context
 from tests.strategies import hostile_text, tool_calls
 
 TRACKED = ContextConfig(

@@ -27,7 +27,7 @@ from middleware import (
     is_valid_chat,
     load_config,
 )
-from middleware.store import SessionKeys
+from middleware.core.plans import SessionKeys
 from tests.strategies import INJECTIONS, hostile_text, turns
 
 MB5 = "x" * 5_000_000

@@ -10,10 +10,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from middleware import Config, SessionManager, ToolCall
+from middleware.core.plans import SessionKeys
 from middleware.demo.device import LAB
 from middleware.inspector import conversation_view
 from middleware.inspector_app import create_app
-from middleware.store import SessionKeys
 
 
 @pytest.fixture

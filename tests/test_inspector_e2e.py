@@ -11,7 +11,7 @@ import pytest
 from middleware import Config, SessionManager
 from middleware.demo import SCRIPT
 from middleware.demo.device import LAB
-from middleware.testing import CHROMIUM_FLAGS, serve
+from tests.browser import CHROMIUM_FLAGS, serve
 from tests.conftest import require_binary
 
 

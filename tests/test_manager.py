@@ -1,4 +1,4 @@
-"""Tests for middleware.manager: the public API, sync and async, on the seed's example."""
+"""Tests for middleware.manager: the public API, on both faces, on a worked example."""
 
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ from middleware import (
     load_config,
 )
 from middleware.testing import capture_events
+from tests.conftest import ATLAS_PATH, Manager, ManagerFactory
 from tests.strategies import turns
 
-# The seed's worked example (seeds/002): four requests, the first one naming the interface.
+# A worked example: four requests, the first one naming the interface.
 WATCHLIST = ToolCall(
     name="navigate_to_node",
     arguments={"userinterface_name": "google_tv", "tree_id": "xxx-xxx-xxx", "node": "watchlist"},
@@ -39,9 +40,9 @@ SHOP = ToolCall(
 CURRENT = ToolCall(name="get_current_node", arguments={}, result={"node": "shop", "screen": "Shop"})
 
 
-def test_the_seed_worked_example(manager: SessionManager) -> None:
+def test_the_worked_example(manager: Manager) -> None:
     """Context keys are set and injected, 'goto shop' carries the interface unnamed,
-    the summary has the seed's format, and the structure is exactly point 6's."""
+    the summary has its `• brief → action` format, and the messages come in their order."""
     sid = "seed"
     first = manager.build_messages(sid, "navigate to watchlist on google_tv")
     assert [m["role"] for m in first] == ["system", "user"]
@@ -84,7 +85,7 @@ def test_the_seed_worked_example(manager: SessionManager) -> None:
     assert build_messages(state, "now show current node", manager.config) == final
 
 
-def test_prepare_reports_the_saving_against_the_full_history(manager: SessionManager) -> None:
+def test_prepare_reports_the_saving_against_the_full_history(manager: Manager) -> None:
     """prepare() gives the tokens sent by layer and what the full history would cost."""
     for user, reply, call in [
         ("navigate to watchlist on google_tv", "Done", WATCHLIST),
@@ -98,7 +99,7 @@ def test_prepare_reports_the_saving_against_the_full_history(manager: SessionMan
     assert 0 < prompt.saved_ratio < 1
 
 
-def test_tool_calls_may_be_given_as_dicts(manager: SessionManager) -> None:
+def test_tool_calls_may_be_given_as_dicts(manager: Manager) -> None:
     """record_turn accepts plain dicts and OpenAI tool_calls entries as well as ToolCall."""
     manager.record_turn(
         "s",
@@ -116,7 +117,7 @@ def test_tool_calls_may_be_given_as_dicts(manager: SessionManager) -> None:
     "bad",
     [[{"nme": "typo"}], ["navigate_to_node"], [42], "navigate_to_node", {"name": "x"}, [{"name": ""}]],
 )
-def test_bad_tool_calls_are_clear_errors_and_record_nothing(manager: SessionManager, bad: object) -> None:
+def test_bad_tool_calls_are_clear_errors_and_record_nothing(manager: Manager, bad: object) -> None:
     """Malformed tool calls raise InvalidToolCallError before anything is written."""
     with pytest.raises(InvalidToolCallError):
         manager.record_turn("s", user="a", assistant="b", tool_calls=bad)  # type: ignore[arg-type]
@@ -127,7 +128,7 @@ def test_bad_tool_calls_are_clear_errors_and_record_nothing(manager: SessionMana
     "sid",
     ["", "   ", "x" * 257, "line\nbreak", "tab\there", "nul\x00", 42, None, b"bytes", ("t",)],
 )
-def test_invalid_session_ids_are_refused_everywhere(manager: SessionManager, sid: object) -> None:
+def test_invalid_session_ids_are_refused_everywhere(manager: Manager, sid: object) -> None:
     """Every public method refuses bad session ids with InvalidSessionIdError."""
     for call in (
         lambda: manager.build_messages(sid, "hi"),  # type: ignore[arg-type]
@@ -140,20 +141,20 @@ def test_invalid_session_ids_are_refused_everywhere(manager: SessionManager, sid
 
 
 @pytest.mark.parametrize("sid", ["user:42", "ünïcødé-会话", "a}b{c", "x" * 256, "with space"])
-def test_unusual_but_valid_session_ids_work(manager: SessionManager, sid: str) -> None:
+def test_unusual_but_valid_session_ids_work(manager: Manager, sid: str) -> None:
     """Non-ASCII, braces, spaces and the maximum length are all fine."""
     manager.record_turn(sid, user="hi", assistant="hello")
     assert manager.get_state(sid).turns == 1
 
 
-def test_empty_user_message_cannot_be_recorded(manager: SessionManager) -> None:
+def test_empty_user_message_cannot_be_recorded(manager: Manager) -> None:
     """Recording a turn with no user text is refused: it could never be sent back."""
     with pytest.raises(InvalidMessageError):
         manager.record_turn("s", user="  ", assistant="b")
 
 
-def test_async_manager_has_the_same_behaviour(atlas: Config, store_url: str) -> None:
-    """AsyncSessionManager gives the same messages and state as the sync manager."""
+def test_both_faces_compose_the_same_messages(atlas: Config, store_url: str) -> None:
+    """AsyncSessionManager, driven directly, gives the same messages and state as the sync manager."""
 
     async def run() -> tuple[list[dict[str, str]], int]:
         async with AsyncSessionManager(atlas, redis_url=store_url) as mgr:
@@ -173,17 +174,17 @@ def test_async_manager_has_the_same_behaviour(atlas: Config, store_url: str) -> 
     assert turns == 2
 
 
-def test_debug_events_hide_content_unless_configured(atlas: Config) -> None:
+def test_debug_events_hide_content_unless_configured(atlas: Config, managers: ManagerFactory) -> None:
     """context.set and summary.updated carry values only when usage_log.include_content is on."""
     for include, expect_value in [(False, "<9 chars>"), (True, "google_tv")]:
-        config = atlas.with_overrides(usage_log={"include_content": include})
-        with SessionManager(config, redis_url=f"memory://{uuid.uuid4().hex}") as mgr, capture_events() as events:
+        config = atlas.with_overrides(usage_log={"include_content": include, "path": None})
+        with managers(config) as mgr, capture_events() as events:
             mgr.record_turn("s", user="navigate to watchlist on google_tv", assistant="ok", tool_calls=[WATCHLIST])
         values = [e["value"] for e in events if e["event"] == "context.set" and e["key"] == "userinterface_name"]
         assert values == [expect_value]
 
 
-def test_library_prints_nothing_by_default(manager: SessionManager, capsys: pytest.CaptureFixture[str]) -> None:
+def test_library_prints_nothing_by_default(manager: Manager, capsys: pytest.CaptureFixture[str]) -> None:
     """With logging unconfigured, recording turns writes nothing to stdout or stderr."""
     manager.record_turn("s", user="navigate to watchlist on google_tv", assistant="ok", tool_calls=[WATCHLIST])
     manager.build_messages("s", "goto shop")
@@ -195,7 +196,7 @@ def test_library_prints_nothing_by_default(manager: SessionManager, capsys: pyte
 @given(sequence=st.lists(turns, min_size=1, max_size=12), current=st.text(min_size=1).filter(str.strip))
 def test_any_sequence_of_turns_keeps_the_limits_and_a_valid_prompt(sequence: list[dict], current: str) -> None:
     """Whatever is recorded: at most 3 summary lines, at most 2 recent messages, a valid prompt."""
-    config = load_config(env={})
+    config = load_config(ATLAS_PATH, env={}).with_overrides(usage_log={"path": None})
     with SessionManager(config, redis_url=f"memory://{uuid.uuid4().hex}") as mgr:
         for index, turn in enumerate(sequence, start=1):
             assert mgr.record_turn("p", **turn) == index

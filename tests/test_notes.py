@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from middleware.notes import NotesError, apply_operation, render_notes, sections
+from middleware import NotesError
+from middleware.core.notes import apply_operation, render_notes, sections
 from tests.strategies import INJECTIONS, hostile_text
 
 NOTES = """# About the user

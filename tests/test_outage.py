@@ -1,4 +1,4 @@
-"""A real redis-server stopped in the middle of a run and started again.
+"""A real redis-server stopped in the middle of a run and started again, on both faces.
 
 The server requires a password (which must never show in errors or logs) and
 keeps an append-only file, so data written before the stop is there afterwards
@@ -7,18 +7,21 @@ and "nothing lost" can be checked across the restart.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from middleware import Config, SessionManager, StoreUnavailableError, ToolCall
+from middleware import Config, StoreUnavailableError, ToolCall
 from middleware.testing import capture_events
-from tests.conftest import RedisServer
+from tests.conftest import Manager, RedisServer, open_manager
 
 PASSWORD = "s3cret-pw-42"
 TIMEOUT = 1.0
@@ -39,17 +42,24 @@ def url(server: RedisServer) -> str:
     return f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0"
 
 
-def config(atlas: Config, server: RedisServer, tmp_path: Path, mode: str = "raise") -> Config:
-    return atlas.with_overrides(
-        store={"url": url(server), "timeout_seconds": TIMEOUT, "on_store_error": mode},
-        usage_log={"path": str(tmp_path / "usage.jsonl")},
-    )
+@pytest.fixture
+def connect(atlas: Config, server: RedisServer, tmp_path: Path, face: str, loop: asyncio.AbstractEventLoop) -> Any:
+    """``connect(mode)``: a manager of the face under test on the password-protected server."""
+
+    def make(mode: str = "raise", event_loop: asyncio.AbstractEventLoop = loop) -> Manager:
+        config = atlas.with_overrides(
+            store={"url": url(server), "timeout_seconds": TIMEOUT, "on_store_error": mode},
+            usage_log={"path": str(tmp_path / "usage.jsonl")},
+        )
+        return open_manager(face, config, event_loop)
+
+    return make
 
 
-def test_a_stopped_server_raises_one_store_error_fast_and_the_process_recovers(atlas: Config, server: RedisServer, tmp_path: Path) -> None:
+def test_a_stopped_server_raises_one_store_error_fast_and_the_process_recovers(connect: Any, server: RedisServer) -> None:
     """Default mode: StoreUnavailableError within the timeout, naming the store without the
     password; after a restart the same manager works again and earlier turns are there."""
-    with SessionManager(config(atlas, server, tmp_path)) as mgr:
+    with connect() as mgr:
         mgr.record_turn("s", user="before the outage", assistant="ok", tool_calls=[NAV])
         server.stop()
         for call in (lambda: mgr.record_turn("s", user="during", assistant="x"), lambda: mgr.build_messages("s", "during")):
@@ -68,11 +78,11 @@ def test_a_stopped_server_raises_one_store_error_fast_and_the_process_recovers(a
         assert state.context == {"userinterface_name": "google_tv"}
 
 
-def test_a_hung_server_costs_one_timeout_not_a_hang(atlas: Config, server: RedisServer, tmp_path: Path) -> None:
+def test_a_hung_server_costs_one_timeout_not_a_hang(connect: Any, server: RedisServer) -> None:
     """A server that accepts but never answers (SIGSTOP): the call fails after about one
     timeout, and works again once the server resumes."""
     assert server.proc is not None
-    with SessionManager(config(atlas, server, tmp_path)) as mgr:
+    with connect() as mgr:
         mgr.record_turn("s", user="hello", assistant="ok")
         os.kill(server.proc.pid, signal.SIGSTOP)
         try:
@@ -86,10 +96,10 @@ def test_a_hung_server_costs_one_timeout_not_a_hang(atlas: Config, server: Redis
         assert mgr.get_state("s").turns == 1
 
 
-def test_degrade_mode_composes_without_memory_and_records_nothing_silently(atlas: Config, server: RedisServer, tmp_path: Path) -> None:
+def test_degrade_mode_composes_without_memory_and_records_nothing_silently(connect: Any, server: RedisServer) -> None:
     """degrade: the prompt is the system prompt plus the message, with a warning; a turn
     that cannot be written is reported and kept, then written first once the store is back."""
-    with SessionManager(config(atlas, server, tmp_path, "degrade")) as mgr:
+    with connect("degrade") as mgr:
         mgr.record_turn("s", user="navigate to watchlist on google_tv", assistant="ok", tool_calls=[NAV])
         server.stop()
         with capture_events() as events:
@@ -112,53 +122,73 @@ def test_degrade_mode_composes_without_memory_and_records_nothing_silently(atlas
         assert [m["content"] for m in state.recent] == ["check current node", "on shop"]
 
 
-def test_turns_recorded_through_an_outage_all_arrive_in_degrade_mode(atlas: Config, server: RedisServer, tmp_path: Path) -> None:
+def test_turns_recorded_through_an_outage_all_arrive_in_degrade_mode(connect: Any, server: RedisServer) -> None:
     """A writer keeps recording while the server is stopped and started: every turn it
     recorded is in Redis afterwards, in order (nothing lost, nothing doubled)."""
     attempts: list[int] = []
     stop = threading.Event()
-    with SessionManager(config(atlas, server, tmp_path, "degrade")) as mgr:
 
-        def writer() -> None:
+    def writer() -> None:  # its own manager (and event loop, on the async face), in its own thread
+        event_loop = asyncio.new_event_loop()
+        with connect("degrade", event_loop) as mgr:
             i = 0
             while not stop.is_set():
                 mgr.record_turn("run", user=f"turn {i}", assistant=f"reply {i}")
                 attempts.append(i)
                 i += 1
                 time.sleep(0.005)
+            mgr.record_turn("run", user="final", assistant="done")  # flushes anything still pending
+            assert mgr.pending_turns == []
+        event_loop.close()
 
-        thread = threading.Thread(target=writer)
-        thread.start()
-        time.sleep(0.3)
-        server.stop()
-        time.sleep(0.5)
-        server.start()
-        time.sleep(0.3)
-        stop.set()
-        thread.join()
-        mgr.record_turn("run", user="final", assistant="done")  # flushes anything still pending
+    thread = threading.Thread(target=writer)
+    thread.start()
+    time.sleep(0.3)
+    server.stop()
+    time.sleep(0.5)
+    server.start()
+    time.sleep(0.3)
+    stop.set()
+    thread.join()
+    with connect() as mgr:
         state = mgr.get_state("run")
     assert len(attempts) > 20
     assert state.turns == len(attempts) + 1
     assert state.recent[0]["content"] == "final"
 
 
-def test_a_held_turn_that_did_reach_redis_is_not_written_twice(atlas: Config, server: RedisServer, tmp_path: Path) -> None:
+def lose_transaction_replies(mgr: Manager) -> None:
+    """From now on, every MULTI/EXEC reaches Redis but its reply is lost (the connection drops)."""
+    store, real = mgr.store, mgr.store.send
+
+    def lost(batch: Any) -> None:
+        if batch.transaction:
+            raise StoreUnavailableError("Redis store ... is unreachable: reply lost")
+
+    if inspect.iscoroutinefunction(real):
+
+        async def send(batch: Any) -> Any:
+            replies = await real(batch)
+            lost(batch)
+            return replies
+    else:
+
+        def send(batch: Any) -> Any:
+            replies = real(batch)
+            lost(batch)
+            return replies
+
+    store.send = send
+
+
+def test_a_held_turn_that_did_reach_redis_is_not_written_twice(connect: Any, server: RedisServer) -> None:
     """A write whose reply is lost (the server applied it, then the connection dropped) is
     held in degrade mode; replaying it must not record the turn a second time."""
-    from middleware.store import StoreUnavailableError as Unavailable
-
-    with SessionManager(config(atlas, server, tmp_path, "degrade")) as mgr:
+    with connect("degrade") as mgr:
         mgr.record_turn("dup", user="first", assistant="ok")
-        real_record = mgr.store.record
-
-        def applied_then_lost(session_id: str, update):  # type: ignore[no-untyped-def]
-            real_record(session_id, update)  # Redis applies the turn...
-            raise Unavailable("Redis store ... is unreachable: reply lost")  # ...but the reply never arrives
-
-        mgr.store.record = applied_then_lost  # type: ignore[method-assign]
+        lose_transaction_replies(mgr)
         assert mgr.record_turn("dup", user="second", assistant="ok") == 0
-        mgr.store.record = real_record  # type: ignore[method-assign]
+        del mgr.store.send  # the driver's own send again
         assert mgr.pending_turns[0][1].turn_id  # the held write carries its id
         assert mgr.record_turn("dup", user="third", assistant="ok") == 3  # not 4
         assert mgr.pending_turns == []

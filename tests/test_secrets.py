@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from middleware import Config, LLMError, SessionManager, ToolCall
+from middleware.core.text import redact_secrets
 from middleware.scripted import register
 from middleware.testing import capture_events
-from middleware.text import redact_secrets
 
 KEY = "sk-live-ABCDEFGHIJKLMNOPQRST"
 

@@ -1,29 +1,29 @@
-"""Tests for middleware.store, on fakeredis (memory://) and on a real redis-server."""
+"""Tests for the session store through the managers: both faces, on fakeredis (memory://)
+and on a real redis-server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
+import uuid
+from typing import Any
 
 import pytest
 import redis
 
-from middleware import Config, SessionManager, StoreUnavailableError, ToolCall
-from middleware.store import RedisStore, SessionKeys
+from middleware import AsyncSessionManager, Config, RedisStore, SessionManager, StoreUnavailableError, ToolCall
+from middleware.core.plans import SessionKeys
 from middleware.testing import capture_events
-from tests.conftest import RedisServer
+from tests.conftest import Manager, ManagerFactory, RedisServer
 
 
 def nav(node: str, ui: str = "google_tv") -> ToolCall:
     return ToolCall(name="navigate_to_node", arguments={"userinterface_name": ui, "node": node}, result={"ok": 1})
 
 
-def raw_client(mgr: SessionManager):  # type: ignore[no-untyped-def]
-    return mgr.store.client
-
-
-def test_recorded_turn_reads_back(manager: SessionManager) -> None:
+def test_recorded_turn_reads_back(manager: Manager) -> None:
     """A recorded turn comes back as context, recent window and counters."""
     manager.record_turn("s1", user="navigate to watchlist on google_tv", assistant="Done", tool_calls=[nav("watchlist")])
     state = manager.get_state("s1")
@@ -37,7 +37,7 @@ def test_recorded_turn_reads_back(manager: SessionManager) -> None:
     assert state.created_at is not None and state.updated_at is not None
 
 
-def test_summary_keeps_three_older_lines_and_two_recent_messages(manager: SessionManager) -> None:
+def test_summary_keeps_three_older_lines_and_two_recent_messages(manager: Manager) -> None:
     """After many turns: 3 summary lines for the turns before the recent one, 2 recent messages."""
     for i in range(7):
         manager.record_turn("s", user=f"go to node {i}", assistant=f"at {i}", tool_calls=[nav(f"n{i}")])
@@ -47,15 +47,15 @@ def test_summary_keeps_three_older_lines_and_two_recent_messages(manager: Sessio
     assert state.turns == 7
 
 
-def test_every_key_of_a_session_shares_one_hash_tag(manager: SessionManager) -> None:
+def test_every_key_of_a_session_shares_one_hash_tag(manager: Manager, raw: Any) -> None:
     """All per-session keys carry {session id}, so a session lives in one cluster slot."""
     manager.record_turn("user:42", user="hi", assistant="hello", tool_calls=[nav("home")])
-    keys = sorted(k.decode() for k in raw_client(manager).keys("mw:*"))
+    keys = sorted(k.decode() for k in raw.keys("mw:*"))
     session_keys = [k for k in keys if k != "mw:sessions"]
     assert session_keys == ["mw:{user:42}:ctx", "mw:{user:42}:meta", "mw:{user:42}:recent", "mw:{user:42}:sum", "mw:{user:42}:traces"]
 
 
-def test_braces_in_session_ids_cannot_break_the_hash_tag(manager: SessionManager) -> None:
+def test_braces_in_session_ids_cannot_break_the_hash_tag(manager: Manager) -> None:
     """Ids with braces are escaped in keys, stay distinct, and round-trip."""
     for sid in ["a}b", "{a}", "a%7Db", "}{"]:
         manager.record_turn(sid, user=f"hello {sid}", assistant="ok")
@@ -68,42 +68,40 @@ def test_braces_in_session_ids_cannot_break_the_hash_tag(manager: SessionManager
         assert "{" not in inner
 
 
-def test_every_write_refreshes_the_ttl_of_the_whole_session(atlas: Config, store_url: str) -> None:
+def test_every_write_refreshes_the_ttl_of_the_whole_session(atlas: Config, managers: ManagerFactory, raw: Any) -> None:
     """All session keys get the configured TTL on every write, context included."""
     config = atlas.with_overrides(store={"ttl_seconds": 100})
-    with SessionManager(config, redis_url=store_url) as mgr:
+    with managers(config) as mgr:
         mgr.record_turn("s", user="a", assistant="b", tool_calls=[nav("x")])
-        client = raw_client(mgr)
         for key in SessionKeys("mw", "s").session_keys:
-            client.pexpire(key, 5_000)
+            raw.pexpire(key, 5_000)
         mgr.record_turn("s", user="c", assistant="d")  # sets no context key
-        present = [key for key in SessionKeys("mw", "s").session_keys if client.exists(key)]
+        present = [key for key in SessionKeys("mw", "s").session_keys if raw.exists(key)]
         assert len(present) == 5  # all but the last-prompt key, written only when a prompt was composed
-        ttls = [client.pttl(key) for key in present]
+        ttls = [raw.pttl(key) for key in present]
         assert all(95_000 < ttl <= 100_000 for ttl in ttls), ttls
 
 
-def test_ttl_zero_keeps_sessions_forever(atlas: Config, store_url: str) -> None:
+def test_ttl_zero_keeps_sessions_forever(atlas: Config, managers: ManagerFactory, raw: Any) -> None:
     """ttl_seconds: 0 removes any expiry."""
-    with SessionManager(atlas.with_overrides(store={"ttl_seconds": 0}), redis_url=store_url) as mgr:
+    with managers(atlas.with_overrides(store={"ttl_seconds": 0})) as mgr:
         mgr.record_turn("s", user="a", assistant="b", tool_calls=[nav("x")])
-        client = raw_client(mgr)
-        present = [key for key in SessionKeys("mw", "s").session_keys if client.exists(key)]
+        present = [key for key in SessionKeys("mw", "s").session_keys if raw.exists(key)]
         assert len(present) == 5  # all but the last-prompt key, written only when a prompt was composed
-        assert all(client.pttl(key) == -1 for key in present)
+        assert all(raw.pttl(key) == -1 for key in present)
 
 
-def test_reset_forgets_the_session(manager: SessionManager) -> None:
+def test_reset_forgets_the_session(manager: Manager, raw: Any) -> None:
     """reset deletes every key of the session and its index entry."""
     manager.record_turn("s", user="a", assistant="b", tool_calls=[nav("x")])
     manager.reset("s")
     state = manager.get_state("s")
     assert (state.turns, state.context, state.recent, state.summary) == (0, {}, [], [])
-    assert raw_client(manager).keys("mw:{s}:*") == []
-    assert raw_client(manager).zscore("mw:sessions", "s") is None
+    assert raw.keys("mw:{s}:*") == []
+    assert raw.zscore("mw:sessions", "s") is None
 
 
-def test_sessions_do_not_see_each_other(manager: SessionManager) -> None:
+def test_sessions_do_not_see_each_other(manager: Manager) -> None:
     """Two sessions keep separate context, summary and recent messages."""
     manager.record_turn("a", user="in a", assistant="A", tool_calls=[nav("x", ui="tv_a")])
     manager.record_turn("b", user="in b", assistant="B", tool_calls=[nav("y", ui="tv_b")])
@@ -111,15 +109,14 @@ def test_sessions_do_not_see_each_other(manager: SessionManager) -> None:
     assert manager.get_state("b").recent[0]["content"] == "in b"
 
 
-def test_corrupt_records_are_skipped_with_a_warning(manager: SessionManager) -> None:
+def test_corrupt_records_are_skipped_with_a_warning(manager: Manager, raw: Any) -> None:
     """Garbage written straight into Redis is skipped; the rest of the session still loads."""
     manager.record_turn("s", user="a", assistant="b", tool_calls=[nav("x")])
     manager.record_turn("s", user="c", assistant="d")
-    client = raw_client(manager)
     keys = SessionKeys("mw", "s")
-    client.zadd(keys.ctx, {"no equals sign": 9e15, "bad key!=v": 9e15, "tree_id=": 9e15, "tree_id=\n\t ": 9e15})
-    client.rpush(keys.recent, b"\xff\xfe garbage", json.dumps({"role": "system", "content": "x"}))
-    client.hset(keys.meta, "full_tokens", "lots")
+    raw.zadd(keys.ctx, {"no equals sign": 9e15, "bad key!=v": 9e15, "tree_id=": 9e15, "tree_id=\n\t ": 9e15})
+    raw.rpush(keys.recent, b"\xff\xfe garbage", json.dumps({"role": "system", "content": "x"}))
+    raw.hset(keys.meta, "full_tokens", "lots")
     with capture_events() as events:
         state = manager.get_state("s")
     assert state.context == {"userinterface_name": "google_tv"}
@@ -129,14 +126,13 @@ def test_corrupt_records_are_skipped_with_a_warning(manager: SessionManager) -> 
     assert state.turns == 2 and state.full_tokens == 0
 
 
-def test_a_key_of_the_wrong_type_is_reported_and_repaired_on_write(manager: SessionManager) -> None:
+def test_a_key_of_the_wrong_type_is_reported_and_repaired_on_write(manager: Manager, raw: Any) -> None:
     """A foreign value at a session key is skipped on load and replaced on the next write,
     without applying the other commands twice."""
     manager.record_turn("s", user="a", assistant="b")
-    client = raw_client(manager)
     keys = SessionKeys("mw", "s")
-    client.delete(keys.recent)
-    client.set(keys.recent, "a string, not a list")
+    raw.delete(keys.recent)
+    raw.set(keys.recent, "a string, not a list")
     with capture_events() as events:
         assert manager.get_state("s").recent == []
         turns = manager.record_turn("s", user="c", assistant="d")
@@ -145,10 +141,10 @@ def test_a_key_of_the_wrong_type_is_reported_and_repaired_on_write(manager: Sess
     assert {"store.corrupt_record", "store.repaired"} <= {e["event"] for e in events}
 
 
-def test_context_keeps_the_most_recently_set_keys_in_auto_mode(atlas: Config, store_url: str) -> None:
+def test_context_keeps_the_most_recently_set_keys_in_auto_mode(atlas: Config, managers: ManagerFactory, raw: Any) -> None:
     """Auto mode keeps at most max_keys keys, evicting the least recently set."""
     config = atlas.with_overrides(context={"keys": None, "tools": None, "max_keys": 3})
-    with SessionManager(config, redis_url=store_url) as mgr:
+    with managers(config) as mgr:
         for name in ["a", "b", "c", "d"]:
             mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={name: name})])
         mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={"b": "b2"})])
@@ -156,13 +152,13 @@ def test_context_keeps_the_most_recently_set_keys_in_auto_mode(atlas: Config, st
         assert mgr.get_state("s").context == {"b": "b2", "d": "d", "e": "e"}
         # Superseded values were removed, not left behind: the zset holds what is shown plus
         # evicted keys still within the trim bound.
-        members = [m.decode() for m in raw_client(mgr).zrange(SessionKeys("mw", "s").ctx, 0, -1)]
+        members = [m.decode() for m in raw.zrange(SessionKeys("mw", "s").ctx, 0, -1)]
         assert "b=b" not in members and "b=b2" in members
 
 
-def test_racing_writers_never_lose_a_context_value(atlas: Config, store_url: str) -> None:
+def test_racing_writers_never_lose_a_context_value(managers: ManagerFactory) -> None:
     """A writer that never loaded (so cannot remove old members) still wins by recency."""
-    with SessionManager(atlas, redis_url=store_url) as one, SessionManager(atlas, redis_url=store_url) as two:
+    with managers() as one, managers() as two:
         one.record_turn("s", user="x", assistant="y", tool_calls=[nav("a", ui="first")])
         two.record_turn("s", user="x", assistant="y", tool_calls=[nav("b", ui="second")])
         assert one.get_state("s").context == {"userinterface_name": "second"}
@@ -170,22 +166,23 @@ def test_racing_writers_never_lose_a_context_value(atlas: Config, store_url: str
         assert two.get_state("s").context == {"userinterface_name": "third"}
 
 
-def test_memory_store_needs_no_server(atlas: Config) -> None:
+def test_memory_store_needs_no_server(managers: ManagerFactory) -> None:
     """memory:// works with nothing listening, and names share data within a process."""
-    with SessionManager(atlas, redis_url="memory://shared-x") as a, SessionManager(atlas, redis_url="memory://shared-x") as b:
+    name = f"memory://shared-{uuid.uuid4().hex}"
+    with managers(redis_url=name) as a, managers(redis_url=name) as b:
         a.record_turn("s", user="hi", assistant="hello")
         assert b.get_state("s").turns == 1
-    with SessionManager(atlas, redis_url="memory://other-y") as c:
+    with managers(redis_url=f"memory://other-{uuid.uuid4().hex}") as c:
         assert c.get_state("s").turns == 0
 
 
-def test_unreachable_redis_raises_store_unavailable_without_the_password(atlas: Config) -> None:
+def test_unreachable_redis_raises_store_unavailable_without_the_password(atlas: Config, managers: ManagerFactory) -> None:
     """A closed port gives StoreUnavailableError naming the store with its password hidden."""
     from middleware.testing import free_port
 
     url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
     config = atlas.with_overrides(store={"timeout_seconds": 0.5})
-    with SessionManager(config, redis_url=url) as mgr:
+    with managers(config, redis_url=url) as mgr:
         with pytest.raises(StoreUnavailableError) as info:
             mgr.get_state("s")
         assert "hunter2" not in str(info.value) and "127.0.0.1" in str(info.value)
@@ -195,41 +192,31 @@ def test_unreachable_redis_raises_store_unavailable_without_the_password(atlas: 
 # --- real redis-server only -------------------------------------------------
 
 
-class CountingConnection(redis.Connection):
-    """Counts writes to the socket: one per round trip of a pipeline."""
-
-    sends = 0
-
-    def send_packed_command(self, command, check_health=True):  # type: ignore[no-untyped-def]
-        CountingConnection.sends += 1
-        return super().send_packed_command(command, check_health)
+def round_trips(admin: redis.Redis, operation: Any) -> int:
+    """Round trips the server saw for ``operation`` (its socket reads, the INFO call's own taken off)."""
+    before = int(admin.info("stats")["total_reads_processed"])
+    operation()
+    return int(admin.info("stats")["total_reads_processed"]) - before - 1
 
 
-def test_load_is_one_round_trip_and_record_is_one_transaction(atlas: Config, redis_server: RedisServer, real_redis_url: str) -> None:
-    """Against real Redis: a load sends once, a record sends once and runs one MULTI/EXEC."""
-    pool = redis.ConnectionPool(connection_class=CountingConnection, host="127.0.0.1", port=redis_server.port)
-    client = redis.Redis(connection_pool=pool)
-    client.ping()  # connect first, so connection setup is not counted
-    with SessionManager(atlas, client=client) as mgr:
-        mgr.record_turn("warm", user="a", assistant="b")
-        admin = redis_server.client()
-        admin.config_resetstat()
-        CountingConnection.sends = 0
-        mgr.build_messages("s", "goto shop")
-        assert CountingConnection.sends == 1
-        CountingConnection.sends = 0
-        mgr.record_turn("s", user="goto shop", assistant="ok", tool_calls=[nav("shop")])
-        assert CountingConnection.sends == 1
-        stats = admin.info("commandstats")
-        assert stats["cmdstat_multi"]["calls"] == 1 and stats["cmdstat_exec"]["calls"] == 1
-        # No read-modify-write: nothing was read while recording.
-        assert not any(name in stats for name in ("cmdstat_get", "cmdstat_hget", "cmdstat_watch"))
+def test_load_is_one_round_trip_and_record_is_one_transaction(redis_managers: ManagerFactory, redis_server: RedisServer) -> None:
+    """Against real Redis: a load is one round trip; a record is one round trip holding one
+    MULTI/EXEC, and reads nothing (no read-modify-write)."""
+    mgr = redis_managers()
+    mgr.record_turn("warm", user="a", assistant="b")  # connect first, so connection setup is not counted
+    admin = redis_server.client()
+    assert round_trips(admin, lambda: mgr.build_messages("s", "goto shop")) == 1
+    admin.config_resetstat()
+    assert round_trips(admin, lambda: mgr.record_turn("s", user="goto shop", assistant="ok", tool_calls=[nav("shop")])) == 1
+    stats = admin.info("commandstats")
+    assert stats["cmdstat_multi"]["calls"] == 1 and stats["cmdstat_exec"]["calls"] == 1
+    assert not any(name in stats for name in ("cmdstat_get", "cmdstat_hget", "cmdstat_watch", "cmdstat_lrange", "cmdstat_zrange"))
 
 
 def test_eight_threads_recording_into_one_session_lose_nothing(atlas: Config, real_redis_url: str) -> None:
-    """8 threads x 100 turns into one session: the counter ends at 800, nothing raised."""
+    """8 threads x 100 turns into one session (one sync manager): the counter ends at 800, nothing raised."""
     errors: list[BaseException] = []
-    with SessionManager(atlas, redis_url=real_redis_url) as mgr:
+    with SessionManager(atlas.with_overrides(usage_log={"path": None}), redis_url=real_redis_url) as mgr:
 
         def work(worker: int) -> None:
             try:
@@ -244,45 +231,63 @@ def test_eight_threads_recording_into_one_session_lose_nothing(atlas: Config, re
         for thread in threads:
             thread.join()
         assert errors == []
-        state = mgr.get_state("shared")
-        assert state.turns == 800
-        assert len(state.summary) <= 3 and len(state.recent) == 2
-        # The recent pair is one turn's user message and that same turn's reply.
-        user, reply = state.recent[0]["content"], state.recent[1]["content"]
-        worker, turn = user[1:].split(" turn ")
-        assert reply == f"done {worker}.{turn}"
-        assert state.context["userinterface_name"].startswith("ui")
+        check_shared_session(mgr.get_state("shared"), 800)
+
+
+def check_shared_session(state: Any, turns: int) -> None:
+    assert state.turns == turns
+    assert len(state.summary) <= 3 and len(state.recent) == 2
+    # The recent pair is one turn's user message and that same turn's reply.
+    user, reply = state.recent[0]["content"], state.recent[1]["content"]
+    worker, turn = user[1:].split(" turn ")
+    assert reply == f"done {worker}.{turn}"
+    assert state.context["userinterface_name"].startswith("ui")
+
+
+def test_eight_tasks_recording_into_one_session_lose_nothing(atlas: Config, real_redis_url: str) -> None:
+    """8 asyncio tasks x 100 turns into one session (one async manager): the counter ends at 800."""
+
+    async def main() -> Any:
+        async with AsyncSessionManager(atlas.with_overrides(usage_log={"path": None}), redis_url=real_redis_url) as mgr:
+
+            async def work(worker: int) -> None:
+                for i in range(100):
+                    await mgr.record_turn("shared", user=f"w{worker} turn {i}", assistant=f"done {worker}.{i}", tool_calls=[nav(f"n{i}", ui=f"ui{worker}")])
+
+            await asyncio.gather(*(work(w) for w in range(8)))
+            return await mgr.get_state("shared")
+
+    check_shared_session(asyncio.run(main()), 800)
 
 
 def test_store_repr_hides_the_password(atlas: Config) -> None:
     """The store's repr names the URL without its password."""
-    store = RedisStore.from_url("redis://:hunter2@127.0.0.1:1/0", atlas)
+    store = RedisStore.from_url("redis://:hunter2@127.0.0.1:1/0", atlas.store)
     assert "hunter2" not in repr(store) and "***" in repr(store)
     store.close()
 
 
-def test_index_lists_recently_updated_sessions(manager: SessionManager) -> None:
+def test_index_lists_recently_updated_sessions(manager: Manager, raw: Any) -> None:
     """Each write puts the session in the listing index with its update time."""
     before = time.time()
     manager.record_turn("s-index", user="a", assistant="b")
-    score = raw_client(manager).zscore("mw:sessions", "s-index")
+    score = raw.zscore("mw:sessions", "s-index")
     assert score is not None and score >= before - 1
 
 
-def test_a_session_expires_as_a_whole_after_its_idle_ttl(atlas: Config, store_url: str) -> None:
+def test_a_session_expires_as_a_whole_after_its_idle_ttl(atlas: Config, managers: ManagerFactory, raw: Any) -> None:
     """With a 1 s TTL: a write keeps every key alive together; idle, all vanish together."""
-    with SessionManager(atlas.with_overrides(store={"ttl_seconds": 1}), redis_url=store_url) as mgr:
+    with managers(atlas.with_overrides(store={"ttl_seconds": 1})) as mgr:
         mgr.record_turn("short", user="a", assistant="b", tool_calls=[nav("x")])
         time.sleep(0.6)
         mgr.record_turn("short", user="c", assistant="d")  # no context key set: ctx must still be refreshed
         time.sleep(0.6)  # 1.2 s after the first write, 0.6 s after the last
         state = mgr.get_state("short")
         assert state.turns == 2 and state.context == {"userinterface_name": "google_tv"} and len(state.recent) == 2
-        client = raw_client(mgr)
         deadline = time.monotonic() + 3
-        while any(client.exists(k) for k in SessionKeys("mw", "short").session_keys) and time.monotonic() < deadline:
+        while any(raw.exists(k) for k in SessionKeys("mw", "short").session_keys) and time.monotonic() < deadline:
             time.sleep(0.05)
-        remaining = [k for k in SessionKeys("mw", "short").session_keys if client.exists(k)]
+        remaining = [k for k in SessionKeys("mw", "short").session_keys if raw.exists(k)]
         assert remaining == []
         assert mgr.get_state("short").turns == 0
-        assert mgr.store.list_sessions(search="short").entries == []  # the index forgets it too
+        assert mgr.list_sessions(search="short").entries == []  # the index forgets it too

@@ -7,7 +7,7 @@ from hypothesis import given
 
 from middleware import ToolCall, Turn
 from middleware.config import SummaryConfig
-from middleware.summary import summary_line
+from middleware.core.summary import summary_line
 from tests.strategies import turns
 
 CONFIG = SummaryConfig(

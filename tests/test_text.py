@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from middleware.text import ELLIPSIS, brief, clean_text, cut_middle, one_line, redact_url
+from middleware.core.text import ELLIPSIS, brief, clean_text, cut_middle, one_line, redact_url
 from tests.strategies import INJECTIONS, any_text, hostile_text
 
 

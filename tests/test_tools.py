@@ -7,7 +7,10 @@ import asyncio
 import pytest
 
 from middleware import InvalidToolCallError
+from middleware.runner import arun
 from middleware.tools import Tool, Toolset, tool_schema
+from tests.conftest import no_store as _no_store
+from tests.conftest import run_call
 
 
 def navigate(node: str, userinterface_name: str, tree_id: str | None = None, retries: int = 2) -> dict:
@@ -42,13 +45,13 @@ def test_explicit_schema_is_used_as_given() -> None:
     schema = {"name": "nav", "description": "custom", "parameters": {"type": "object", "properties": {}}}
     tool = Tool(lambda **kw: kw, schema=schema)
     assert tool.schema["function"]["description"] == "custom" and tool.name == "nav"
-    outcome = Toolset([tool]).run("c1", "nav", '{"anything": 1}')
+    outcome = run_call(Toolset([tool]), "c1", "nav", '{"anything": 1}')
     assert outcome.record.ok and outcome.record.result == {"anything": 1}
 
 
 def test_validated_arguments_reach_the_function() -> None:
     """JSON-string arguments are parsed, validated and defaults applied by the function."""
-    outcome = Toolset([navigate]).run("c1", "navigate", '{"node": "shop", "userinterface_name": "tv"}')
+    outcome = run_call(Toolset([navigate]), "c1", "navigate", '{"node": "shop", "userinterface_name": "tv"}')
     assert outcome.record.ok and outcome.record.result["retries"] == 2
     assert outcome.message == {"role": "tool", "tool_call_id": "c1", "content": outcome.record.result_text}
 
@@ -65,7 +68,7 @@ def test_validated_arguments_reach_the_function() -> None:
 )
 def test_bad_calls_become_error_results(name: str, arguments: str, fragment: str) -> None:
     """Unknown tools and bad arguments give an error result for the model, not an exception."""
-    outcome = Toolset([navigate]).run("c9", name, arguments)
+    outcome = run_call(Toolset([navigate]), "c9", name, arguments)
     assert not outcome.record.ok
     assert fragment in outcome.message["content"]
     assert outcome.message["tool_call_id"] == "c9"
@@ -78,7 +81,7 @@ def test_a_raising_tool_becomes_an_error_result() -> None:
         """Always fails."""
         raise RuntimeError("device unplugged")
 
-    outcome = Toolset([explode]).run("c1", "explode", "{}")
+    outcome = run_call(Toolset([explode]), "c1", "explode", "{}")
     assert not outcome.record.ok and "RuntimeError: device unplugged" in outcome.message["content"]
 
 
@@ -91,7 +94,7 @@ def test_results_that_do_not_serialize_are_still_returned_as_text() -> None:
         data["self"] = data
         return data
 
-    outcome = Toolset([cyclic]).run("c1", "cyclic", "{}")
+    outcome = run_call(Toolset([cyclic]), "c1", "cyclic", "{}")
     assert outcome.record.ok and "self" in outcome.message["content"]
 
 
@@ -102,7 +105,7 @@ def test_tools_reporting_failure_do_not_count_as_successful() -> None:
         """Reports failure."""
         return {"success": False, "error": "nope"}
 
-    assert not Toolset([fails]).run("c1", "fails", '{"x": "1"}').record.ok
+    assert not run_call(Toolset([fails]), "c1", "fails", '{"x": "1"}').record.ok
 
 
 def test_async_tools_reporting_failure_fail_in_both_drivers() -> None:
@@ -113,8 +116,8 @@ def test_async_tools_reporting_failure_fail_in_both_drivers() -> None:
         return {"success": False, "error": "nope"}
 
     toolset = Toolset([fails])
-    assert not asyncio.run(toolset.arun("c1", "fails", '{"x": "1"}')).record.ok
-    assert not toolset.run("c2", "fails", '{"x": "1"}').record.ok
+    assert not asyncio.run(arun(toolset.call("c1", "fails", '{"x": "1"}'), _no_store)).record.ok
+    assert not run_call(toolset, "c2", "fails", '{"x": "1"}').record.ok
 
 
 def test_async_tools_run_in_both_drivers() -> None:
@@ -126,8 +129,8 @@ def test_async_tools_run_in_both_drivers() -> None:
         return n * 2
 
     toolset = Toolset([slow])
-    assert asyncio.run(toolset.arun("c1", "slow", '{"n": 2}')).record.result == 4
-    assert toolset.run("c2", "slow", '{"n": 3}').record.result == 6
+    assert asyncio.run(arun(toolset.call("c1", "slow", '{"n": 2}'), _no_store)).record.result == 4
+    assert run_call(toolset, "c2", "slow", '{"n": 3}').record.result == 6
 
 
 def test_duplicate_and_non_callable_tools_are_refused() -> None:

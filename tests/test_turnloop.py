@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from middleware.core.turnloop import TurnLoop, valid_tool_sequence
 from middleware.tools import Toolset
-from middleware.turnloop import TurnLoop, valid_tool_sequence
+from tests.conftest import run_call
 
 PROMPT = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"}]
 
@@ -28,7 +29,7 @@ def test_results_follow_their_calls_in_order() -> None:
     """Two calls in one reply are answered in order right after it."""
     loop = TurnLoop(PROMPT, max_rounds=3)
     pending = loop.take(tool_message("echo", "missing"))
-    loop.give(Toolset([echo]).run(p.id, p.name, p.arguments) for p in pending)
+    loop.give(run_call(Toolset([echo]), p.id, p.name, p.arguments) for p in pending)
     assert [m["role"] for m in loop.loop_messages] == ["assistant", "tool", "tool"]
     assert [m["tool_call_id"] for m in loop.loop_messages[1:]] == ["id0", "id1"]
     assert loop.take({"role": "assistant", "content": "done"}) == [] and loop.final == "done"
@@ -39,7 +40,7 @@ def test_results_follow_their_calls_in_order() -> None:
 def test_rounds_are_bounded() -> None:
     """Past max_rounds the calls are not run and the turn ends with a note."""
     loop = TurnLoop(PROMPT, max_rounds=1)
-    loop.give(Toolset([echo]).run(p.id, p.name, p.arguments) for p in loop.take(tool_message("echo")))
+    loop.give(run_call(Toolset([echo]), p.id, p.name, p.arguments) for p in loop.take(tool_message("echo")))
     assert loop.take(tool_message("echo", content="still going")) == []
     assert loop.stopped_early and loop.final == "still going (stopped after 1 tool rounds)"
     assert valid_tool_sequence(loop.messages)
@@ -70,7 +71,7 @@ def test_any_model_behaviour_keeps_the_sequence_valid(replies: list[dict], max_r
     for reply in [*replies, {"role": "assistant", "content": "final"}]:
         pending = loop.take(reply)
         if pending:
-            loop.give(toolset.run(p.id, p.name, p.arguments) for p in pending)
+            loop.give(run_call(toolset, p.id, p.name, p.arguments) for p in pending)
         assert valid_tool_sequence(loop.messages)
         if loop.done:
             break

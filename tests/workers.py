@@ -5,12 +5,13 @@ from __future__ import annotations
 import random
 
 from middleware import SessionManager, ToolCall, load_config
+from middleware.demo import CONFIG_PATH as ATLAS_PATH
 
 
 def record_into_one_session(url: str, session_id: str, worker: int, turns: int) -> int:
     """Record `turns` turns into one shared session; returns how many succeeded."""
     done = 0
-    config = load_config(env={}).with_overrides(usage_log={"path": None})
+    config = load_config(ATLAS_PATH, env={}).with_overrides(usage_log={"path": None})
     with SessionManager(config, redis_url=url) as mgr:
         for i in range(turns):
             mgr.record_turn(
@@ -31,7 +32,7 @@ def record_across_sessions(url: str, session_ids: list[str], worker: int, rounds
     """
     done = 0
     rng = random.Random(worker)
-    config = load_config(env={}).with_overrides(usage_log={"path": None})
+    config = load_config(ATLAS_PATH, env={}).with_overrides(usage_log={"path": None})
     with SessionManager(config, redis_url=url) as mgr:
         for round_number in range(rounds):
             order = list(session_ids)

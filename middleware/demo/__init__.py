@@ -1,13 +1,25 @@
-"""The demo domain of the design notes: "Atlas", a device-navigation assistant.
+"""The demo: "Atlas", a device-navigation assistant, with its own configuration.
 
 ``device`` simulates a test lab (the tools of the device-navigation skill);
-``atlas`` is the scripted model served as ``scripted/atlas``; ``SCRIPT`` is the
-conversation ``middleware demo`` plays.
+``atlas`` is the scripted model, served as ``scripted/atlas`` once this package is
+imported; ``SCRIPT`` is the conversation ``middleware demo`` plays; ``CONFIG_PATH``
+is Atlas's configuration (persona, tracked context keys, summary templates, skill).
 """
 
 from __future__ import annotations
 
-__all__ = ["SCRIPT"]
+from pathlib import Path
+
+from ..config import Config
+from ..loader import load_config
+from ..scripted import register
+from .atlas import respond
+
+__all__ = ["CONFIG_PATH", "SCRIPT", "demo_config"]
+
+CONFIG_PATH = Path(__file__).resolve().parent / "atlas.yaml"
+
+register("atlas", respond)
 
 # Each request omits what earlier turns established (interface, device, tree):
 # the scripted model only finds it in the Current Context the middleware injects.
@@ -25,3 +37,11 @@ SCRIPT: tuple[str, ...] = (
     "goto home",
     "what have we done so far?",
 )
+
+
+def demo_config(settings: Config | None = None) -> Config:
+    """Atlas's configuration, storing and logging where ``settings`` say (their ``store``
+    and ``usage_log`` sections; the library defaults without them)."""
+    settings = settings or Config()
+    atlas = load_config(CONFIG_PATH, env={})
+    return atlas.with_overrides(store=settings.store.model_dump(), usage_log=settings.usage_log.model_dump())

@@ -1,10 +1,11 @@
-"""The seed's worked example: tokens sent per turn against the full history.
+"""A worked example: tokens sent per turn against the full history.
 
-    python -m benchmarks.seed_example
+    python -m benchmarks.worked_example
 
-Replays the four requests of seeds/002 ("navigate to watchlist on google_tv",
-"goto shop", "check current node", "now show current node") with tool results
-shaped like the seed system's, and prints per turn the prompt tokens this
+Replays four device-navigation requests with the demo's Atlas configuration
+("navigate to watchlist on google_tv", "goto shop", "check current node", "now show
+current node") with tool results shaped like a real device lab's (steps, timing,
+capture), and prints per turn the prompt tokens this
 middleware sends against a chatbot that resends every message with its tool
 calls and results. The naive prompt is built message by message and counted,
 which also checks the session's running full-history counter.
@@ -23,14 +24,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from middleware import Config, SessionManager, ToolCall, load_config
-from middleware.composer import _turn_messages, static_prefix, tokenizer_for
-from middleware.state import Turn
+from middleware.compose import composer_for
+from middleware.core.composer import turn_messages
+from middleware.core.state import Turn
+from middleware.demo import CONFIG_PATH
 
 TREE = "8f3c2a1e-5b7d-4c9a-a0e2-6d1f4b3c9e7a"
 
 
 def navigation_result(node: str, path: list[str]) -> dict[str, Any]:
-    """A navigate_to_node result shaped like the seed system's (steps, timing, capture)."""
+    """A navigate_to_node result shaped like a device lab's (steps, timing, capture)."""
     steps = [
         {"from": a, "to": b, "action": "press_key", "params": {"key": "DOWN" if i % 2 else "RIGHT"}, "verified": True}
         for i, (a, b) in enumerate(itertools.pairwise(path))
@@ -65,7 +68,7 @@ CURRENT_NODE = ToolCall(
     },
 )
 
-SEED_TURNS: list[Turn] = [
+TURNS: list[Turn] = [
     Turn(
         user="navigate to watchlist on google_tv",
         assistant="✅ Navigated to watchlist on google_tv (2 steps).",
@@ -91,7 +94,7 @@ class Row:
     message: str
     sent: int
     full: int
-    history_sent: int  # without the system prompt, as the seed's own arithmetic counts
+    history_sent: int  # without the system prompt (both approaches send it)
     history_full: int
 
     @property
@@ -105,19 +108,19 @@ class Row:
 
 def naive_messages(config: Config, history: list[Turn], current: str) -> list[dict[str, Any]]:
     """What a chatbot that keeps everything sends: every message, tool calls and results included."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": static_prefix(config)}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": composer_for(config).static_prefix}]
     for turn in history:
-        messages += _turn_messages(turn, turn.assistant)
+        messages += turn_messages(turn, turn.assistant)
     return [*messages, {"role": "user", "content": current}]
 
 
 def replay(config: Config, turns: list[Turn], final: str) -> list[Row]:
-    tokenizer = tokenizer_for(config)
+    tokenizer = composer_for(config).tokenizer
     rows = []
     requests = [t.user for t in turns] + [final]
     with SessionManager(config, redis_url=f"memory://bench-{uuid.uuid4().hex}") as mgr:
         for index, request in enumerate(requests):
-            prompt = mgr.prepare("seed", request)
+            prompt = mgr.prepare("example", request)
             naive = naive_messages(config, turns[:index], request)
             full = tokenizer.count_messages(naive)
             if full != prompt.full_history_tokens:  # the running counter must equal a real recount
@@ -135,7 +138,7 @@ def replay(config: Config, turns: list[Turn], final: str) -> list[Row]:
             )
             if index < len(turns):
                 turn = turns[index]
-                mgr.record_turn("seed", user=turn.user, assistant=turn.assistant, tool_calls=list(turn.tool_calls))
+                mgr.record_turn("example", user=turn.user, assistant=turn.assistant, tool_calls=list(turn.tool_calls))
     return rows
 
 
@@ -171,10 +174,10 @@ def window_choice(config: Config, n: int = 10) -> list[tuple[str, int, int, int]
 
 
 def main() -> None:
-    config = load_config()
-    rows = replay(config, SEED_TURNS, FINAL_REQUEST)
-    print("Seed example (seeds/002): prompt tokens per turn, this middleware vs. full history with tool details")
-    print(f"tokenizer: {tokenizer_for(config).encoding_name} (model {config.tokens.model})\n")
+    config = load_config(CONFIG_PATH, env={})
+    rows = replay(config, TURNS, FINAL_REQUEST)
+    print("Worked example: prompt tokens per turn, this middleware vs. full history with tool details")
+    print(f"tokenizer: {composer_for(config).tokenizer.encoding_name} (model {config.tokens.model})\n")
     print(f"{'turn':>4}  {'message':<36} {'sent':>5} {'full':>5} {'saved':>6}   {'history sent':>12} {'history full':>12} {'saved':>6}")
     for r in rows:
         print(
@@ -183,8 +186,8 @@ def main() -> None:
         )
     last = rows[-1]
     print(
-        f"\nAt turn 4 the message history, counted as the seed counts it (system prompt aside, since both "
-        f"send it), is {last.history_saved:.0%} smaller; the seed claims 70%. The whole prompt, system "
+        f"\nAt turn 4 the message history (system prompt aside, since both send it) is "
+        f"{last.history_saved:.0%} smaller; the target is 70%. The whole prompt, system "
         f"prompt included, is {last.saved:.0%} smaller, and the gap widens with every turn."
     )
     print("\nSummary window choice: 10 navigation turns to distinct nodes, then 'where am I?'")

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .exceptions import InvalidMessageError, InvalidSessionIdError, InvalidToolCallError
+from ..exceptions import InvalidMessageError, InvalidSessionIdError, InvalidToolCallError
 from .text import clean_text
 
 __all__ = ["Prompt", "SessionState", "StoredMessage", "TokenBreakdown", "ToolCall", "Turn", "TurnUpdate"]

@@ -1,16 +1,16 @@
-"""The seed benchmark's figures (token counts are deterministic, so they are tested)."""
+"""The worked example's figures (token counts are deterministic, so they are tested)."""
 
 from __future__ import annotations
 
-from benchmarks.seed_example import FINAL_REQUEST, SEED_TURNS, replay, window_choice
+from benchmarks.worked_example import FINAL_REQUEST, TURNS, replay, window_choice
 from middleware import Config
 
 
-def test_turn_four_saves_at_least_the_seeds_claimed_seventy_percent(atlas: Config) -> None:
-    """On the seed's own arithmetic (message history), turn 4 saves at least 70%; the whole
+def test_turn_four_saves_at_least_seventy_percent_of_the_history(atlas: Config) -> None:
+    """Counting the message history (the system prompt aside), turn 4 saves at least 70%; the whole
     prompt saves more at every later turn than at the one before. replay() also checks that
     the stored full-history counter equals a recount of the naive prompt at every turn."""
-    rows = replay(atlas, SEED_TURNS, FINAL_REQUEST)
+    rows = replay(atlas, TURNS, FINAL_REQUEST)
     assert [r.turn for r in rows] == [1, 2, 3, 4]
     assert rows[0].sent == rows[0].full  # nothing to save on the first message
     assert rows[-1].history_saved >= 0.70

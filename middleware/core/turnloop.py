@@ -15,9 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .state import ToolCall
-from .tools import ToolOutcome
 
-__all__ = ["PendingCall", "TurnLoop"]
+__all__ = ["PendingCall", "ToolOutcome", "TurnLoop", "valid_tool_sequence"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """What running one requested call gave: the message for the model and the record."""
+
+    message: dict[str, Any]
+    record: ToolCall
 
 
 @dataclass(frozen=True, slots=True)

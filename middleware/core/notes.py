@@ -25,10 +25,10 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .exceptions import InvalidInputError
+from ..exceptions import NotesError
 from .text import clean_text, squeeze_blank_lines
 
-__all__ = ["OPERATIONS", "NotesError", "apply_operation", "notes_tool_schema", "render_notes", "sections"]
+__all__ = ["OPERATIONS", "WRITES", "apply_operation", "notes_tool_schema", "render_notes", "sections"]
 
 Operation = Literal[
     "read", "overwrite", "append", "prepend", "replace_section_by_header", "delete_section_by_header", "delete_all_notes"
@@ -36,10 +36,6 @@ Operation = Literal[
 OPERATIONS: tuple[str, ...] = Operation.__args__  # type: ignore[attr-defined]
 WRITES = frozenset(OPERATIONS) - {"read"}
 _HEADER = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
-
-
-class NotesError(InvalidInputError):
-    """A notes operation that cannot be carried out as asked."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,354 @@
+"""The session operations, each written once as a program that both managers run.
+
+An ``Engine`` holds one config, its composer, the usage log and what this process
+remembers between calls: turns held while the store was down (``on_store_error:
+degrade``), the context members it last saw per session, the owners of sessions, and
+each session's last composed prompt until its turn is recorded. Its methods check
+their input and return programs (see ``middleware.core.effects``); the managers run
+them in the calling thread or awaited.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeAlias
+
+import orjson
+
+from .config import Config
+from .core import plans
+from .core.composer import Composer
+from .core.effects import Inline, Program
+from .core.notes import WRITES, apply_operation, notes_tool_schema
+from .core.state import Prompt, SessionState, ToolCall, Turn, TurnUpdate, check_session_id, check_text_size, check_user_message
+from .core.text import cut_middle, redact_secrets
+from .events import debug_enabled, log
+from .exceptions import InvalidToolCallError, StoreError
+from .loader import import_tool
+from .lru import Lru
+from .tokens import context_window, get_tokenizer
+from .tools import Tool, Toolset
+from .usage import UsageLog
+
+__all__ = ["Engine", "ToolsArg"]
+
+# What chat(tools=...) accepts: callables, Tool objects, a Toolset; None for the skills' tools.
+ToolsArg: TypeAlias = "Iterable[Tool | Callable[..., Any]] | Toolset | None"
+ToolCallArg: TypeAlias = "ToolCall | Mapping[str, Any]"
+
+_PROMPT_CHARS = 64_000
+_PARTY_CHARS = 128
+
+
+def _tool_call(value: Any) -> ToolCall:
+    if isinstance(value, ToolCall):
+        return value
+    if isinstance(value, Mapping):
+        if "function" in value:  # an OpenAI tool_calls entry
+            return ToolCall.from_openai(value, result=value.get("result"), ok=value.get("ok", True))
+        allowed = {"name", "arguments", "result", "ok", "id"}
+        unknown = set(value) - allowed
+        if unknown or "name" not in value:
+            problem = f"unknown fields {sorted(map(str, unknown))[:10]}" if unknown else "no 'name'"
+            raise InvalidToolCallError(f"Tool call has {problem}; expected 'name' and optionally {sorted(allowed - {'name'})}.")
+        return ToolCall(**value)
+    raise InvalidToolCallError(f"A tool call must be a ToolCall or a mapping, got {type(value).__name__}.")
+
+
+def _prompt_json(prompt: Prompt) -> str:
+    """The prompt as the inspector shows it; long messages cut in the middle past 64 kB."""
+    record = {"messages": prompt.messages, "tokens": prompt.tokens.as_dict(), "full_history_tokens": prompt.full_history_tokens,
+              "turn": prompt.turn, "trimmed": list(prompt.trimmed)}  # fmt: skip
+    text = orjson.dumps(record)
+    if len(text) > _PROMPT_CHARS:
+        record["messages"] = [{**m, "content": cut_middle(m["content"], 2_000)} for m in prompt.messages]
+        text = orjson.dumps(record)
+    return text.decode()
+
+
+class _SeenMembers(Lru[dict[str, set[str]]]):
+    """Per session, the context members this process last saw, so a write can remove
+    the members it supersedes. Bounded; a miss only leaves duplicates that readers
+    resolve by score."""
+
+    def superseded(self, session_id: str, update: TurnUpdate) -> list[str]:
+        """Members this write replaces; then remember the write's own members."""
+        with self._lock:
+            members = self._items.setdefault(session_id, {})
+            stale = [m for key, _ in update.context for m in members.get(key, ())]
+            for key, value in update.context:
+                members[key] = {f"{key}={value}"}
+            self._touch(session_id)
+            return stale
+
+
+class _NotesEdit:
+    """One notes operation as the store's compare-and-set runs it: called with the
+    current notes (again, if another writer got there first)."""
+
+    def __init__(self, operation: str, content: str | None, section_header: str | None, max_chars: int) -> None:
+        self.operation, self.content, self.section_header, self.max_chars = operation, content, section_header, max_chars
+        self.message = ""
+
+    def __call__(self, current: str) -> str:
+        updated, self.message = apply_operation(
+            current, self.operation, content=self.content, section_header=self.section_header, max_chars=self.max_chars
+        )
+        return updated
+
+
+class Engine:
+    """What a session manager does, as programs; see the module docstring."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.layout = plans.Layout.of(config)
+        self.tokenizer = get_tokenizer(config.tokens.model, encoding=config.tokens.encoding)
+        self.composer = Composer(config, self.tokenizer)
+        self.usage_log = UsageLog(config.usage_log.path, include_content=config.usage_log.include_content)
+        self.degrade = config.store.on_store_error == "degrade"
+        # Turns the store could not take, oldest first; written before anything else on
+        # the next store call that works.
+        self._pending: deque[tuple[str, TurnUpdate]] = deque()
+        self._pending_lock = threading.Lock()
+        self._prompts: Lru[Prompt] = Lru(4_096)  # composed, not yet recorded
+        self._seen = _SeenMembers()
+        self._owners: Lru[tuple[str, str]] = Lru()
+        self._skill_tools: list[Tool] | None = None
+
+    # --- checks and helpers (no I/O) -----------------------------------------------
+
+    def session_id(self, value: Any) -> str:
+        return check_session_id(value, limit=self.config.max_session_id_chars)
+
+    def party(self, user_id: Any, agent: Any) -> tuple[str, str]:
+        return check_session_id(user_id, limit=_PARTY_CHARS, what="User id"), check_session_id(agent, limit=_PARTY_CHARS, what="Agent name")
+
+    def user_message(self, value: Any) -> str:
+        return check_user_message(value, limit=self.config.tokens.max_message_chars)
+
+    def turn(self, user: Any, assistant: Any, tool_calls: Iterable[Any] | None) -> Turn:
+        if tool_calls is not None and (isinstance(tool_calls, (str, bytes, Mapping)) or not isinstance(tool_calls, Iterable)):
+            raise InvalidToolCallError(f"tool_calls must be a list of tool calls, got {type(tool_calls).__name__}.")
+        # Turn checks types and emptiness and cleans the text; only the size limit is
+        # checked here. An oversized reply is cut in the middle when recorded, not refused.
+        return Turn(
+            user=check_text_size(user, what="The user message", limit=self.config.tokens.max_message_chars),
+            assistant=assistant,
+            tool_calls=tuple(_tool_call(call) for call in tool_calls or ()),
+        )
+
+    def budget(self, model: str | None = None) -> int | None:
+        """The prompt cap: tokens.budget, else the model's context window minus reply_reserve."""
+        if self.config.tokens.budget is not None:
+            return self.config.tokens.budget
+        window = context_window(model or self.config.tokens.model)
+        return max(window - self.config.tokens.reply_reserve, 64) if window else None
+
+    def skill_tools(self) -> list[Tool]:
+        """The tools the configured skills bring (imported on first use)."""
+        if self._skill_tools is None:
+            self._skill_tools = [import_tool(ref, skill.name) for skill in self.config.skills for ref in skill.tools]
+        return list(self._skill_tools)
+
+    def toolset(self, tools: ToolsArg = None) -> Toolset:
+        """``tools`` as a Toolset: None means the skills' tools, [] means none."""
+        if tools is None:
+            return Toolset(self.skill_tools())
+        return tools if isinstance(tools, Toolset) else Toolset(tools)
+
+    def notes_tool(self, user_id: str, agent: str) -> Tool:
+        """The ``manage_long_term_memory`` tool for this (user, agent), for chat(tools=[...])."""
+        user_id, agent = self.party(user_id, agent)
+        manage = self.manage_notes
+
+        def manage_long_term_memory(operation: str = "read", content: str | None = None, section_header: str | None = None) -> Inline:
+            return Inline(manage(user_id, agent, operation, content=content, section_header=section_header))
+
+        return Tool(manage_long_term_memory, schema=notes_tool_schema())
+
+    @property
+    def pending_turns(self) -> list[tuple[str, TurnUpdate]]:
+        with self._pending_lock:
+            return list(self._pending)
+
+    def content(self, text: str) -> str:
+        """``text`` as logs may show it: itself only with usage_log.include_content."""
+        return text if self.config.usage_log.include_content else f"<{len(text)} chars>"
+
+    # --- loading and composing --------------------------------------------------------
+
+    def _load(self, session_id: str) -> Program[SessionState]:
+        loaded = yield from plans.load(self.layout, session_id, owner=self._owners.get(session_id))
+        self._seen.put(session_id, loaded.seen)
+        if loaded.state.owner is not None:
+            self._owners.put(session_id, loaded.state.owner)
+        for corrupt in loaded.corrupt:
+            log.warning("store.corrupt_record", session=session_id, key=corrupt.part, reason=corrupt.reason)
+        return loaded.state
+
+    def get_state(self, session_id: str) -> Program[SessionState]:
+        """What the session remembers."""
+        return self._load(self.session_id(session_id))
+
+    def prepare(self, session_id: str, user_message: str, *, model: str | None = None, extra_tokens: int = 0) -> Program[Prompt]:
+        """Compose the prompt for ``user_message``, with its token figures.
+
+        The prompt stays within ``budget(model)`` (default model: tokens.model), counting
+        ``extra_tokens`` sent beside the messages (tool schemas)."""
+        session_id, user_message = self.session_id(session_id), self.user_message(user_message)
+        try:
+            yield from self._flush()
+            state = yield from self._load(session_id)
+        except StoreError as exc:
+            if not self.degrade:
+                raise
+            log.warning("store.degraded", session=session_id, operation="load", error=redact_secrets(str(exc)))
+            state = SessionState(session_id=session_id)
+        prompt = self.composer.compose(state, user_message, budget=self.budget(model), extra_tokens=extra_tokens)
+        self._prompts.put(session_id, prompt)  # stored with the turn, for the inspector
+        return prompt
+
+    def build_messages(self, session_id: str, user_message: str) -> Program[list[dict[str, str]]]:
+        """OpenAI-format messages for ``user_message``, ready for any chat API."""
+        return (yield from self.prepare(session_id, user_message)).messages
+
+    # --- recording ----------------------------------------------------------------------
+
+    def record_turn(
+        self, session_id: str, *, user: str, assistant: str = "", tool_calls: Iterable[ToolCallArg] | None = None
+    ) -> Program[int]:
+        """Remember a finished turn; returns the session's turn count after it.
+
+        With ``on_store_error: degrade`` an unreachable store does not raise: the turn is
+        kept in ``pending_turns``, a warning is logged, 0 is returned, and the turn is
+        written before anything else once the store answers again."""
+        session_id = self.session_id(session_id)
+        prompt = self._prompts.pop(session_id)
+        update = self.composer.apply_turn(
+            self.turn(user, assistant, tool_calls),
+            # 128 random bits as 32 hex digits (what uuid4().hex gives, without the UUID object).
+            turn_id=os.urandom(16).hex(),
+            prompt=_prompt_json(prompt) if prompt else "",
+        )
+        try:
+            yield from self._flush()
+            turns = yield from self._write(session_id, update)
+        except StoreError as exc:
+            if not self.degrade:
+                raise
+            return self._hold(session_id, update, exc)
+        if debug_enabled():
+            for key, value in update.context:
+                log.debug("context.set", session=session_id, key=key, value=self.content(value))
+            log.debug("summary.updated", session=session_id, line=self.content(update.summary_line))
+            log.debug("turn.recorded", session=session_id, turn=turns, turn_full_tokens=update.full_tokens)
+        return turns
+
+    def _write(self, session_id: str, update: TurnUpdate, *, held: bool = False) -> Program[int]:
+        superseded = self._seen.superseded(session_id, update)
+        write = plans.replay if held else plans.record
+        recorded = yield from write(self.layout, session_id, update, now=time.time(), superseded=superseded)
+        if recorded is None:
+            return 0
+        if recorded.repaired:
+            log.warning("store.repaired", session=session_id, keys=list(recorded.repaired))
+        return recorded.turns
+
+    def _hold(self, session_id: str, update: TurnUpdate, exc: StoreError) -> int:
+        with self._pending_lock:
+            if len(self._pending) >= self.config.store.max_pending_turns:
+                dropped, _ = self._pending.popleft()
+                log.error("store.pending_overflow", session=dropped, limit=self.config.store.max_pending_turns)
+            self._pending.append((session_id, update))
+            waiting = len(self._pending)
+        log.warning("store.turn_not_recorded", session=session_id, pending=waiting, line=self.content(update.summary_line),
+                    error=redact_secrets(str(exc)))  # fmt: skip
+        return 0
+
+    def _flush(self) -> Program[None]:
+        """Write the held turns first, in order; one that did reach Redis is not written twice."""
+        while self._pending:  # the usual case, checked without the lock (deque truth is atomic)
+            with self._pending_lock:
+                item = self._pending[0] if self._pending else None
+            if item is None:
+                return
+            turns = yield from self._write(*item, held=True)
+            with self._pending_lock:
+                if self._pending and self._pending[0] is item:
+                    self._pending.popleft()
+            if turns:
+                log.info("store.pending_recorded", session=item[0], turn=turns)
+            else:
+                log.info("store.pending_already_recorded", session=item[0])
+
+    # --- sessions, users and notes -----------------------------------------------------
+
+    def reset(self, session_id: str) -> Program[None]:
+        """Forget a session entirely."""
+        session_id = self.session_id(session_id)
+        yield from plans.reset(self.layout, session_id)
+        self._seen.forget(session_id)
+        self._owners.forget(session_id)
+
+    def _resolve(self, user_id: str, agent: str, *, new: bool) -> Program[str]:
+        user_id, agent = self.party(user_id, agent)
+        candidate = f"{user_id}/{agent}/{uuid.uuid4().hex[:12]}"  # readable, searchable, unique
+        session_id = yield from plans.resolve_session(self.layout, user_id, agent, candidate=candidate, now=time.time(), new=new)
+        if session_id == candidate:
+            self._owners.put(candidate, (user_id, agent))
+        return session_id
+
+    def resolve_session(self, user_id: str, agent: str) -> Program[str]:
+        """The active session of (user, agent), created if there is none."""
+        return self._resolve(user_id, agent, new=False)
+
+    def new_session(self, user_id: str, agent: str) -> Program[str]:
+        """Start a fresh session for (user, agent) and make it the active one."""
+        return self._resolve(user_id, agent, new=True)
+
+    def pair_sessions(self, user_id: str, agent: str) -> Program[list[tuple[str, float]]]:
+        """The sessions of (user, agent), newest first, with their creation times."""
+        return plans.pair_sessions(self.layout, *self.party(user_id, agent))
+
+    def notes(self, user_id: str, agent: str) -> Program[str]:
+        """The long-term notes of (user, agent) (Markdown; "" when there are none)."""
+        return plans.notes(self.layout, *self.party(user_id, agent))
+
+    def manage_notes(
+        self, user_id: str, agent: str, operation: str = "read", *, content: str | None = None, section_header: str | None = None
+    ) -> Program[str]:
+        """Read or edit the notes (operations: read, overwrite, append, prepend,
+        replace_section_by_header, delete_section_by_header, delete_all_notes); returns
+        what to tell the caller. Raises NotesError for a bad operation."""
+        user_id, agent = self.party(user_id, agent)
+        edit = _NotesEdit(operation, content, section_header, self.config.notes.max_chars)
+        if operation not in WRITES:
+            current = yield from plans.notes(self.layout, user_id, agent)
+            return apply_operation(current, operation, content=content, section_header=section_header)[1]
+        yield from plans.edit_notes(self.layout, user_id, agent, edit)
+        return edit.message
+
+    # --- listing and inspection ------------------------------------------------------------
+
+    def list_sessions(self, *, search: str | None = None, page: int = 1, page_size: int = 20) -> Program[plans.SessionPage]:
+        """Sessions newest first, optionally those whose id contains ``search``."""
+        return plans.list_sessions(self.layout, search=search, page=page, page_size=page_size)
+
+    def inspect(self, session_id: str, *, traces: int = 100) -> Program[plans.Inspection]:
+        """Everything stored for a session: state, notes, the last ``traces`` turn records
+        and the last prompt; corrupt records are listed, not raised."""
+        return plans.inspect(self.layout, self.session_id(session_id), traces=traces)
+
+    def ping(self) -> Program[bool]:
+        """Whether the store answers (StoreError when it does not)."""
+        return plans.ping(self.layout)
+
+    def close(self) -> None:
+        self.usage_log.close()
+
