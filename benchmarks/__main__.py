@@ -29,7 +29,11 @@ PACKAGES = ["token-middleware", "litellm", "redis", "tiktoken", "fakeredis", "la
 
 
 def require_bench_packages() -> None:
-    missing = [name for name in ("bfcl_eval", "langchain_redis", "redisvl", "agents", "matplotlib") if importlib.util.find_spec(name) is None]
+    missing = [
+        name
+        for name in ("bfcl_eval", "langchain_redis", "redisvl", "agents", "matplotlib")
+        if importlib.util.find_spec(name) is None
+    ]
     if missing:
         sys.exit(
             f"Missing benchmark packages ({', '.join(missing)}). Install them with:\n"
@@ -40,9 +44,13 @@ def require_bench_packages() -> None:
 def machine() -> dict[str, str]:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())  # fmt: skip
-    memory = next((line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")), "0")
+    memory = next(
+        (line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")), "0"
+    )
     release = Path("/etc/os-release").read_text() if Path("/etc/os-release").exists() else ""
-    os_name = next((line.split("=", 1)[1].strip('"') for line in release.splitlines() if line.startswith("PRETTY_NAME")), platform.system())
+    os_name = next(
+        (line.split("=", 1)[1].strip('"') for line in release.splitlines() if line.startswith("PRETTY_NAME")), platform.system()
+    )
     versions = {}
     for name in PACKAGES:
         try:
@@ -168,8 +176,10 @@ def draw_chart(savings: dict[str, Any], path: Path) -> None:
 
     styles = {"full": ("#d1495b", "--"), "last_k": ("#8d6a9f", ":"), "litellm_trim": ("#edae49", "-."),
               "langchain_trim": ("#00798c", "-."), "middleware": ("#9aa5b1", "-"), "middleware_auto": ("#2f6fdf", "-")}  # fmt: skip
-    panels = [("chains", f"BFCL outputs (median {savings['chains']['output_chars']['median']:,.0f} characters)"),
-              ("long", f"large outputs (long_context: p90 {savings['long']['output_chars']['p90']:,} characters)")]
+    panels = [
+        ("chains", f"BFCL outputs (median {savings['chains']['output_chars']['median']:,.0f} characters)"),
+        ("long", f"large outputs (long_context: p90 {savings['long']['output_chars']['p90']:,} characters)"),
+    ]
     fig, axes = plt.subplots(1, 2, figsize=(13, 5), dpi=110, sharey=True)
     for ax, (scope, title) in zip(axes, panels, strict=True):
         labels = {row["name"]: row["strategy"] for row in savings[scope]["rows"]}
@@ -202,7 +212,10 @@ def _savings_table(scope: dict[str, Any], *, flat: bool) -> list[str]:
     head = "| strategy | tokens, all turns | median per turn | vs full history | needed values kept¹ | valid sequences² | failures³ |"
     lines = [head, "|---|---:|---:|---:|---:|---:|---:|"]
     for row in scope["rows"]:
-        failures = [f"{row['errors']} raised" if row["errors"] else "", f"{row['over_budget']} over its limit" if row["over_budget"] else ""]
+        failures = [
+            f"{row['errors']} raised" if row["errors"] else "",
+            f"{row['over_budget']} over its limit" if row["over_budget"] else "",
+        ]
         lines.append(
             f"| {row['strategy']} | {row['total_tokens']:,} | {row['median_tokens']:,.0f} | "
             f"{'—' if row['name'] == 'full' else '−' + _pct(row['reduction'])} | {_pct(row['kept_of_full'])} | "
@@ -221,7 +234,13 @@ def _row_for(rows: list[Any], system: str, history: int) -> list[Any]:
 
 
 def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
-    savings, overhead, faults, example, facts = data["savings"], data["overhead"], data["faults"], data["example"], data["machine"]
+    savings, overhead, faults, example, facts = (
+        data["savings"],
+        data["overhead"],
+        data["faults"],
+        data["example"],
+        data["machine"],
+    )
     single, chains = savings["single"], savings["chains"]
     auto_single = next(r for r in single["rows"] if r["name"] == "middleware_auto")
     auto_chain = next(r for r in chains["rows"] if r["name"] == "middleware_auto")
@@ -264,7 +283,10 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
     # Absolute medians taken minutes apart drift with the shared machine; the floor, measured
     # interleaved with ours, sends the same commands at every history, so the ratio to it is the
     # measure of flatness, with the command and round-trip counts.
-    by_history = {h: statistics.median(r.paired_build_ratio for r in ratio_rows if r.history == h) for h in sorted({r.history for r in ratio_rows})}
+    by_history = {
+        h: statistics.median(r.paired_build_ratio for r in ratio_rows if r.history == h)
+        for h in sorted({r.history for r in ratio_rows})
+    }
     spread = max(by_history.values()) / min(by_history.values()) - 1
     commands = {(r.build_commands, r.record_commands, r.build_round_trips, r.record_round_trips) for r in ratio_rows}
     lines += [
@@ -280,7 +302,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "",
         "**Strategies**, all given the same system prompt, messages, tool calls and outputs (tool schemas are identical for all and left out of the counts):",
         "full history with tool details; no memory (system + current message: the floor); the last 10 messages; litellm `trim_messages` and LangChain `trim_messages` "
-        f"at the middleware's own median prompt size ({single['budget']} tokens for conversations, {chains['budget']} for long sessions); the middleware with the shipped `config.yaml` "
+        f"at the middleware's own median prompt size ({single['budget']} tokens for conversations, {chains['budget']} for long sessions); the middleware with the demo's Atlas configuration "
         "(tracked keys of the Atlas device domain, which BFCL's tools never set), with auto context keys, and with auto keys plus `context.from_results`.",
         "",
         "**Information measure.** Per turn, the argument values of the reference tool calls that the user did not write in that turn (strings of 2+ characters, numbers of 2+ digits). "
@@ -344,7 +366,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         f"(the window of raw messages keeps them whole, at {last_k_long['total_tokens'] / auto_long['total_tokens']:.0f} times the tokens). "
         f"`context.from_results` keeps short scalar result fields as context: it raises the kept share to {_pct(results_single['kept_of_full'])} on conversations for "
         f"{_pct(results_single['total_tokens'] / auto_single['total_tokens'] - 1)} more tokens, so it is available but off by default. "
-        "With the shipped Atlas `config.yaml`, whose tracked keys belong to another domain, far fewer values survive: tool-using chatbots should track their own keys or use auto mode.",
+        "With the demo's Atlas configuration, whose tracked keys belong to another domain, far fewer values survive: tool-using chatbots should track their own keys or use auto mode.",
         "",
         "## 2. Overhead against a real Redis",
         "",
@@ -357,7 +379,15 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for history in sorted({r.history for r in overhead["rows"]}):
-        for system in ["floor (raw redis-py)", "middleware", *[r.system for r in overhead["rows"] if r.history == history and r.system not in {"floor (raw redis-py)", "middleware"}]]:
+        for system in [
+            "floor (raw redis-py)",
+            "middleware",
+            *[
+                r.system
+                for r in overhead["rows"]
+                if r.history == history and r.system not in {"floor (raw redis-py)", "middleware"}
+            ],
+        ]:
             group = _row_for(overhead["rows"], system, history)
             if not group:
                 continue
@@ -407,7 +437,10 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "",
         "| turn | message | sent | full history | saved | message history only: sent / full / saved |",
         "|---:|---|---:|---:|---:|---|",
-        *[f"| {r.turn} | {r.message} | {r.sent} | {r.full} | {_pct(r.saved)} | {r.history_sent} / {r.history_full} / {_pct(r.history_saved)} |" for r in example],
+        *[
+            f"| {r.turn} | {r.message} | {r.sent} | {r.full} | {_pct(r.saved)} | {r.history_sent} / {r.history_full} / {_pct(r.history_saved)} |"
+            for r in example
+        ],
         "",
     ]
     return "\n".join(lines)

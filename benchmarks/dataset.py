@@ -87,9 +87,13 @@ def _execute(conversation: Conversation, *, long_context: bool) -> None:
 
     for turn in conversation.turns:
         texts = [c.text for c in turn.calls]
-        results, _ = execute_multi_turn_func_call(
-            texts, conversation.initial_config, conversation.classes, "middleware-bench", conversation.id, long_context
-        ) if texts else ([], None)
+        results, _ = (
+            execute_multi_turn_func_call(
+                texts, conversation.initial_config, conversation.classes, "middleware-bench", conversation.id, long_context
+            )
+            if texts
+            else ([], None)
+        )
         turn.calls = [Call(c.name, c.arguments, c.text, str(r)) for c, r in zip(turn.calls, results, strict=True)]
         turn.reply = _reply(turn.calls)
 

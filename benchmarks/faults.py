@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from middleware import SessionManager, StoreUnavailableError, load_config
+from middleware.demo import CONFIG_PATH as ATLAS_PATH
 from middleware.testing import RedisServer
 
 TIMEOUT = 1.0
@@ -39,7 +40,7 @@ class Node(RedisServer):
 
 
 def _config(url: str, mode: str = "raise") -> Any:
-    return load_config(env={}).with_overrides(
+    return load_config(ATLAS_PATH, env={}).with_overrides(
         usage_log={"path": None}, store={"url": url, "timeout_seconds": TIMEOUT, "on_store_error": mode}
     )
 

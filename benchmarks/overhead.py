@@ -45,8 +45,9 @@ import redis
 
 from middleware import SessionManager, ToolCall, apply_turn, load_config
 from middleware.compose import composer_for
-from middleware.core.plans import SessionKeys, load_commands, record_commands
+from middleware.core.plans import Layout, load_commands, record, record_commands
 from middleware.core.state import Turn
+from middleware.demo import CONFIG_PATH as ATLAS_PATH
 from middleware.testing import RedisServer
 
 HISTORIES = (10, 1_000, 10_000)
@@ -165,14 +166,15 @@ class Middleware(System):
     name = "middleware"
 
     def __init__(self, url: str) -> None:
-        self.config = load_config(env={}).with_overrides(usage_log={"path": None}, store={"url": url})
+        self.config = load_config(ATLAS_PATH, env={}).with_overrides(usage_log={"path": None}, store={"url": url})
         self.mgr = SessionManager(self.config)
         self.session = f"bench-{uuid.uuid4().hex[:8]}"
 
     def fill(self, turns: int) -> None:
         update = apply_turn(Turn(user=USER, assistant=REPLY, tool_calls=(NAV,)), self.config)
+        layout = Layout.of(self.config)
         for _ in range(turns):
-            self.mgr.store.record(self.session, update)
+            self.mgr.store.execute(record(layout, self.session, update, now=time.time()))
 
     def build(self) -> Any:
         return self.mgr.build_messages(self.session, "check current node")
@@ -191,15 +193,15 @@ class Floor(System):
 
     def __init__(self, url: str, ours: Middleware) -> None:
         self.client = redis.Redis.from_url(url)
-        keys = SessionKeys(ours.config.store.key_prefix, ours.session)
-        self.reads = load_commands(keys)
+        layout = Layout.of(ours.config)
+        self.reads = load_commands(layout.session(ours.session))
         update = apply_turn(Turn(user=USER, assistant=REPLY, tool_calls=(NAV,)), ours.config)
-        self.writes = record_commands(keys, update, ours.config, now=time.time())
+        self.writes = record_commands(layout, ours.session, update, now=time.time())
 
     def _run(self, commands: list[Any], transaction: bool) -> Any:
         pipe = self.client.pipeline(transaction=transaction)
-        for method, key, args in commands:
-            getattr(pipe, method)(key, *args)
+        for command in commands:
+            getattr(pipe, command[0])(*command[1:])
         return pipe.execute()
 
     def build(self) -> Any:
@@ -380,7 +382,7 @@ def import_time(runs: int = 15) -> tuple[float, float, bool]:
 
 def counting_cost(samples: int = 3000) -> dict[str, float]:
     """µs to count the new parts of a prompt on each call (stored messages are never recounted)."""
-    config = load_config(env={})
+    config = load_config(ATLAS_PATH, env={})
     tokenizer = composer_for(config).tokenizer
 
     system = composer_for(config).system_prompt({"userinterface_name": "google_tv", "device_id": "device1"})

@@ -27,6 +27,7 @@ from typing import Any
 from middleware import Config, SessionManager, ToolCall, load_config
 from middleware.compose import composer_for
 from middleware.core.turnloop import valid_tool_sequence
+from middleware.demo import CONFIG_PATH as ATLAS_PATH
 
 from .dataset import Conversation, Turn
 
@@ -36,13 +37,12 @@ INSTRUCTIONS = "Use the tools to carry out the user's requests, then say briefly
 
 
 def bench_config(*, auto: bool, **context: Any) -> Config:
-    """The shipped config.yaml with a neutral system prompt (the same for every strategy);
+    """The demo's Atlas config with a neutral system prompt (the same for every strategy);
     ``auto`` drops its tracked keys so every scalar argument becomes context."""
-    base = load_config(env={})
+    base = load_config(ATLAS_PATH, env={})
     overrides: dict[str, Any] = {
         "assistant": {"name": "Assistant", "instructions": INSTRUCTIONS},
         "skills": [],
-        "skills_dir": None,
         "usage_log": {"path": None},
         "store": {"url": f"memory://bench-{uuid.uuid4().hex}"},
     }
@@ -167,7 +167,7 @@ class LangchainTrim(Strategy):
 class Middleware(Strategy):
     def __init__(self, *, auto: bool, name: str = "", label: str = "", **context: Any) -> None:
         self.name = name or ("middleware_auto" if auto else "middleware")
-        self.label = label or ("middleware, auto context keys" if auto else "middleware, shipped settings")
+        self.label = label or ("middleware, auto context keys" if auto else "middleware, Atlas demo settings")
         self.config = bench_config(auto=auto, **context)
         self.manager = SessionManager(self.config)
         self.session = ""

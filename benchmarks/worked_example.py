@@ -64,7 +64,11 @@ CURRENT_NODE = ToolCall(
         "node_id": "node-7c1e",
         "verified_by": "image_match",
         "confidence": 0.97,
-        "screen": {"title": "Shop", "focused_element": "Featured apps", "elements": ["Featured apps", "Top charts", "Categories"]},
+        "screen": {
+            "title": "Shop",
+            "focused_element": "Featured apps",
+            "elements": ["Featured apps", "Top charts", "Categories"],
+        },
     },
 )
 
@@ -178,7 +182,9 @@ def main() -> None:
     rows = replay(config, TURNS, FINAL_REQUEST)
     print("Worked example: prompt tokens per turn, this middleware vs. full history with tool details")
     print(f"tokenizer: {composer_for(config).tokenizer.encoding_name} (model {config.tokens.model})\n")
-    print(f"{'turn':>4}  {'message':<36} {'sent':>5} {'full':>5} {'saved':>6}   {'history sent':>12} {'history full':>12} {'saved':>6}")
+    print(
+        f"{'turn':>4}  {'message':<36} {'sent':>5} {'full':>5} {'saved':>6}   {'history sent':>12} {'history full':>12} {'saved':>6}"
+    )
     for r in rows:
         print(
             f"{r.turn:>4}  {r.message:<36} {r.sent:>5} {r.full:>5} {r.saved:>6.0%}   "

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
+sys.path.insert(0, str(DOCS.parent))  # tests.browser, when run as `python docs/screenshots.py`
 
 
 def chromium_path() -> str:
@@ -28,14 +29,17 @@ def inspector_screenshot(out: Path) -> None:
     from playwright.sync_api import sync_playwright
 
     from middleware import SessionManager, load_config
+    from middleware.demo import CONFIG_PATH as ATLAS_PATH
     from middleware.demo import SCRIPT
     from middleware.inspector_app import create_app
     from tests.browser import CHROMIUM_FLAGS, serve
 
-    config = load_config(env={}).with_overrides(usage_log={"path": None}, store={"url": "memory://docs"})
+    config = load_config(ATLAS_PATH, env={}).with_overrides(usage_log={"path": None}, store={"url": "memory://docs"})
     mgr = SessionManager(config)
     sid = mgr.resolve_session("alice", "atlas")
-    mgr.manage_notes("alice", "atlas", "overwrite", content="## Devices\n- device1 on sunri-pi1\n\n## Preferences\n- starts on google_tv")
+    mgr.manage_notes(
+        "alice", "atlas", "overwrite", content="## Devices\n- device1 on sunri-pi1\n\n## Preferences\n- starts on google_tv"
+    )
     for request in SCRIPT[:8]:
         mgr.chat(sid, request, model="scripted/atlas")
     for name in ["bob/atlas/4f1c2a9e7b3d", "carol/scout/9a8b7c6d5e4f"]:
@@ -60,8 +64,12 @@ def main() -> None:
         folder = Path(work)
         subprocess.run([sys.executable, "-m", "middleware", "demo"], cwd=folder, check=True, capture_output=True)
         page = folder / "report.html"
-        subprocess.run([sys.executable, "-m", "middleware", "report", "middleware-usage.jsonl", "--html", str(page)],
-                       cwd=folder, check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "middleware", "report", "middleware-usage.jsonl", "--html", str(page)],
+            cwd=folder,
+            check=True,
+            capture_output=True,
+        )
         screenshot(chromium_path(), page.as_uri(), DOCS / "report.png")
     print(f"wrote {DOCS / 'report.png'}")
 

@@ -11,14 +11,14 @@ run these programs in the calling thread or awaited; ``ChatStream`` and
 from __future__ import annotations
 
 import inspect
-import json
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from . import llm
 from .core.effects import END, Abandoned, Emit, Io, Next, Program
+from .core.replies import interpret_reply
 from .core.state import Prompt, ToolCall
 from .core.text import CUT_MARKER, redact_secrets
 from .core.turnloop import TurnLoop
@@ -26,10 +26,9 @@ from .engine import Engine, ToolsArg
 from .events import log
 from .exceptions import LLMError
 from .runner import ASend, Send, adrive, drive
-from .tools import Toolset, succeeded
 from .usage import usage_record
 
-__all__ = ["AsyncChatStream", "ChatResult", "ChatStream", "ChatTurn", "interpret_reply", "wrapped_turn"]
+__all__ = ["AsyncChatStream", "ChatResult", "ChatStream", "ChatTurn", "wrapped_turn"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,40 +73,35 @@ def _cut_reply(texts: list[str]) -> str:
     return f"{partial} (cut: the stream ended early)" if partial else "(cut: the stream ended early)"
 
 
-@dataclass
 class ChatTurn:
     """One chat turn, its input checked when made; ``program()`` is the turn itself."""
 
-    engine: Engine
-    session_id: str
-    user_message: str
-    model: str
-    toolset: Toolset
-    kind: str  # "chat" or "stream", as the usage log names it
-    schemas: list[dict[str, Any]] | None = field(init=False)  # sent on every call
-    tools_tokens: int = field(init=False)  # what the schemas add to every call
-    prompt: Prompt = field(init=False)
-    loop: TurnLoop = field(init=False)
-    lines: list[dict[str, Any]] = field(default_factory=list)
+    prompt: Prompt
+    loop: TurnLoop
 
-    @classmethod
-    def start(cls, engine: Engine, session_id: Any, user_message: Any, *, model: str | None, tools: ToolsArg, stream: bool) -> ChatTurn:
-        return cls(engine, engine.session_id(session_id), engine.user_message(user_message), model or engine.config.model,
-                   engine.toolset(tools), "stream" if stream else "chat")  # fmt: skip
-
-    def __post_init__(self) -> None:
-        self.schemas = self.toolset.schemas or None
-        self.tools_tokens = llm.tools_tokens(self.engine.config.tokens.model, self.schemas)
+    def __init__(
+        self, engine: Engine, session_id: Any, user_message: Any, *, model: str | None, tools: ToolsArg, stream: bool
+    ) -> None:
+        self.engine, self.stream, self.kind = engine, stream, "stream" if stream else "chat"
+        self.session_id, self.user_message = engine.session_id(session_id), engine.user_message(user_message)
+        self.model, self.toolset = model or engine.config.model, engine.toolset(tools)
+        self.schemas = self.toolset.schemas or None  # sent on every call
+        self.tools_tokens = llm.tools_tokens(engine.config.tokens.model, self.schemas)  # what they add to every call
+        self.lines: list[dict[str, Any]] = []  # the usage lines written, one per LLM call
 
     def program(self, litellm_kwargs: dict[str, Any]) -> Program[ChatResult]:
-        stream = self.kind == "stream"
-        self.prompt = yield from self.engine.prepare(self.session_id, self.user_message, model=self.model, extra_tokens=self.tools_tokens)
+        stream = self.stream
+        self.prompt = yield from self.engine.prepare(
+            self.session_id, self.user_message, model=self.model, extra_tokens=self.tools_tokens
+        )
         self.loop = TurnLoop(self.prompt.messages, max_rounds=self.engine.config.max_tool_rounds)
         texts: list[str] = []
         try:
             while not self.loop.done:
                 sent, started = list(self.loop.messages), time.perf_counter()
-                message, usage = yield from (self._streamed(sent, litellm_kwargs, texts) if stream else self._called(sent, litellm_kwargs))
+                message, usage = yield from (
+                    self._streamed(sent, litellm_kwargs, texts) if stream else self._called(sent, litellm_kwargs)
+                )
                 pending = self.loop.take(message)
                 self._log_call(sent, message, usage, time.perf_counter() - started)
                 if pending:
@@ -127,10 +121,14 @@ class ChatTurn:
 
     def _called(self, sent: list[dict[str, Any]], kwargs: dict[str, Any]) -> Program[tuple[dict[str, Any], Any]]:
         model, schemas = self.model, self.schemas
-        response = yield Io(lambda: llm.complete(model, sent, schemas, **kwargs), lambda: llm.acomplete(model, sent, schemas, **kwargs))
+        response = yield Io(
+            lambda: llm.complete(model, sent, schemas, **kwargs), lambda: llm.acomplete(model, sent, schemas, **kwargs)
+        )
         return llm.message_of(response), response
 
-    def _streamed(self, sent: list[dict[str, Any]], kwargs: dict[str, Any], texts: list[str]) -> Program[tuple[dict[str, Any], Any]]:
+    def _streamed(
+        self, sent: list[dict[str, Any]], kwargs: dict[str, Any], texts: list[str]
+    ) -> Program[tuple[dict[str, Any], Any]]:
         model, schemas = self.model, self.schemas
         chunks = yield Io(lambda: llm.stream(model, sent, schemas, **kwargs), lambda: llm.astream(model, sent, schemas, **kwargs))
         streamed = llm.StreamedMessage()
@@ -189,7 +187,12 @@ class ChatTurn:
 
     def _failed(self, error: BaseException) -> str:
         """Text recorded when the model fails after tools already ran (their effects happened)."""
-        log.warning("chat.failed_after_tools", session=self.session_id, tool_calls=len(self.loop.calls), error=redact_secrets(str(error))[:200])
+        log.warning(
+            "chat.failed_after_tools",
+            session=self.session_id,
+            tool_calls=len(self.loop.calls),
+            error=redact_secrets(str(error))[:200],
+        )
         return f"(the model failed after running tools: {type(error).__name__})"
 
 
@@ -245,58 +248,6 @@ class AsyncChatStream:
 # --- wrapping an existing chatbot -------------------------------------------
 
 
-def _as_dict(message: Any) -> dict[str, Any]:
-    if isinstance(message, Mapping):
-        return dict(message)
-    if hasattr(message, "model_dump"):
-        return message.model_dump()  # type: ignore[no-any-return]
-    raise LLMError(f"The chatbot returned a message of type {type(message).__name__}; expected a dict.")
-
-
-def _calls_of(message: Mapping[str, Any], results: Mapping[str, Any]) -> list[ToolCall]:
-    calls = []
-    for call in message.get("tool_calls") or ():
-        call = _as_dict(call)
-        result = results.get(call.get("id") or "")
-        calls.append(ToolCall.from_openai(call, result=result, ok=succeeded(result)))
-    return calls
-
-
-def _tool_results(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    results = {}
-    for message in messages:
-        if message.get("role") == "tool":
-            content = message.get("content")
-            try:
-                results[message.get("tool_call_id") or ""] = json.loads(content) if isinstance(content, str) else content
-            except ValueError:
-                results[message.get("tool_call_id") or ""] = content
-    return results
-
-
-def interpret_reply(reply: Any) -> tuple[str, list[ToolCall], Any, str | None]:
-    """(final text, tool calls, provider usage, model) from whatever a chatbot returns:
-    a string, an OpenAI-style message dict, a list of the turn's new messages
-    (assistant tool calls, tool results, final answer) or a litellm/OpenAI response."""
-    if isinstance(reply, str):
-        return reply, [], None, None
-    if hasattr(reply, "choices"):
-        message = _as_dict(reply.choices[0].message)
-        return message.get("content") or "", _calls_of(message, {}), getattr(reply, "usage", None), getattr(reply, "model", None)
-    if isinstance(reply, Mapping):
-        return reply.get("content") or "", _calls_of(reply, {}), reply.get("usage"), None
-    if isinstance(reply, Sequence):
-        messages = [_as_dict(m) for m in reply]
-        results = _tool_results(messages)
-        calls = [c for m in messages if m.get("role") == "assistant" for c in _calls_of(m, results)]
-        finals = [m.get("content") for m in messages if m.get("role") == "assistant" and m.get("content")]
-        return (finals[-1] if finals else ""), calls, None, None
-    raise LLMError(
-        f"The chatbot returned a {type(reply).__name__}; expected a string, a message dict, "
-        "a list of messages or a litellm/OpenAI response."
-    )
-
-
 def _call_blocking(fn: Callable[..., Any], messages: list[dict[str, str]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     reply = fn(messages, *args, **kwargs)
     if inspect.isawaitable(reply):
@@ -328,4 +279,3 @@ def wrapped_turn(
     engine.usage_log.write(record, content={"messages": prompt.messages, "reply": text})
     yield from engine.record_turn(session_id, user=user_message, assistant=text, tool_calls=calls)
     return reply
-

@@ -66,9 +66,18 @@ class _Context:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--config", "config_path", envvar="MIDDLEWARE_CONFIG", type=click.Path(dir_okay=False),
-              help="Config file (default: $MIDDLEWARE_CONFIG, else the library defaults).")
-@click.option("--redis-url", envvar="REDIS_URL", help="Session store URL: memory://, redis://, rediss:// (default: $REDIS_URL, else the config's).")
+@click.option(
+    "--config",
+    "config_path",
+    envvar="MIDDLEWARE_CONFIG",
+    type=click.Path(dir_okay=False),
+    help="Config file (default: $MIDDLEWARE_CONFIG, else the library defaults).",
+)
+@click.option(
+    "--redis-url",
+    envvar="REDIS_URL",
+    help="Session store URL: memory://, redis://, rediss:// (default: $REDIS_URL, else the config's).",
+)
 @click.version_option(package_name="token-middleware", prog_name="middleware")
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None, redis_url: str | None) -> None:
@@ -80,7 +89,9 @@ def main(ctx: click.Context, config_path: str | None, redis_url: str | None) -> 
 
 
 @main.command()
-@click.option("--session", help="Session id to play the conversation in (default: a new demo-<time> id; an existing one is reset).")
+@click.option(
+    "--session", help="Session id to play the conversation in (default: a new demo-<time> id; an existing one is reset)."
+)
 @click.option("--model", default="scripted/atlas", show_default=True, help="Any litellm model string; the default runs offline.")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False), help="Usage log file (default: the config's usage_log.path).")
 @click.pass_obj
@@ -111,10 +122,22 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
     with _errors(), mgr:
         mgr.reset(session)
         # The demo's own device tools, whatever skills the config lists.
-        device_tools = mgr.toolset([_device_tool(name) for name in ("take_control", "navigate_to_node", "get_current_node", "click_element", "get_node_tree")])
+        device_tools = mgr.toolset(
+            [
+                _device_tool(name)
+                for name in ("take_control", "navigate_to_node", "get_current_node", "click_element", "get_node_tree")
+            ]
+        )
         table = Table(title=f"middleware demo · session '{session}' · model {model}", title_justify="left")
-        for column, justify in [("#", "right"), ("user", "left"), ("tools", "left"), ("reply", "left"),
-                                ("sent", "right"), ("full history", "right"), ("saved", "right")]:
+        for column, justify in [
+            ("#", "right"),
+            ("user", "left"),
+            ("tools", "left"),
+            ("reply", "left"),
+            ("sent", "right"),
+            ("full history", "right"),
+            ("saved", "right"),
+        ]:
             table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
         firsts = Totals()  # the first LLM call of each turn
         with console.status("Loading litellm (the first call takes a few seconds)…"):
@@ -124,12 +147,21 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
             first = result.calls[0]
             firsts.add(first)
             tools = ", ".join(call.name for call in result.tool_calls) or "-"
-            table.add_row(str(number), request, tools, result.text, f"{first['tokens']['total']:,}",
-                          f"{first['full_history_tokens']:,}", f"{first['saved_pct']:.0f}%")
+            table.add_row(
+                str(number),
+                request,
+                tools,
+                result.text,
+                f"{first['tokens']['total']:,}",
+                f"{first['full_history_tokens']:,}",
+                f"{first['saved_pct']:.0f}%",
+            )
         console.print(table)
         state = mgr.get_state(session)
-        console.print(f"\n{len(SCRIPT)} turns: {firsts.tokens_sent:,} prompt tokens sent against {firsts.full_history_tokens:,} with the full "
-                      f"history, [bold]{firsts.saved_pct:.0f}% saved[/bold] (first call of each turn; tool schemas included on both sides).")
+        console.print(
+            f"\n{len(SCRIPT)} turns: {firsts.tokens_sent:,} prompt tokens sent against {firsts.full_history_tokens:,} with the full "
+            f"history, [bold]{firsts.saved_pct:.0f}% saved[/bold] (first call of each turn; tool schemas included on both sides)."
+        )
         console.print(f"Remembered context: {state.context}")
         log_file = mgr.usage_log.path
         if log_file is not None:
@@ -196,8 +228,10 @@ def chat(obj: _Context, session: str, model: str | None, stream: bool) -> None:
                 continue
             first = result.calls[0] if result.calls else None
             if first is not None:
-                console.print(f"[dim]{first['tokens']['total']:,} tokens sent · {first['full_history_tokens']:,} with the "
-                              f"full history · {first['saved_pct']:.0f}% saved[/dim]")
+                console.print(
+                    f"[dim]{first['tokens']['total']:,} tokens sent · {first['full_history_tokens']:,} with the "
+                    f"full history · {first['saved_pct']:.0f}% saved[/dim]"
+                )
 
 
 def _lines(interactive: bool) -> Iterator[str]:
@@ -274,16 +308,38 @@ def _print_report(result: Any) -> None:
     from .report import report_rows
 
     table = Table(title_justify="left", title="Token usage")
-    columns = ["scope", "name", "calls", "tokens sent", "full history", "saved", "saved %", "cost $", "cost saved $", "p50", "p95"]
+    columns = [
+        "scope",
+        "name",
+        "calls",
+        "tokens sent",
+        "full history",
+        "saved",
+        "saved %",
+        "cost $",
+        "cost saved $",
+        "p50",
+        "p95",
+    ]
     for column in columns:
         table.add_column(column, justify="left" if column in {"scope", "name"} else "right")
     for scope, name, row in report_rows(result):
         priced = row["calls_without_price"] < row["calls"]  # no price known at all: say so, not $0
         cost = f"{row['cost_usd']:.6f}" if priced else "n/a"
         saved_cost = f"{row['cost_saved_usd']:.6f}" if priced else "n/a"
-        table.add_row(scope, name, f"{row['calls']:,}", f"{row['tokens_sent']:,}", f"{row['full_history_tokens']:,}",
-                      f"{row['saved_tokens']:,}", f"{row['saved_pct']:.1f}", cost, saved_cost,
-                      f"{row['p50_prompt_tokens']:,.0f}", f"{row['p95_prompt_tokens']:,.0f}")
+        table.add_row(
+            scope,
+            name,
+            f"{row['calls']:,}",
+            f"{row['tokens_sent']:,}",
+            f"{row['full_history_tokens']:,}",
+            f"{row['saved_tokens']:,}",
+            f"{row['saved_pct']:.1f}",
+            cost,
+            saved_cost,
+            f"{row['p50_prompt_tokens']:,.0f}",
+            f"{row['p95_prompt_tokens']:,.0f}",
+        )
     console = _console()
     console.print(table)
     if result.bad_lines:
@@ -307,8 +363,11 @@ def _is_loopback(host: str) -> bool:
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
 @click.option("--port", default=8300, show_default=True, type=int, help="Port to listen on.")
-@click.option("--token", envvar="MIDDLEWARE_INSPECT_TOKEN",
-              help="Require this token on every request (Authorization: Bearer or ?token=); needed off loopback.")
+@click.option(
+    "--token",
+    envvar="MIDDLEWARE_INSPECT_TOKEN",
+    help="Require this token on every request (Authorization: Bearer or ?token=); needed off loopback.",
+)
 @click.pass_obj
 def inspect(obj: _Context, host: str, port: int, token: str | None) -> None:
     """Serve the memory inspector: a JSON API and a page to browse sessions, open one and
@@ -356,8 +415,15 @@ def sessions_list(obj: _Context, search: str | None, page: int, page_size: int) 
         table.add_column(column, justify="left" if column in {"session", "updated"} else "right")
     for entry in result.entries:
         updated = datetime.fromtimestamp(entry.updated_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(entry.session_id, updated, str(entry.turns), str(entry.context_keys), str(entry.summary_lines),
-                      str(entry.recent_messages), f"{entry.full_tokens:,}")
+        table.add_row(
+            entry.session_id,
+            updated,
+            str(entry.turns),
+            str(entry.context_keys),
+            str(entry.summary_lines),
+            str(entry.recent_messages),
+            f"{entry.full_tokens:,}",
+        )
     _console().print(table)
 
 
@@ -384,7 +450,9 @@ def sessions_show(obj: _Context, session_id: str, as_json: bool) -> None:
 
 def _print_state(console: Any, session_id: str, state: Any) -> None:
     owner = f" · user {state.owner[0]} · agent {state.owner[1]}" if state.owner else ""
-    console.print(f"[bold]{session_id}[/bold] · {state.turns} turn(s) · its messages with tool details: {state.full_tokens:,} tokens{owner}")
+    console.print(
+        f"[bold]{session_id}[/bold] · {state.turns} turn(s) · its messages with tool details: {state.full_tokens:,} tokens{owner}"
+    )
     for title, lines in (
         ("context", [f"{k}: {v}" for k, v in state.context.items()]),
         ("summary", state.summary),

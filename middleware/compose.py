@@ -54,6 +54,8 @@ def build_messages(state: SessionState, user_message: str, config: Config) -> li
     return compose(state, user_message, config).messages
 
 
-def apply_turn(turn: Turn, config: Config, *, tokenizer: Tokenizer | None = None, turn_id: str = "", prompt: str = "") -> TurnUpdate:
+def apply_turn(
+    turn: Turn, config: Config, *, tokenizer: Tokenizer | None = None, turn_id: str = "", prompt: str = ""
+) -> TurnUpdate:
     """What recording ``turn`` writes: derived from the turn alone, so writers commute."""
     return composer_for(config, tokenizer).apply_turn(turn, turn_id=turn_id, prompt=prompt)

@@ -352,9 +352,7 @@ def validate_config(data: Any, *, source: str) -> Config:
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        raise ConfigError(
-            f"Config file {source} holds a {type(data).__name__}; expected a mapping of settings."
-        )
+        raise ConfigError(f"Config file {source} holds a {type(data).__name__}; expected a mapping of settings.")
     try:
         return Config.model_validate(data)
     except ValidationError as exc:

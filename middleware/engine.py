@@ -45,21 +45,6 @@ _PROMPT_CHARS = 64_000
 _PARTY_CHARS = 128
 
 
-def _tool_call(value: Any) -> ToolCall:
-    if isinstance(value, ToolCall):
-        return value
-    if isinstance(value, Mapping):
-        if "function" in value:  # an OpenAI tool_calls entry
-            return ToolCall.from_openai(value, result=value.get("result"), ok=value.get("ok", True))
-        allowed = {"name", "arguments", "result", "ok", "id"}
-        unknown = set(value) - allowed
-        if unknown or "name" not in value:
-            problem = f"unknown fields {sorted(map(str, unknown))[:10]}" if unknown else "no 'name'"
-            raise InvalidToolCallError(f"Tool call has {problem}; expected 'name' and optionally {sorted(allowed - {'name'})}.")
-        return ToolCall(**value)
-    raise InvalidToolCallError(f"A tool call must be a ToolCall or a mapping, got {type(value).__name__}.")
-
-
 def _prompt_json(prompt: Prompt) -> str:
     """The prompt as the inspector shows it; long messages cut in the middle past 64 kB."""
     record = {"messages": prompt.messages, "tokens": prompt.tokens.as_dict(), "full_history_tokens": prompt.full_history_tokens,
@@ -87,21 +72,6 @@ class _SeenMembers(Lru[dict[str, set[str]]]):
             return stale
 
 
-class _NotesEdit:
-    """One notes operation as the store's compare-and-set runs it: called with the
-    current notes (again, if another writer got there first)."""
-
-    def __init__(self, operation: str, content: str | None, section_header: str | None, max_chars: int) -> None:
-        self.operation, self.content, self.section_header, self.max_chars = operation, content, section_header, max_chars
-        self.message = ""
-
-    def __call__(self, current: str) -> str:
-        updated, self.message = apply_operation(
-            current, self.operation, content=self.content, section_header=self.section_header, max_chars=self.max_chars
-        )
-        return updated
-
-
 class Engine:
     """What a session manager does, as programs; see the module docstring."""
 
@@ -127,7 +97,9 @@ class Engine:
         return check_session_id(value, limit=self.config.max_session_id_chars)
 
     def party(self, user_id: Any, agent: Any) -> tuple[str, str]:
-        return check_session_id(user_id, limit=_PARTY_CHARS, what="User id"), check_session_id(agent, limit=_PARTY_CHARS, what="Agent name")
+        return check_session_id(user_id, limit=_PARTY_CHARS, what="User id"), check_session_id(
+            agent, limit=_PARTY_CHARS, what="Agent name"
+        )
 
     def user_message(self, value: Any) -> str:
         return check_user_message(value, limit=self.config.tokens.max_message_chars)
@@ -140,7 +112,7 @@ class Engine:
         return Turn(
             user=check_text_size(user, what="The user message", limit=self.config.tokens.max_message_chars),
             assistant=assistant,
-            tool_calls=tuple(_tool_call(call) for call in tool_calls or ()),
+            tool_calls=tuple(ToolCall.coerce(call) for call in tool_calls or ()),
         )
 
     def budget(self, model: str | None = None) -> int | None:
@@ -167,7 +139,9 @@ class Engine:
         user_id, agent = self.party(user_id, agent)
         manage = self.manage_notes
 
-        def manage_long_term_memory(operation: str = "read", content: str | None = None, section_header: str | None = None) -> Inline:
+        def manage_long_term_memory(
+            operation: str = "read", content: str | None = None, section_header: str | None = None
+        ) -> Inline:
             return Inline(manage(user_id, agent, operation, content=content, section_header=section_header))
 
         return Tool(manage_long_term_memory, schema=notes_tool_schema())
@@ -327,12 +301,19 @@ class Engine:
         replace_section_by_header, delete_section_by_header, delete_all_notes); returns
         what to tell the caller. Raises NotesError for a bad operation."""
         user_id, agent = self.party(user_id, agent)
-        edit = _NotesEdit(operation, content, section_header, self.config.notes.max_chars)
+        said: list[str] = []
+
+        def edit(current: str) -> str:  # called again if another writer got there first
+            updated, message = apply_operation(current, operation, content=content, section_header=section_header,
+                                               max_chars=self.config.notes.max_chars)  # fmt: skip
+            said.append(message)
+            return updated
+
         if operation not in WRITES:
-            current = yield from plans.notes(self.layout, user_id, agent)
-            return apply_operation(current, operation, content=content, section_header=section_header)[1]
-        yield from plans.edit_notes(self.layout, user_id, agent, edit)
-        return edit.message
+            edit((yield from plans.notes(self.layout, user_id, agent)))
+        else:
+            yield from plans.edit_notes(self.layout, user_id, agent, edit)
+        return said[-1]
 
     # --- listing and inspection ------------------------------------------------------------
 
@@ -351,4 +332,3 @@ class Engine:
 
     def close(self) -> None:
         self.usage_log.close()
-

@@ -60,7 +60,9 @@ def create_app(manager: SessionManager | AsyncSessionManager, *, token: str | No
     def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             if token is not None:
-                given = request.query_params.get("token") or request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+                given = (
+                    request.query_params.get("token") or request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+                )
                 if not hmac.compare_digest(given.encode(), token.encode()):
                     return _error(401, "missing or wrong token")
             try:
@@ -110,4 +112,3 @@ def create_app(manager: SessionManager | AsyncSessionManager, *, token: str | No
         Route("/api/session", guarded(session)),
     ]
     return Starlette(routes=routes)
-

@@ -50,7 +50,9 @@ def _scripted_handler() -> Any:
     class ScriptedLLM(CustomLLM):  # type: ignore[misc]
         """Answers with a registered responder; usage counted like an OpenAI model."""
 
-        def _answer(self, model: str, messages: list[Any], optional_params: Mapping[str, Any] | None) -> tuple[dict[str, Any], Usage]:
+        def _answer(
+            self, model: str, messages: list[Any], optional_params: Mapping[str, Any] | None
+        ) -> tuple[dict[str, Any], Usage]:
             tools = (optional_params or {}).get("tools")
             reply = dict(get_responder(model.split("/", 1)[-1])(messages, tools))
             tokenizer = get_tokenizer(SCRIPTED_PRICE_AS)
@@ -86,13 +88,17 @@ def _scripted_handler() -> Any:
         def completion(self, model: str, messages: list[Any], *args: Any, optional_params: Any = None, **kwargs: Any) -> Any:
             return self._response(model, messages, optional_params)
 
-        async def acompletion(self, model: str, messages: list[Any], *args: Any, optional_params: Any = None, **kwargs: Any) -> Any:
+        async def acompletion(
+            self, model: str, messages: list[Any], *args: Any, optional_params: Any = None, **kwargs: Any
+        ) -> Any:
             return self._response(model, messages, optional_params)
 
         def streaming(self, model: str, messages: list[Any], *args: Any, optional_params: Any = None, **kwargs: Any) -> Any:
             return self._chunks(model, messages, optional_params)
 
-        async def astreaming(self, model: str, messages: list[Any], *args: Any, optional_params: Any = None, **kwargs: Any) -> Any:
+        async def astreaming(
+            self, model: str, messages: list[Any], *args: Any, optional_params: Any = None, **kwargs: Any
+        ) -> Any:
             for chunk in self._chunks(model, messages, optional_params):
                 yield chunk
 
@@ -139,7 +145,9 @@ def complete(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[
         raise _llm_error(model, exc) from exc
 
 
-async def acomplete(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, **kwargs: Any) -> Any:
+async def acomplete(
+    model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, **kwargs: Any
+) -> Any:
     lib = _litellm()
     try:
         return await lib.acompletion(model=model, messages=list(messages), tools=list(tools) if tools else None, **kwargs)
@@ -182,7 +190,9 @@ class StreamedMessage:
         return {"role": "assistant", "content": "".join(self.text) or None, "tool_calls": calls or None}
 
 
-def stream(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, **kwargs: Any) -> Iterator[Any]:
+def stream(
+    model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, **kwargs: Any
+) -> Iterator[Any]:
     kwargs.setdefault("stream_options", {"include_usage": True})
     response = complete(model, messages, tools, stream=True, **kwargs)
     try:
@@ -193,7 +203,9 @@ def stream(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Ma
         raise _llm_error(model, exc) from exc
 
 
-async def astream(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, **kwargs: Any) -> AsyncIterator[Any]:
+async def astream(
+    model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, **kwargs: Any
+) -> AsyncIterator[Any]:
     kwargs.setdefault("stream_options", {"include_usage": True})
     response = await acomplete(model, messages, tools, stream=True, **kwargs)
     try:
@@ -230,7 +242,11 @@ def usage_of(response_or_usage: Any) -> dict[str, int | None]:
     cached = getattr(details, "cached_tokens", None) if details is not None else None
     if isinstance(details, Mapping):
         cached = details.get("cached_tokens")
-    return {"prompt_tokens": get("prompt_tokens", None), "completion_tokens": get("completion_tokens", None), "cached_tokens": cached}
+    return {
+        "prompt_tokens": get("prompt_tokens", None),
+        "completion_tokens": get("completion_tokens", None),
+        "cached_tokens": cached,
+    }
 
 
 def _model_info(model: str) -> Mapping[str, Any] | None:

@@ -9,9 +9,10 @@ operation is written once, as a program of ``middleware.engine.Engine``; the
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, Protocol, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, Protocol, TypeAlias, TypeVar, cast, overload
 
 from .chat import AsyncChatStream, ChatResult, ChatStream, ChatTurn, wrapped_turn
 from .config import Config, template_for
@@ -51,13 +52,13 @@ class _ChatCall(Protocol[_R_co, _S_co]):
         self, session_id: str, user_message: str, *, model: str | None = None, tools: ToolsArg = None,
         stream: Literal[True], **litellm_kwargs: Any,
     ) -> _S_co: ...  # fmt: skip
-    @overload
-    def __call__(
-        self, session_id: str, user_message: str, *, model: str | None = None, tools: ToolsArg = None,
-        stream: bool, **litellm_kwargs: Any,
-    ) -> _R_co | _S_co: ...  # fmt: skip
 
 
+# A chatbot fn(messages, ...) -> reply, sync or async; what wrap() makes of it.
+Chatbot: TypeAlias = Callable[Concatenate[Any, P], R]
+AsyncChatbot: TypeAlias = Callable[Concatenate[Any, P], Awaitable[R]]
+Wrapped: TypeAlias = Callable[Concatenate[str, str, P], R]
+AsyncWrapped: TypeAlias = Callable[Concatenate[str, str, P], Coroutine[Any, Any, R]]
 Chat = _ChatCall[ChatResult, ChatStream]
 AsyncChat = _ChatCall[Coroutine[Any, Any, ChatResult], Coroutine[Any, Any, AsyncChatStream]]
 
@@ -104,6 +105,8 @@ class _Manager:
     """What both managers share: configuration, the engine and every operation."""
 
     store: Any
+    _driver: Any  # the store driver class
+    _runner: Any  # runner.run or runner.arun
 
     def __init__(
         self,
@@ -134,13 +137,15 @@ class _Manager:
         return cls(load_config(path), **kwargs)
 
     def _connect(self, client: Any) -> Any:
-        raise NotImplementedError
+        driver, url = self._driver, self.config.store.url
+        return driver(client, url=url) if client is not None else driver.from_url(url, self.config.store)
 
     def _execute(self, program: Program[Any]) -> Any:
-        raise NotImplementedError
+        return self._runner(program, self.store.send)
 
     def _async_send(self) -> ASend:
-        raise NotImplementedError
+        """How async code reaches the store: directly, or through a worker thread for a sync store."""
+        return self.store.send if inspect.iscoroutinefunction(self.store.send) else ThreadedStore(self.store).send
 
     get_state = operation(Engine.get_state)
     prepare = operation(Engine.prepare)
@@ -183,7 +188,7 @@ class _Manager:
 
     def _chat_program(self, session_id: Any, user_message: Any, model: str | None, tools: ToolsArg, stream: bool,
                       litellm_kwargs: dict[str, Any]) -> Program[ChatResult]:  # fmt: skip
-        turn = ChatTurn.start(self._engine, session_id, user_message, model=model, tools=tools, stream=stream)
+        turn = ChatTurn(self._engine, session_id, user_message, model=model, tools=tools, stream=stream)
         return turn.program(litellm_kwargs)
 
     @property
@@ -218,17 +223,7 @@ class SessionManager(_Manager):
     """
 
     store: SessionStore
-
-    def _connect(self, client: Any) -> SessionStore:
-        if client is not None:
-            return RedisStore(client, url=self.config.store.url)
-        return RedisStore.from_url(self.config.store.url, self.config.store)
-
-    def _execute(self, program: Program[Any]) -> Any:
-        return run(program, self.store.send)
-
-    def _async_send(self) -> ASend:
-        return ThreadedStore(self.store).send  # store calls in a worker thread, off the event loop
+    _driver, _runner = RedisStore, staticmethod(run)
 
     @property
     def chat(self) -> Chat:
@@ -246,9 +241,9 @@ class SessionManager(_Manager):
         return ChatStream(program, self.store.send) if stream else run(program, self.store.send)
 
     @overload
-    def wrap(self, fn: Callable[Concatenate[Any, P], Awaitable[R]]) -> Callable[Concatenate[str, str, P], Coroutine[Any, Any, R]]: ...
+    def wrap(self, fn: AsyncChatbot[P, R]) -> AsyncWrapped[P, R]: ...
     @overload
-    def wrap(self, fn: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[str, str, P], R]: ...
+    def wrap(self, fn: Chatbot[P, R]) -> Wrapped[P, R]: ...
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Give a chatbot ``fn(messages, *args, **kwargs) -> reply`` memory: the result is
         ``(session_id, user_message, *args, **kwargs) -> reply``, extra arguments passed
@@ -277,27 +272,14 @@ class AsyncSessionManager(_Manager):
     """:class:`SessionManager` for asyncio: the same methods, awaited."""
 
     store: AsyncSessionStore
+    _driver, _runner = AsyncRedisStore, staticmethod(arun)
 
-    def _connect(self, client: Any) -> AsyncSessionStore:
-        if client is not None:
-            return AsyncRedisStore(client, url=self.config.store.url)
-        return AsyncRedisStore.from_url(self.config.store.url, self.config.store)
-
-    def _execute(self, program: Program[Any]) -> Any:
-        return arun(program, self.store.send)
-
-    def _async_send(self) -> ASend:
-        return self.store.send
-
-    @property
-    def chat(self) -> AsyncChat:
-        """``await amgr.chat(...)``: the same turn as :attr:`SessionManager.chat`, awaited."""
-        return self.achat
+    chat = _Manager.achat  # on this manager chat() is awaited too
 
     @overload
-    def wrap(self, fn: Callable[Concatenate[Any, P], Awaitable[R]]) -> Callable[Concatenate[str, str, P], Coroutine[Any, Any, R]]: ...
+    def wrap(self, fn: AsyncChatbot[P, R]) -> AsyncWrapped[P, R]: ...
     @overload
-    def wrap(self, fn: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[str, str, P], Coroutine[Any, Any, R]]: ...
+    def wrap(self, fn: Chatbot[P, R]) -> AsyncWrapped[P, R]: ...
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Give a chatbot ``fn(messages, *args, **kwargs) -> reply`` (sync or async) memory:
         the result is an async ``(session_id, user_message, *args, **kwargs) -> reply``."""

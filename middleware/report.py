@@ -228,8 +228,13 @@ def _chart_svg(points: Sequence[tuple[int, float, float]], width: int = 760, hei
             f'<text x="{left - 8}" y="{y(value) + 4:.1f}" class="tick" text-anchor="end">{int(value):,}</text>'
         )
     ticks = sorted({first, last, *(t for t, _, _ in points[:: max(1, len(points) // 10)])})
-    xlabels = "".join(f'<text x="{x(t):.1f}" y="{height - bottom + 18}" class="tick" text-anchor="middle">{t}</text>' for t in ticks)
-    dots = "".join(f'<circle cx="{x(t):.1f}" cy="{y(s):.1f}" r="3" class="sent-dot"><title>turn {t}: {s:,.0f} sent, {f:,.0f} full</title></circle>' for t, s, f in points)
+    xlabels = "".join(
+        f'<text x="{x(t):.1f}" y="{height - bottom + 18}" class="tick" text-anchor="middle">{t}</text>' for t in ticks
+    )
+    dots = "".join(
+        f'<circle cx="{x(t):.1f}" cy="{y(s):.1f}" r="3" class="sent-dot"><title>turn {t}: {s:,.0f} sent, {f:,.0f} full</title></circle>'
+        for t, s, f in points
+    )
     return f"""<svg viewBox="0 0 {width} {height}" role="img" aria-label="Prompt tokens per turn">
 {"".join(grid)}
 <polygon points="{area}" class="sent-area"/>

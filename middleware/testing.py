@@ -143,7 +143,9 @@ class RedisCluster:
         self.cli = cli or shutil.which("redis-cli") or "redis-cli"
         options = ("--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
         self.nodes = [
-            RedisServer(Path(workdir) / f"n{i}", port=port, binary=binary, extra=(*options, "--cluster-config-file", f"nodes-{port}.conf"))
+            RedisServer(
+                Path(workdir) / f"n{i}", port=port, binary=binary, extra=(*options, "--cluster-config-file", f"nodes-{port}.conf")
+            )
             for i, port in enumerate(_cluster_ports(masters))
         ]
 

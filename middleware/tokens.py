@@ -118,7 +118,9 @@ class Tokenizer:
                 if key == "name":
                     total += TOKENS_PER_NAME
             elif key == "content" and isinstance(value, list):
-                total += sum(self.count(part["text"]) for part in value if isinstance(part, Mapping) and isinstance(part.get("text"), str))
+                total += sum(
+                    self.count(part["text"]) for part in value if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+                )
         return total
 
     def cut_middle(self, text: str, max_tokens: int, marker: str) -> str:

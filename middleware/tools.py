@@ -26,11 +26,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .core.effects import Inline, Io, Program
+from .core.replies import succeeded
 from .core.state import ToolCall, to_text
 from .core.turnloop import ToolOutcome
 from .exceptions import InvalidToolCallError
 
-__all__ = ["Tool", "Toolset", "is_async_callable", "succeeded", "tool_schema"]
+__all__ = ["Tool", "Toolset", "is_async_callable", "tool_schema"]
 
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$", re.IGNORECASE)
 _ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
@@ -208,17 +209,6 @@ async def _awaited(awaitable: Any) -> Any:
 def is_async_callable(fn: Any) -> bool:
     """A coroutine function, or an object whose ``__call__`` is one."""
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004 (an async __call__)
-
-
-def succeeded(result: Any) -> bool:
-    """A tool that returns ``{"success": False}`` or ``{"error": ...}`` did not succeed:
-    its arguments must not become context keys."""
-    if isinstance(result, Mapping):
-        if result.get("success") is False or result.get("ok") is False:
-            return False
-        if result.get("error") and "success" not in result:
-            return False
-    return True
 
 
 def _describe(exc: BaseException) -> str:

@@ -50,7 +50,12 @@ def usage_record(
         "turn": turn,
         "step": step,
         "model": model,
-        "tokens": {**{k: v for k, v in layers.items() if k != "total"}, "tool_loop": loop_tokens, "tools": tools_tokens, "total": sent},
+        "tokens": {
+            **{k: v for k, v in layers.items() if k != "total"},
+            "tool_loop": loop_tokens,
+            "tools": tools_tokens,
+            "total": sent,
+        },
         "full_history_tokens": full,
         "saved_tokens": saved,
         "saved_pct": round(100 * saved / full, 1) if full else 0.0,

@@ -55,7 +55,9 @@ class RedisServer(testing.RedisServer):
 
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[testing.RedisCluster]:
-    with testing.RedisCluster(tmp_path_factory.mktemp("cluster"), binary=require_binary("redis-server"), cli=require_binary("redis-cli")) as cluster:
+    with testing.RedisCluster(
+        tmp_path_factory.mktemp("cluster"), binary=require_binary("redis-server"), cli=require_binary("redis-cli")
+    ) as cluster:
         yield cluster
 
 
@@ -194,7 +196,9 @@ def open_manager(face: str, config: Config, loop: asyncio.AbstractEventLoop, **k
     return Blocking(AsyncSessionManager(config, **kwargs), loop)
 
 
-def _factory(face: str, atlas: Config, url: str, log_path: Path, loop: asyncio.AbstractEventLoop, opened: list[Manager]) -> ManagerFactory:
+def _factory(
+    face: str, atlas: Config, url: str, log_path: Path, loop: asyncio.AbstractEventLoop, opened: list[Manager]
+) -> ManagerFactory:
     def open_one(config: Config | None = None, **kwargs: Any) -> Manager:
         config = config if config is not None else atlas.with_overrides(usage_log={"path": str(log_path)})
         kwargs.setdefault("redis_url", url)
@@ -206,7 +210,9 @@ def _factory(face: str, atlas: Config, url: str, log_path: Path, loop: asyncio.A
 
 
 @pytest.fixture
-def managers(face: str, atlas: Config, store_url: str, log_path: Path, loop: asyncio.AbstractEventLoop) -> Iterator[ManagerFactory]:
+def managers(
+    face: str, atlas: Config, store_url: str, log_path: Path, loop: asyncio.AbstractEventLoop
+) -> Iterator[ManagerFactory]:
     """``managers(config=atlas, **kwargs)`` opens a manager of the face under test on the store
     under test (writing its usage log to the test's folder); all are closed afterwards."""
     opened: list[Manager] = []
@@ -216,7 +222,9 @@ def managers(face: str, atlas: Config, store_url: str, log_path: Path, loop: asy
 
 
 @pytest.fixture
-def redis_managers(face: str, atlas: Config, real_redis_url: str, log_path: Path, loop: asyncio.AbstractEventLoop) -> Iterator[ManagerFactory]:
+def redis_managers(
+    face: str, atlas: Config, real_redis_url: str, log_path: Path, loop: asyncio.AbstractEventLoop
+) -> Iterator[ManagerFactory]:
     """``managers`` on the real redis-server only, for what fakeredis cannot show."""
     opened: list[Manager] = []
     yield _factory(face, atlas, real_redis_url, log_path, loop, opened)

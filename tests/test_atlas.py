@@ -7,9 +7,14 @@ import json
 from middleware.demo.atlas import respond
 from middleware.demo.device import DeviceLab
 
-TOOLS = [{"type": "function", "function": {"name": n}} for n in
-         ["take_control", "navigate_to_node", "get_current_node", "click_element", "get_node_tree"]]
-SYSTEM = {"role": "system", "content": "You are Atlas.\n## Skills\n- x: y\n## Current Context (use as defaults)\n- userinterface_name: google_tv\n- device_id: device1"}
+TOOLS = [
+    {"type": "function", "function": {"name": n}}
+    for n in ["take_control", "navigate_to_node", "get_current_node", "click_element", "get_node_tree"]
+]
+SYSTEM = {
+    "role": "system",
+    "content": "You are Atlas.\n## Skills\n- x: y\n## Current Context (use as defaults)\n- userinterface_name: google_tv\n- device_id: device1",
+}
 
 
 def call_of(message: dict) -> tuple[str, dict]:
@@ -20,7 +25,9 @@ def call_of(message: dict) -> tuple[str, dict]:
 def test_missing_parameters_come_only_from_the_current_context() -> None:
     """'goto shop' uses the context's interface; without context Atlas must ask."""
     assert call_of(respond([SYSTEM, {"role": "user", "content": "goto shop"}], TOOLS)) == (
-        "navigate_to_node", {"node": "shop", "userinterface_name": "google_tv", "device_id": "device1"})
+        "navigate_to_node",
+        {"node": "shop", "userinterface_name": "google_tv", "device_id": "device1"},
+    )
     bare = respond([{"role": "system", "content": "You are Atlas."}, {"role": "user", "content": "goto shop"}], TOOLS)
     assert bare["tool_calls"] is None and "Which interface" in bare["content"]
 

@@ -58,7 +58,13 @@ def test_then_summary_lines_go_oldest_first_then_the_recent_pair() -> None:
             kept = summary.splitlines()[1:]
             assert kept == LINES[len(LINES) - len(kept) :]
         seen.add(prompt.trimmed)
-    assert ("recent_cut:assistant", "summary_line_dropped", "summary_line_dropped", "summary_line_dropped", "recent_dropped") in seen
+    assert (
+        "recent_cut:assistant",
+        "summary_line_dropped",
+        "summary_line_dropped",
+        "summary_line_dropped",
+        "recent_dropped",
+    ) in seen
     assert any("recent_dropped" not in t and "summary_line_dropped" in t for t in seen)
 
 

@@ -56,7 +56,11 @@ def test_chat_runs_tools_and_remembers_what_they_set(mgr: Manager) -> None:
     shop = mgr.chat("s", "goto shop", model=spy.model)
     system = spy.requests[-2][0][0]["content"]  # the first call of the 'goto shop' turn
     assert "- userinterface_name: google_tv" in system and "- device_id: device1" in system
-    assert json.loads(shop.tool_calls[0].arguments_text) == {"node": "shop", "userinterface_name": "google_tv", "device_id": "device1"}
+    assert json.loads(shop.tool_calls[0].arguments_text) == {
+        "node": "shop",
+        "userinterface_name": "google_tv",
+        "device_id": "device1",
+    }
     assert shop.text == "✅ Navigated to shop on google_tv (3 steps)."
     state = mgr.get_state("s")
     assert state.turns == 3 == shop.turn
@@ -86,7 +90,10 @@ def test_every_call_logs_token_figures_that_match_what_was_sent(mgr: Manager, lo
         assert line["provider"]["prompt_tokens"] == counted
         assert line["full_history_tokens"] - line["tokens"]["total"] == line["saved_tokens"]
         layers = line["tokens"]
-        assert sum(layers[k] for k in ("system", "context", "summary", "recent", "current", "tool_loop", "tools")) + 3 == layers["total"]
+        assert (
+            sum(layers[k] for k in ("system", "context", "summary", "recent", "current", "tool_loop", "tools")) + 3
+            == layers["total"]
+        )
         assert line["cost_usd"] > 0 and line["latency_ms"] >= 0 and line["model"] == spy.model
     assert [(line["turn"], line["step"]) for line in logged] == [(1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1), (4, 0)]
     assert [line["tool_calls"] for line in logged] == [1, 0, 1, 0, 1, 0, 0]
@@ -187,7 +194,16 @@ def test_the_tool_loop_is_bounded(mgr: Manager) -> None:
     """A model that never stops calling tools is cut off after max_tool_rounds."""
 
     def always_calls(messages: Any, tools: Any) -> dict:
-        return {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{len(messages)}", "function": {"name": "get_node_tree", "arguments": '{"userinterface_name": "google_tv"}'}}]}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": f"c{len(messages)}",
+                    "function": {"name": "get_node_tree", "arguments": '{"userinterface_name": "google_tv"}'},
+                }
+            ],
+        }
 
     spy = Spy(always_calls)
     result = mgr.chat("s", "loop forever", model=spy.model)
@@ -250,10 +266,25 @@ def test_wrap_a_chatbot_returning_its_whole_turn(mgr: Manager) -> None:
 
     def bot(messages: list[dict[str, str]]) -> list[dict[str, Any]]:
         return [
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "a", "type": "function", "function": {"name": "navigate_to_node", "arguments": '{"userinterface_name": "google_tv", "node": "shop"}'}},
-                {"id": "b", "type": "function", "function": {"name": "take_control", "arguments": '{"device_id": "d2", "host_name": "h"}'}},
-            ]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "a",
+                        "type": "function",
+                        "function": {
+                            "name": "navigate_to_node",
+                            "arguments": '{"userinterface_name": "google_tv", "node": "shop"}',
+                        },
+                    },
+                    {
+                        "id": "b",
+                        "type": "function",
+                        "function": {"name": "take_control", "arguments": '{"device_id": "d2", "host_name": "h"}'},
+                    },
+                ],
+            },
             {"role": "tool", "tool_call_id": "a", "content": '{"success": true}'},
             {"role": "tool", "tool_call_id": "b", "content": '{"success": false, "error": "busy"}'},
             {"role": "assistant", "content": "At the shop; d2 was busy."},
@@ -269,8 +300,13 @@ def test_wrap_a_chatbot_returning_a_message_or_a_litellm_response(mgr: Manager) 
     """OpenAI-style message dicts and litellm responses are understood."""
     from middleware import llm
 
-    as_dict = mgr.wrap(lambda messages: {"role": "assistant", "content": "dict reply", "tool_calls": [
-        {"id": "x", "function": {"name": "navigate_to_node", "arguments": '{"userinterface_name": "tv2"}'}}]})
+    as_dict = mgr.wrap(
+        lambda messages: {
+            "role": "assistant",
+            "content": "dict reply",
+            "tool_calls": [{"id": "x", "function": {"name": "navigate_to_node", "arguments": '{"userinterface_name": "tv2"}'}}],
+        }
+    )
     as_dict("w", "one")
     response = mgr.wrap(lambda messages: llm.complete("scripted/echo", messages, None))("w", "two")
     assert response.choices[0].message.content == "echo: two"
@@ -324,7 +360,9 @@ def test_the_sync_managers_async_methods_keep_store_calls_off_the_event_loop(atl
         return "ok"
 
     async def run() -> str:
-        with SessionManager(atlas.with_overrides(usage_log={"path": None}), store=Watched.from_url(store_url, atlas.store)) as mgr:
+        with SessionManager(
+            atlas.with_overrides(usage_log={"path": None}), store=Watched.from_url(store_url, atlas.store)
+        ) as mgr:
             await mgr.achat("t", "take control of device1 on sunri-pi1", model="scripted/atlas")
             stream = await mgr.achat("t", "hello", model="scripted/atlas", stream=True)
             assert "".join([chunk async for chunk in stream])

@@ -14,7 +14,17 @@ from click.testing import CliRunner
 from middleware.cli import main
 from tests.conftest import ATLAS_PATH
 
-COMMANDS = [[], ["demo"], ["chat"], ["report"], ["inspect"], ["sessions"], ["sessions", "list"], ["sessions", "show"], ["sessions", "reset"]]
+COMMANDS = [
+    [],
+    ["demo"],
+    ["chat"],
+    ["report"],
+    ["inspect"],
+    ["sessions"],
+    ["sessions", "list"],
+    ["sessions", "show"],
+    ["sessions", "reset"],
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "middleware")
@@ -36,7 +46,9 @@ def demo_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """Run `middleware demo` once, in a subprocess as a user would, with no Redis or key."""
     folder = tmp_path_factory.mktemp("demo")
     env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "MIDDLEWARE_CONFIG", "OPENAI_API_KEY"}}
-    out = subprocess.run([sys.executable, "-m", "middleware", "demo"], cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "middleware", "demo"], cwd=folder, env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     return folder / "middleware-usage.jsonl", out.stdout
 
@@ -112,8 +124,12 @@ def test_sessions_commands_against_real_redis(real_redis_url: str) -> None:
 
     with SessionManager(load_config(), redis_url=real_redis_url) as mgr:
         for sid in ["user-1", "user-2", "other"]:
-            mgr.record_turn(sid, user="navigate to watchlist on google_tv", assistant="done",
-                            tool_calls=[ToolCall(name="navigate_to_node", arguments={"userinterface_name": "google_tv"})])
+            mgr.record_turn(
+                sid,
+                user="navigate to watchlist on google_tv",
+                assistant="done",
+                tool_calls=[ToolCall(name="navigate_to_node", arguments={"userinterface_name": "google_tv"})],
+            )
     runner = CliRunner()
     listed = runner.invoke(main, ["--redis-url", real_redis_url, "sessions", "list", "--search", "user"])
     assert listed.exit_code == 0 and "user-1" in listed.output and "other" not in listed.output

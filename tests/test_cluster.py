@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from middleware import Config, ToolCall
-from middleware.core.plans import SessionKeys
+from middleware.core.plans import session_keys
 from middleware.demo.device import LAB
 from middleware.testing import RedisCluster
 from tests.conftest import Manager, concurrently, open_manager
@@ -42,7 +42,7 @@ def test_sessions_spread_over_nodes_and_each_lives_in_one_slot(mgr: Manager, red
     assert len(holders) == 3
     admin = node_clients(redis_cluster)[0]
     for sid in ids[:5]:
-        slots = {admin.cluster("keyslot", key) for key in SessionKeys("mw", sid).session_keys}
+        slots = {admin.cluster("keyslot", key) for key in session_keys("mw", sid)}
         assert len(slots) == 1
     for sid in ids:
         state = mgr.get_state(sid)
@@ -76,7 +76,7 @@ def test_the_listing_index_is_written_outside_the_session_transaction(mgr: Manag
     admin = node_clients(redis_cluster)[0]
     # Find a session whose slot differs from the index's slot.
     index_slot = admin.cluster("keyslot", "mw:sessions")
-    sid = next(f"x{i}" for i in range(100) if admin.cluster("keyslot", SessionKeys("mw", f"x{i}").ctx) != index_slot)
+    sid = next(f"x{i}" for i in range(100) if admin.cluster("keyslot", session_keys("mw", f"x{i}").ctx) != index_slot)
     mgr.record_turn(sid, user="hi", assistant="hello")
     assert sid in [e.session_id for e in mgr.list_sessions().entries]
 

@@ -20,7 +20,10 @@ from middleware import (
 from middleware.compose import composer_for
 from tests.strategies import INJECTIONS, hostile_text, user_messages
 
-OLDER = ["• navigate to watchlist on google_tv → Navigated to 'watchlist' on google_tv", "• goto shop → Navigated to 'shop' on google_tv"]
+OLDER = [
+    "• navigate to watchlist on google_tv → Navigated to 'watchlist' on google_tv",
+    "• goto shop → Navigated to 'shop' on google_tv",
+]
 RECENT = [{"role": "user", "content": "check current node"}, {"role": "assistant", "content": "You are on shop."}]
 
 
@@ -127,7 +130,10 @@ def test_huge_replies_are_cut_in_the_middle_when_recorded(atlas: Config) -> None
 @given(
     context=st.dictionaries(st.sampled_from(["userinterface_name", "tree_id", "device_id"]), hostile_text, max_size=3),
     summary=st.lists(hostile_text, max_size=5),
-    recent=st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool", "system"]), "content": hostile_text}), max_size=5),
+    recent=st.lists(
+        st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool", "system"]), "content": hostile_text}),
+        max_size=5,
+    ),
     message=user_messages,
 )
 def test_composed_sequence_is_always_valid(context, summary, recent, message) -> None:  # type: ignore[no-untyped-def]
@@ -145,7 +151,10 @@ def test_injected_context_cannot_add_lines_or_sections(atlas: Config, payload: s
     from middleware import apply_turn as apply
 
     update = apply(
-        Turn(user="go", tool_calls=(ToolCall(name="navigate_to_node", arguments={"userinterface_name": payload, "tree_id": payload}),)),
+        Turn(
+            user="go",
+            tool_calls=(ToolCall(name="navigate_to_node", arguments={"userinterface_name": payload, "tree_id": payload}),),
+        ),
         atlas,
     )
     system = composer_for(atlas).system_prompt(dict(update.context))
@@ -164,7 +173,12 @@ def test_full_history_cost_equals_counting_the_full_history_messages(atlas: Conf
     from middleware.core.composer import turn_messages
 
     tool_calls = tuple(
-        ToolCall(name=f"tool_{i}", arguments={"node": f"n{i}", "deep": {"x": [1, 2]}}, result={"ok": True, "rows": list(range(i * 5))}, id=None if i % 2 else f"id-{i}")
+        ToolCall(
+            name=f"tool_{i}",
+            arguments={"node": f"n{i}", "deep": {"x": [1, 2]}},
+            result={"ok": True, "rows": list(range(i * 5))},
+            id=None if i % 2 else f"id-{i}",
+        )
         for i in range(calls)
     )
     turn = Turn(user="navigate to watchlist on google_tv", assistant="done", tool_calls=tool_calls)

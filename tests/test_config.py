@@ -124,9 +124,7 @@ def test_empty_file_gives_defaults_and_still_takes_redis_url(tmp_path: Path) -> 
         ("assistant: {name: ''}", ["'assistant.name'", "''"]),
     ],
 )
-def test_errors_name_the_key_the_value_and_what_was_expected(
-    tmp_path: Path, yaml_text: str, fragments: list[str]
-) -> None:
+def test_errors_name_the_key_the_value_and_what_was_expected(tmp_path: Path, yaml_text: str, fragments: list[str]) -> None:
     """Every invalid setting raises ConfigError naming the key, the bad value and the expectation."""
     path = tmp_path / "bad.yaml"
     path.write_text(yaml_text)

@@ -73,8 +73,11 @@ def test_auto_mode_keeps_every_scalar_argument_bounded() -> None:
 def test_results_give_context_only_when_asked() -> None:
     """from_results adds short scalar result fields (not status noise); tracked mode keeps
     only tracked keys from results."""
-    call = ToolCall(name="navigate_to_node", arguments={"node": "shop"},
-                    result={"success": True, "tree_id": "t-9", "message": "done", "steps": 3})
+    call = ToolCall(
+        name="navigate_to_node",
+        arguments={"node": "shop"},
+        result={"success": True, "tree_id": "t-9", "message": "done", "steps": 3},
+    )
     assert dict(extract_context([call], ContextConfig())) == {"node": "shop"}
     assert dict(extract_context([call], ContextConfig(from_results=True))) == {"node": "shop", "tree_id": "t-9", "steps": "3"}
     tracked = ContextConfig(keys=("tree_id", "userinterface_name"), from_results=True)

@@ -10,7 +10,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from middleware import Config, SessionManager, ToolCall
-from middleware.core.plans import SessionKeys
+from middleware.core.plans import session_keys
 from middleware.demo.device import LAB
 from middleware.inspector import conversation_view
 from middleware.inspector_app import create_app
@@ -22,7 +22,12 @@ def mgr(atlas: Config, store_url: str, tmp_path: Path) -> Iterator[SessionManage
     with SessionManager(atlas.with_overrides(usage_log={"path": str(tmp_path / "u.jsonl")}), redis_url=store_url) as manager:
         sid = manager.resolve_session("alice", "atlas")
         manager.manage_notes("alice", "atlas", "overwrite", content="## Devices\n- device1")
-        for request in ["take control of device1 on sunri-pi1", "navigate to watchlist on google_tv", "goto shop", "check current node"]:
+        for request in [
+            "take control of device1 on sunri-pi1",
+            "navigate to watchlist on google_tv",
+            "goto shop",
+            "check current node",
+        ]:
             manager.chat(sid, request, model="scripted/atlas")
         for i in range(25):
             manager.record_turn(f"bulk-{i:02d}", user=f"hello {i}", assistant="hi")
@@ -53,7 +58,9 @@ def test_search_by_session_id_substring_and_what_each_holds(client: TestClient, 
     assert [e["session_id"] for e in found["entries"]] == [mgr.sid]  # type: ignore[attr-defined]
     entry = found["entries"][0]
     assert (entry["turns"], entry["user"], entry["agent"]) == (4, "alice", "atlas")
-    assert entry["context_keys"] == 3 and entry["summary_lines"] == 3 and entry["recent_messages"] == 2  # 4 turns: 3 older, 1 recent
+    assert (
+        entry["context_keys"] == 3 and entry["summary_lines"] == 3 and entry["recent_messages"] == 2
+    )  # 4 turns: 3 older, 1 recent
     assert client.get("/api/sessions", params={"search": "[*?"}).json()["total"] == 0  # glob characters are literal
 
 
@@ -76,7 +83,10 @@ def test_session_view_includes_every_part_by_default(client: TestClient, mgr: Se
 def test_include_flags_and_limits(client: TestClient, mgr: SessionManager) -> None:
     """include picks parts; trace and conversation limits keep the newest entries."""
     view = client.get("/api/session", params={"id": mgr.sid, "include": "context,traces", "trace_limit": 3}).json()  # type: ignore[attr-defined]
-    assert set(view) - {"session_id", "turns", "full_tokens", "created_at", "updated_at", "owner", "warnings"} == {"context", "traces"}
+    assert set(view) - {"session_id", "turns", "full_tokens", "created_at", "updated_at", "owner", "warnings"} == {
+        "context",
+        "traces",
+    }
     assert [t["type"] for t in view["traces"]] == ["tool_call", "tool_result", "assistant"]
     limited = client.get("/api/session", params={"id": mgr.sid, "include": "conversation", "conversation_limit": 2}).json()  # type: ignore[attr-defined]
     assert [e["kind"] for e in limited["conversation"]] == ["tool", "message"]
@@ -104,7 +114,7 @@ def test_conversation_collapses_calls_and_keeps_orphans() -> None:
 
 def test_corrupt_records_give_partial_results_not_errors(client: TestClient, mgr: SessionManager) -> None:
     """Garbage in traces, the stored prompt and the session's own keys: 200 with warnings."""
-    keys = SessionKeys("mw", mgr.sid)  # type: ignore[attr-defined]
+    keys = session_keys("mw", mgr.sid)  # type: ignore[attr-defined]
     redis = mgr.store.client
     redis.rpush(keys.traces, "not json", json.dumps({"no": "type"}), json.dumps([1, 2]))
     redis.set(keys.prompt, "{broken")
@@ -178,7 +188,7 @@ def test_a_turn_record_missing_its_call_shows_an_orphan_result(atlas: Config, tm
     config = atlas.with_overrides(usage_log={"path": None}, store={"url": f"memory://orphans-{tmp_path.name}"})
     with SessionManager(config) as mgr:
         mgr.record_turn("o", user="go", assistant="done", tool_calls=[ToolCall(name="nav", arguments={}, result={"ok": True})])
-        keys = SessionKeys("mw", "o")
+        keys = session_keys("mw", "o")
         record = json.loads(mgr.store.client.lindex(keys.traces, 0))
         record["events"] = [e for e in record["events"] if e["type"] != "tool_call"]
         mgr.store.client.lset(keys.traces, 0, json.dumps(record))

@@ -21,7 +21,9 @@ def populated(atlas: Config, real_redis_url: str, tmp_path: Path) -> Iterator[tu
     config = atlas.with_overrides(usage_log={"path": str(tmp_path / "usage.jsonl")})
     with SessionManager(config, redis_url=real_redis_url) as mgr:
         sid = mgr.resolve_session("alice", "atlas")
-        mgr.manage_notes("alice", "atlas", "overwrite", content="## Devices\n- device1 on sunri-pi1\n\n## Preferences\n- starts on google_tv")
+        mgr.manage_notes(
+            "alice", "atlas", "overwrite", content="## Devices\n- device1 on sunri-pi1\n\n## Preferences\n- starts on google_tv"
+        )
         for request in SCRIPT[:6]:
             mgr.chat(sid, request, model="scripted/atlas")
         for name in ["bob/atlas/one", "carol/scout/two", "demo"]:

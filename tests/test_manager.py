@@ -48,7 +48,9 @@ def test_the_worked_example(manager: Manager) -> None:
     assert [m["role"] for m in first] == ["system", "user"]
     assert "## Current Context" not in first[0]["content"]  # no context yet: no section
     with capture_events() as events:
-        manager.record_turn(sid, user="navigate to watchlist on google_tv", assistant="✅ Navigated to watchlist", tool_calls=[WATCHLIST])
+        manager.record_turn(
+            sid, user="navigate to watchlist on google_tv", assistant="✅ Navigated to watchlist", tool_calls=[WATCHLIST]
+        )
     assert [(e["event"], e.get("key")) for e in events if e["event"] == "context.set"] == [
         ("context.set", "userinterface_name"),
         ("context.set", "tree_id"),

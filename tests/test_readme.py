@@ -63,7 +63,10 @@ def test_message_building_snippet_prints_the_injected_context(run_snippet: Calla
 def test_wrap_snippet_remembers_both_turns(run_snippet: Callable[[str], list[str]]) -> None:
     """The wrap snippet replies through the wrapped bot and records two turns."""
     assert run_snippet("mgr.wrap(my_chatbot)") == [
-        "echo: navigate to watchlist on google_tv", "echo: goto shop", "2 turns remembered"]
+        "echo: navigate to watchlist on google_tv",
+        "echo: goto shop",
+        "2 turns remembered",
+    ]
 
 
 def test_tools_snippet_runs_the_tool_and_keeps_its_argument(run_snippet: Callable[[str], list[str]]) -> None:

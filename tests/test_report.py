@@ -14,13 +14,30 @@ from middleware.report import build_report, parse_since, read_log, render_csv, r
 NOW = datetime(2026, 11, 21, 18, 0, tzinfo=timezone.utc)
 
 
-def line(session: str, turn: int, sent: int, full: int, *, step: int = 0, model: str = "m", minutes_ago: int = 0, cost: float | None = 0.001) -> str:
-    return json.dumps({
-        "time": (NOW - timedelta(minutes=minutes_ago)).isoformat().replace("+00:00", "Z"),
-        "session": session, "turn": turn, "step": step, "model": model,
-        "tokens": {"total": sent}, "full_history_tokens": full,
-        "cost_usd": cost, "cost_saved_usd": (full - sent) * 1e-6,
-    })
+def line(
+    session: str,
+    turn: int,
+    sent: int,
+    full: int,
+    *,
+    step: int = 0,
+    model: str = "m",
+    minutes_ago: int = 0,
+    cost: float | None = 0.001,
+) -> str:
+    return json.dumps(
+        {
+            "time": (NOW - timedelta(minutes=minutes_ago)).isoformat().replace("+00:00", "Z"),
+            "session": session,
+            "turn": turn,
+            "step": step,
+            "model": model,
+            "tokens": {"total": sent},
+            "full_history_tokens": full,
+            "cost_usd": cost,
+            "cost_saved_usd": (full - sent) * 1e-6,
+        }
+    )
 
 
 LOG = [

@@ -32,7 +32,13 @@ def test_provider_errors_are_redacted(atlas: Config, tmp_path: Path) -> None:
     def leaky(messages: Any, tools: Any) -> Any:
         if messages[-1]["role"] == "tool":
             raise RuntimeError(f"Incorrect API key provided: {KEY}. Authorization: Bearer {KEY}")
-        return {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {"name": "get_node_tree", "arguments": '{"userinterface_name": "google_tv"}'}}]}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c", "function": {"name": "get_node_tree", "arguments": '{"userinterface_name": "google_tv"}'}}
+            ],
+        }
 
     name = f"leaky-{uuid.uuid4().hex[:6]}"
     register(name, leaky)
@@ -51,8 +57,12 @@ def test_logs_hold_no_content_and_no_secrets_by_default(atlas: Config, tmp_path:
     config = atlas.with_overrides(usage_log={"path": str(log)}, store={"url": "memory://secrets-default"})
     with SessionManager(config) as mgr, capture_events() as events:
         mgr.chat("s", "navigate to watchlist on google_tv", model="scripted/atlas", api_key=KEY)
-        mgr.record_turn("s", user="my password is hunter2", assistant="noted",
-                        tool_calls=[ToolCall(name="navigate_to_node", arguments={"userinterface_name": "hunter2_tv"})])
+        mgr.record_turn(
+            "s",
+            user="my password is hunter2",
+            assistant="noted",
+            tool_calls=[ToolCall(name="navigate_to_node", arguments={"userinterface_name": "hunter2_tv"})],
+        )
     written = log.read_text() + repr(events)
     for secret in (KEY, "hunter2", "watchlist on google_tv"):
         assert secret not in written

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from middleware import AsyncSessionManager, Config, RedisStore, SessionManager, StoreUnavailableError, ToolCall
-from middleware.core.plans import SessionKeys
+from middleware.core.plans import session_keys
 from middleware.testing import capture_events
 from tests.conftest import Manager, ManagerFactory, RedisServer
 
@@ -52,7 +52,13 @@ def test_every_key_of_a_session_shares_one_hash_tag(manager: Manager, raw: Any) 
     manager.record_turn("user:42", user="hi", assistant="hello", tool_calls=[nav("home")])
     keys = sorted(k.decode() for k in raw.keys("mw:*"))
     session_keys = [k for k in keys if k != "mw:sessions"]
-    assert session_keys == ["mw:{user:42}:ctx", "mw:{user:42}:meta", "mw:{user:42}:recent", "mw:{user:42}:sum", "mw:{user:42}:traces"]
+    assert session_keys == [
+        "mw:{user:42}:ctx",
+        "mw:{user:42}:meta",
+        "mw:{user:42}:recent",
+        "mw:{user:42}:sum",
+        "mw:{user:42}:traces",
+    ]
 
 
 def test_braces_in_session_ids_cannot_break_the_hash_tag(manager: Manager) -> None:
@@ -61,7 +67,7 @@ def test_braces_in_session_ids_cannot_break_the_hash_tag(manager: Manager) -> No
         manager.record_turn(sid, user=f"hello {sid}", assistant="ok")
     for sid in ["a}b", "{a}", "a%7Db", "}{"]:
         assert manager.get_state(sid).recent[0]["content"] == f"hello {sid}"
-    tags = {SessionKeys("mw", sid).ctx for sid in ["a}b", "{a}", "a%7Db", "}{"]}
+    tags = {session_keys("mw", sid).ctx for sid in ["a}b", "{a}", "a%7Db", "}{"]}
     assert len(tags) == 4
     for key in tags:
         inner = key[key.index("{") + 1 : key.index("}")]
@@ -73,10 +79,10 @@ def test_every_write_refreshes_the_ttl_of_the_whole_session(atlas: Config, manag
     config = atlas.with_overrides(store={"ttl_seconds": 100})
     with managers(config) as mgr:
         mgr.record_turn("s", user="a", assistant="b", tool_calls=[nav("x")])
-        for key in SessionKeys("mw", "s").session_keys:
+        for key in session_keys("mw", "s"):
             raw.pexpire(key, 5_000)
         mgr.record_turn("s", user="c", assistant="d")  # sets no context key
-        present = [key for key in SessionKeys("mw", "s").session_keys if raw.exists(key)]
+        present = [key for key in session_keys("mw", "s") if raw.exists(key)]
         assert len(present) == 5  # all but the last-prompt key, written only when a prompt was composed
         ttls = [raw.pttl(key) for key in present]
         assert all(95_000 < ttl <= 100_000 for ttl in ttls), ttls
@@ -86,7 +92,7 @@ def test_ttl_zero_keeps_sessions_forever(atlas: Config, managers: ManagerFactory
     """ttl_seconds: 0 removes any expiry."""
     with managers(atlas.with_overrides(store={"ttl_seconds": 0})) as mgr:
         mgr.record_turn("s", user="a", assistant="b", tool_calls=[nav("x")])
-        present = [key for key in SessionKeys("mw", "s").session_keys if raw.exists(key)]
+        present = [key for key in session_keys("mw", "s") if raw.exists(key)]
         assert len(present) == 5  # all but the last-prompt key, written only when a prompt was composed
         assert all(raw.pttl(key) == -1 for key in present)
 
@@ -113,7 +119,7 @@ def test_corrupt_records_are_skipped_with_a_warning(manager: Manager, raw: Any) 
     """Garbage written straight into Redis is skipped; the rest of the session still loads."""
     manager.record_turn("s", user="a", assistant="b", tool_calls=[nav("x")])
     manager.record_turn("s", user="c", assistant="d")
-    keys = SessionKeys("mw", "s")
+    keys = session_keys("mw", "s")
     raw.zadd(keys.ctx, {"no equals sign": 9e15, "bad key!=v": 9e15, "tree_id=": 9e15, "tree_id=\n\t ": 9e15})
     raw.rpush(keys.recent, b"\xff\xfe garbage", json.dumps({"role": "system", "content": "x"}))
     raw.hset(keys.meta, "full_tokens", "lots")
@@ -130,7 +136,7 @@ def test_a_key_of_the_wrong_type_is_reported_and_repaired_on_write(manager: Mana
     """A foreign value at a session key is skipped on load and replaced on the next write,
     without applying the other commands twice."""
     manager.record_turn("s", user="a", assistant="b")
-    keys = SessionKeys("mw", "s")
+    keys = session_keys("mw", "s")
     raw.delete(keys.recent)
     raw.set(keys.recent, "a string, not a list")
     with capture_events() as events:
@@ -152,7 +158,7 @@ def test_context_keeps_the_most_recently_set_keys_in_auto_mode(atlas: Config, ma
         assert mgr.get_state("s").context == {"b": "b2", "d": "d", "e": "e"}
         # Superseded values were removed, not left behind: the zset holds what is shown plus
         # evicted keys still within the trim bound.
-        members = [m.decode() for m in raw.zrange(SessionKeys("mw", "s").ctx, 0, -1)]
+        members = [m.decode() for m in raw.zrange(session_keys("mw", "s").ctx, 0, -1)]
         assert "b=b" not in members and "b=b2" in members
 
 
@@ -221,7 +227,12 @@ def test_eight_threads_recording_into_one_session_lose_nothing(atlas: Config, re
         def work(worker: int) -> None:
             try:
                 for i in range(100):
-                    mgr.record_turn("shared", user=f"w{worker} turn {i}", assistant=f"done {worker}.{i}", tool_calls=[nav(f"n{i}", ui=f"ui{worker}")])
+                    mgr.record_turn(
+                        "shared",
+                        user=f"w{worker} turn {i}",
+                        assistant=f"done {worker}.{i}",
+                        tool_calls=[nav(f"n{i}", ui=f"ui{worker}")],
+                    )
             except BaseException as exc:  # pragma: no cover - reported below
                 errors.append(exc)
 
@@ -252,7 +263,12 @@ def test_eight_tasks_recording_into_one_session_lose_nothing(atlas: Config, real
 
             async def work(worker: int) -> None:
                 for i in range(100):
-                    await mgr.record_turn("shared", user=f"w{worker} turn {i}", assistant=f"done {worker}.{i}", tool_calls=[nav(f"n{i}", ui=f"ui{worker}")])
+                    await mgr.record_turn(
+                        "shared",
+                        user=f"w{worker} turn {i}",
+                        assistant=f"done {worker}.{i}",
+                        tool_calls=[nav(f"n{i}", ui=f"ui{worker}")],
+                    )
 
             await asyncio.gather(*(work(w) for w in range(8)))
             return await mgr.get_state("shared")
@@ -285,9 +301,9 @@ def test_a_session_expires_as_a_whole_after_its_idle_ttl(atlas: Config, managers
         state = mgr.get_state("short")
         assert state.turns == 2 and state.context == {"userinterface_name": "google_tv"} and len(state.recent) == 2
         deadline = time.monotonic() + 3
-        while any(raw.exists(k) for k in SessionKeys("mw", "short").session_keys) and time.monotonic() < deadline:
+        while any(raw.exists(k) for k in session_keys("mw", "short")) and time.monotonic() < deadline:
             time.sleep(0.05)
-        remaining = [k for k in SessionKeys("mw", "short").session_keys if raw.exists(k)]
+        remaining = [k for k in session_keys("mw", "short") if raw.exists(k)]
         assert remaining == []
         assert mgr.get_state("short").turns == 0
         assert mgr.list_sessions(search="short").entries == []  # the index forgets it too

@@ -56,9 +56,7 @@ def test_counting_works_offline_without_a_tiktoken_cache_dir() -> None:
 
 def test_unavailable_encoding_falls_back_instead_of_downloading() -> None:
     """An encoding litellm does not ship (r50k_base) falls back to cl100k_base offline."""
-    out = run_python(
-        "from middleware.tokens import get_tokenizer; print(get_tokenizer(encoding='r50k_base').encoding_name)"
-    )
+    out = run_python("from middleware.tokens import get_tokenizer; print(get_tokenizer(encoding='r50k_base').encoding_name)")
     assert out == "cl100k_base"
 
 
@@ -97,9 +95,7 @@ def test_message_counts_agree_with_litellm_token_counter(model: str) -> None:
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "get_current_node", "arguments": '{"x": 1}'}}
-            ],
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_current_node", "arguments": '{"x": 1}'}}],
         },
         {"role": "tool", "tool_call_id": "c1", "content": '{"node": "shop"}'},
     ]

@@ -246,7 +246,9 @@ class Composer:
         context, notes_cap = dict(state.context), config.notes.max_tokens
         trimmed: list[str] = []
         if config.tokens.memory_budget is not None:
-            lines, notes_cap, context, trimmed = self._fit_memory(lines, state.notes, notes_cap, context, config.tokens.memory_budget)
+            lines, notes_cap, context, trimmed = self._fit_memory(
+                lines, state.notes, notes_cap, context, config.tokens.memory_budget
+            )
         notes = self.notes_section(state.notes, notes_cap)
         system = self.system_prompt(context, notes)
         system_tokens = tokenizer.count_chat("system", system)
@@ -365,7 +367,9 @@ def _traces(turn: Turn, final: str, cap: int) -> tuple[dict[str, Any], ...]:
     for index, call in enumerate(turn.tool_calls):
         call_id = call.id or f"call_{index}"
         entries.append({"type": "tool_call", "call_id": call_id, "tool": call.name, "arguments": short(call.arguments_text)})
-        entries.append({"type": "tool_result", "call_id": call_id, "tool": call.name, "ok": call.ok, "result": short(call.result_text)})
+        entries.append(
+            {"type": "tool_result", "call_id": call_id, "tool": call.name, "ok": call.ok, "result": short(call.result_text)}
+        )
     entries.append({"type": "assistant", "content": short(final)})
     return tuple(entries)
 

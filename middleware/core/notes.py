@@ -80,9 +80,13 @@ def apply_operation(
     """
     if operation not in OPERATIONS:
         raise NotesError(f"Unknown notes operation {operation!r}; expected one of {list(OPERATIONS)}.")
-    if operation in {"overwrite", "append", "prepend", "replace_section_by_header"} and (content is None or not str(content).strip()):
+    if operation in {"overwrite", "append", "prepend", "replace_section_by_header"} and (
+        content is None or not str(content).strip()
+    ):
         raise NotesError(f"Notes operation '{operation}' needs non-empty content.")
-    if operation in {"replace_section_by_header", "delete_section_by_header"} and (not section_header or not _normalize_header(section_header)):
+    if operation in {"replace_section_by_header", "delete_section_by_header"} and (
+        not section_header or not _normalize_header(section_header)
+    ):
         raise NotesError(f"Notes operation '{operation}' needs a section_header.")
     text = str(content) if content is not None else ""
     if operation == "read":

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import orjson
@@ -38,32 +38,6 @@ from .context import sanitize_key, sanitize_value
 from .effects import Batch, Command, Plan
 from .state import SessionState, StoredMessage, TurnUpdate, whole_pairs
 from .text import one_line
-
-__all__ = [
-    "Corrupt",
-    "Inspection",
-    "Layout",
-    "Loaded",
-    "PairKeys",
-    "Recorded",
-    "SessionKeys",
-    "SessionPage",
-    "SessionSummary",
-    "decode_state",
-    "edit_notes",
-    "inspect",
-    "list_sessions",
-    "load",
-    "load_commands",
-    "notes",
-    "pair_sessions",
-    "ping",
-    "record",
-    "record_commands",
-    "replay",
-    "reset",
-    "resolve_session",
-]
 
 # The store's own records (recent messages, traces) are plain dicts built here: orjson
 # encodes and decodes them about ten times faster than the json module.
@@ -80,62 +54,36 @@ def _escape_tag(text: str) -> str:
     return text.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
 
 
-@dataclass(frozen=True, slots=True)
-class SessionKeys:
-    """The Redis key names of one session, built in this one place."""
+class SessionKeys(NamedTuple):
+    """The Redis key names of one session: written, expiring and reset together."""
 
-    prefix: str
-    session_id: str
-    ctx: str = field(init=False)
-    sum: str = field(init=False)
-    recent: str = field(init=False)
-    meta: str = field(init=False)
-    traces: str = field(init=False)
-    prompt: str = field(init=False)
-    index: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        base = f"{self.prefix}:{{{_escape_tag(self.session_id)}}}"
-        for name in ("ctx", "sum", "recent", "meta", "traces", "prompt"):
-            object.__setattr__(self, name, f"{base}:{name}")
-        object.__setattr__(self, "index", f"{self.prefix}:sessions")
-
-    @property
-    def session_keys(self) -> tuple[str, ...]:
-        """Every key of the session: written together, expiring together, reset together."""
-        return (self.ctx, self.sum, self.recent, self.meta, self.traces, self.prompt)
+    ctx: str
+    sum: str
+    recent: str
+    meta: str
+    traces: str
+    prompt: str
 
 
-@dataclass(frozen=True, slots=True)
-class PairKeys:
+class PairKeys(NamedTuple):
     """The keys of one (user, agent) pair: its active session, its sessions and its notes."""
 
-    prefix: str
-    user_id: str
-    agent: str
-
-    @property
-    def base(self) -> str:
-        # '|' separates the two parts, so it is escaped inside them like the braces.
-        tag = f"{_escape_tag(self.user_id).replace('|', '%7C')}|{_escape_tag(self.agent).replace('|', '%7C')}"
-        return f"{self.prefix}:{{u:{tag}}}"
-
-    @property
-    def active(self) -> str:
-        return f"{self.base}:active"
-
-    @property
-    def sessions(self) -> str:
-        return f"{self.base}:sessions"
-
-    @property
-    def notes(self) -> str:
-        return f"{self.base}:notes"
+    active: str
+    sessions: str
+    notes: str
 
 
 @functools.lru_cache(maxsize=65_536)
-def _session_keys(prefix: str, session_id: str) -> SessionKeys:
-    return SessionKeys(prefix, session_id)
+def session_keys(prefix: str, session_id: str) -> SessionKeys:
+    """The keys of a session, built in this one place."""
+    base = f"{prefix}:{{{_escape_tag(session_id)}}}"
+    return SessionKeys(*(f"{base}:{name}" for name in SessionKeys._fields))
+
+
+def pair_keys(prefix: str, user_id: str, agent: str) -> PairKeys:
+    """The keys of a (user, agent) pair; '|' separates the two, so it is escaped inside them."""
+    tag = "|".join(_escape_tag(part).replace("|", "%7C") for part in (user_id, agent))
+    return PairKeys(*(f"{prefix}:{{u:{tag}}}:{name}" for name in PairKeys._fields))
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,10 +116,10 @@ class Layout:
         )
 
     def session(self, session_id: str) -> SessionKeys:
-        return _session_keys(self.prefix, session_id)
+        return session_keys(self.prefix, session_id)
 
     def pair(self, user_id: str, agent: str) -> PairKeys:
-        return PairKeys(self.prefix, user_id, agent)
+        return pair_keys(self.prefix, user_id, agent)
 
     def expire(self, key: str) -> Command:
         """Refresh ``key``'s idle expiry (or make it permanent when the TTL is 0)."""
@@ -357,11 +305,11 @@ def _member(key: str, value: str) -> str:
 
 
 def record_commands(
-    layout: Layout, keys: SessionKeys, update: TurnUpdate, *, now: float, superseded: Iterable[str] = ()
+    layout: Layout, session_id: str, update: TurnUpdate, *, now: float, superseded: Iterable[str] = ()
 ) -> list[Command]:
     """The commands of one recorded turn, all commutative, for one MULTI/EXEC. The listing
     index joins them except on a cluster, where it lives in another slot."""
-    now_us = int(now * 1_000_000)
+    keys, now_us = layout.session(session_id), int(now * 1_000_000)
     commands: list[Command] = []
     scored: dict[str, int] = {}
     if update.context:
@@ -377,7 +325,9 @@ def record_commands(
         commands.append(("rpush", keys.sum, update.summary_line))
         commands.append(("ltrim", keys.sum, -layout.summary_lines, -1))
     if layout.recent_messages and update.recent:
-        records = [_dumps({"role": m.role, "content": m.content, "tokens": m.tokens, "turn": update.turn_id}) for m in update.recent]
+        records = [
+            _dumps({"role": m.role, "content": m.content, "tokens": m.tokens, "turn": update.turn_id}) for m in update.recent
+        ]
         commands.append(("rpush", keys.recent, *records))
         commands.append(("ltrim", keys.recent, -layout.recent_messages, -1))
     if update.traces and layout.trace_entries:
@@ -393,9 +343,9 @@ def record_commands(
         # hset(name, key, value, mapping): both fields in one command
         ("hset", keys.meta, None, None, {"updated": repr(now), "last_turn": update.turn_id}),
     ]
-    commands += [layout.expire(key) for key in keys.session_keys]
+    commands += [layout.expire(key) for key in keys]
     if not layout.cluster:
-        commands += index_commands(layout, keys.session_id, now=now)
+        commands += index_commands(layout, session_id, now=now)
     return commands
 
 
@@ -415,8 +365,7 @@ class Recorded(NamedTuple):
 def record(layout: Layout, session_id: str, update: TurnUpdate, *, now: float, superseded: Iterable[str] = ()) -> Plan[Recorded]:
     """Write one turn in one MULTI/EXEC. A key holding a foreign type is deleted and only
     its own commands replayed (every other command already applied once)."""
-    keys = layout.session(session_id)
-    commands = record_commands(layout, keys, update, now=now, superseded=superseded)
+    commands = record_commands(layout, session_id, update, now=now, superseded=superseded)
     results = yield Batch(commands, transaction=True)
     bad = sorted({cmd[1] for cmd, result in zip(commands, results, strict=True) if isinstance(result, Exception)})
     if bad:
@@ -425,7 +374,10 @@ def record(layout: Layout, session_id: str, update: TurnUpdate, *, now: float, s
         commands = [*commands, *repair]
     if layout.cluster:
         yield Batch(index_commands(layout, session_id, now=now))
-    turns = next((r for c, r in zip(commands, results, strict=True) if c[:3] == ("hincrby", keys.meta, "turns") and isinstance(r, int)), 0)
+    meta = layout.session(session_id).meta
+    turns = next(
+        (r for c, r in zip(commands, results, strict=True) if c[:3] == ("hincrby", meta, "turns") and isinstance(r, int)), 0
+    )
     return Recorded(turns, tuple(bad))
 
 
@@ -442,7 +394,9 @@ def _holds_turn(replies: Sequence[Any], turn_id: str) -> bool:
     return False
 
 
-def replay(layout: Layout, session_id: str, update: TurnUpdate, *, now: float, superseded: Iterable[str] = ()) -> Plan[Recorded | None]:
+def replay(
+    layout: Layout, session_id: str, update: TurnUpdate, *, now: float, superseded: Iterable[str] = ()
+) -> Plan[Recorded | None]:
     """Write a turn held through an outage, unless its first attempt did reach Redis (its
     reply was lost): then None. Exact unless other writers recorded two or more turns
     in the session since."""
@@ -457,7 +411,7 @@ def replay(layout: Layout, session_id: str, update: TurnUpdate, *, now: float, s
 def reset(layout: Layout, session_id: str) -> Plan[None]:
     """Delete every key of the session and its index entry."""
     keys = layout.session(session_id)
-    yield Batch([("delete", key) for key in keys.session_keys], transaction=not layout.cluster)
+    yield Batch([("delete", key) for key in keys], transaction=not layout.cluster)
     yield Batch([("zrem", layout.index, session_id)])
 
 
@@ -487,7 +441,10 @@ def resolve_session(layout: Layout, user_id: str, agent: str, *, candidate: str,
         activate += [("pexpire", pair.active, ttl), ("pexpire", pair.sessions, ttl)]
     _checked((yield Batch(activate, transaction=True)))
     meta = layout.session(candidate).meta
-    owner: list[Command] = [("hset", meta, None, None, {"user": user_id, "agent": agent}), *([("pexpire", meta, ttl)] if ttl else [])]
+    owner: list[Command] = [
+        ("hset", meta, None, None, {"user": user_id, "agent": agent}),
+        *([("pexpire", meta, ttl)] if ttl else []),
+    ]
     _checked((yield Batch(owner)))
     return candidate
 
@@ -583,7 +540,9 @@ def _summary(state: SessionState, score: float) -> SessionSummary:
 def _index_page(layout: Layout, search: str | None, page: int, page_size: int) -> Plan[tuple[list[tuple[str, float]], int]]:
     start = (page - 1) * page_size
     if not search:
-        total, rows = _checked((yield Batch([("zcard", layout.index), ("zrevrange", layout.index, start, start + page_size - 1, True)])))
+        total, rows = _checked(
+            (yield Batch([("zcard", layout.index), ("zrevrange", layout.index, start, start + page_size - 1, True)]))
+        )
         return [(_text(m), s) for m, s in rows], int(total)
     pattern, cursor, found = f"*{search.translate(_GLOB_SPECIAL)}*", 0, []
     while True:

@@ -18,6 +18,7 @@ from .text import clean_text
 __all__ = ["Prompt", "SessionState", "StoredMessage", "TokenBreakdown", "ToolCall", "Turn", "TurnUpdate"]
 
 _MAX_TOOL_NAME = 256
+_TOOL_CALL_FIELDS = frozenset({"name", "arguments", "result", "ok", "id"})
 
 
 # One encoder for every value: json.dumps with non-default options builds a new
@@ -77,9 +78,7 @@ class ToolCall:
         if not isinstance(self.name, str) or not self.name.strip():
             raise InvalidToolCallError(f"ToolCall.name must be a non-empty string, got {self.name!r}.")
         if len(self.name) > _MAX_TOOL_NAME:
-            raise InvalidToolCallError(
-                f"ToolCall.name has {len(self.name)} characters; expected at most {_MAX_TOOL_NAME}."
-            )
+            raise InvalidToolCallError(f"ToolCall.name has {len(self.name)} characters; expected at most {_MAX_TOOL_NAME}.")
         if not isinstance(self.ok, bool):
             raise InvalidToolCallError(f"ToolCall.ok must be a bool, got {self.ok!r}.")
         object.__setattr__(self, "args", _parse_arguments(self.arguments))
@@ -99,6 +98,23 @@ class ToolCall:
         return self._texts[1]
 
     @classmethod
+    def coerce(cls, value: Any) -> ToolCall:
+        """``value`` as a ToolCall: a ToolCall, a mapping of its fields, or an OpenAI ``tool_calls`` entry."""
+        if isinstance(value, ToolCall):
+            return value
+        if not isinstance(value, Mapping):
+            raise InvalidToolCallError(f"A tool call must be a ToolCall or a mapping, got {type(value).__name__}.")
+        if "function" in value:  # an OpenAI tool_calls entry
+            return cls.from_openai(value, result=value.get("result"), ok=value.get("ok", True))
+        unknown = set(value) - _TOOL_CALL_FIELDS
+        if unknown or "name" not in value:
+            problem = f"unknown fields {sorted(map(str, unknown))[:10]}" if unknown else "no 'name'"
+            raise InvalidToolCallError(
+                f"Tool call has {problem}; expected 'name' and optionally {sorted(_TOOL_CALL_FIELDS - {'name'})}."
+            )
+        return cls(**value)
+
+    @classmethod
     def from_openai(cls, call: Mapping[str, Any], *, result: Any = None, ok: bool = True) -> ToolCall:
         """Build from an OpenAI ``tool_calls`` entry: ``{"id", "function": {"name", "arguments"}}``."""
         function = call.get("function") or {}
@@ -116,9 +132,7 @@ def check_text_size(value: Any, *, what: str, limit: int | None) -> Any:
     if not isinstance(value, str):
         raise InvalidMessageError(f"{what} must be a string, got {type(value).__name__}.")
     if limit is not None and len(value) > limit:
-        raise InvalidMessageError(
-            f"{what} has {len(value):,} characters; the limit is {limit:,} (tokens.max_message_chars)."
-        )
+        raise InvalidMessageError(f"{what} has {len(value):,} characters; the limit is {limit:,} (tokens.max_message_chars).")
     return value
 
 
@@ -139,9 +153,7 @@ class Turn:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "user", _message_text(self.user, what="The user message", allow_empty=False))
-        object.__setattr__(
-            self, "assistant", _message_text(self.assistant, what="The assistant reply", allow_empty=True)
-        )
+        object.__setattr__(self, "assistant", _message_text(self.assistant, what="The assistant reply", allow_empty=True))
         calls = tuple(self.tool_calls) if isinstance(self.tool_calls, Iterable) else None
         if calls is None or not all(isinstance(call, ToolCall) for call in calls):
             raise InvalidToolCallError("Turn.tool_calls must be an iterable of ToolCall.")

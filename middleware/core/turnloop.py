@@ -91,8 +91,7 @@ class TurnLoop:
                 "role": "assistant",
                 "content": content if isinstance(content, str) and content else None,
                 "tool_calls": [
-                    {"id": p.id, "type": "function", "function": {"name": p.name, "arguments": p.arguments}}
-                    for p in pending
+                    {"id": p.id, "type": "function", "function": {"name": p.name, "arguments": p.arguments}} for p in pending
                 ],
             }
         )

@@ -87,7 +87,9 @@ def _plan(request: str, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]
             return _reply(f"Which interface should I open '{match['node']}' on? For example: google_tv.")
         tree = context.get("tree_id") if ui == context.get("userinterface_name") else None
         return _ask(
-            _call(messages, "navigate_to_node", node=match["node"].lower(), userinterface_name=ui, tree_id=tree, device_id=device),
+            _call(
+                messages, "navigate_to_node", node=match["node"].lower(), userinterface_name=ui, tree_id=tree, device_id=device
+            ),
         )
     if match := _CLICK.search(request):
         if not ui:

@@ -1,0 +1,82 @@
+"""What chatbots and providers send back, read into the turn's final text and tool calls.
+
+Pure functions: a wrapped chatbot may return a string, an OpenAI-style message dict, a
+list of the turn's new messages (assistant tool calls, tool results, final answer) or a
+litellm/OpenAI response; tool results arrive as ``tool`` messages answering call ids.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..exceptions import LLMError
+from .state import ToolCall
+
+__all__ = ["as_dict", "calls_of", "interpret_reply", "succeeded", "tool_results"]
+
+
+def succeeded(result: Any) -> bool:
+    """A tool that returns ``{"success": False}`` or ``{"error": ...}`` did not succeed:
+    its arguments must not become context keys."""
+    if isinstance(result, Mapping):
+        if result.get("success") is False or result.get("ok") is False:
+            return False
+        if result.get("error") and "success" not in result:
+            return False
+    return True
+
+
+def as_dict(message: Any) -> dict[str, Any]:
+    if isinstance(message, Mapping):
+        return dict(message)
+    if hasattr(message, "model_dump"):
+        return message.model_dump()  # type: ignore[no-any-return]
+    raise LLMError(f"The chatbot returned a message of type {type(message).__name__}; expected a dict.")
+
+
+def calls_of(message: Mapping[str, Any], results: Mapping[str, Any]) -> list[ToolCall]:
+    """The tool calls an assistant message asked for, with their results (by call id) and outcome."""
+    calls = []
+    for call in message.get("tool_calls") or ():
+        call = as_dict(call)
+        result = results.get(call.get("id") or "")
+        calls.append(ToolCall.from_openai(call, result=result, ok=succeeded(result)))
+    return calls
+
+
+def tool_results(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The results of the tool messages among ``messages``, by call id (JSON decoded where it is JSON)."""
+    results = {}
+    for message in messages:
+        if message.get("role") == "tool":
+            content = message.get("content")
+            try:
+                results[message.get("tool_call_id") or ""] = json.loads(content) if isinstance(content, str) else content
+            except ValueError:
+                results[message.get("tool_call_id") or ""] = content
+    return results
+
+
+def interpret_reply(reply: Any) -> tuple[str, list[ToolCall], Any, str | None]:
+    """(final text, tool calls, provider usage, model) from whatever a chatbot returns:
+    a string, an OpenAI-style message dict, a list of the turn's new messages
+    (assistant tool calls, tool results, final answer) or a litellm/OpenAI response."""
+    if isinstance(reply, str):
+        return reply, [], None, None
+    if hasattr(reply, "choices"):
+        message = as_dict(reply.choices[0].message)
+        return message.get("content") or "", calls_of(message, {}), getattr(reply, "usage", None), getattr(reply, "model", None)
+    if isinstance(reply, Mapping):
+        return reply.get("content") or "", calls_of(reply, {}), reply.get("usage"), None
+    if isinstance(reply, Sequence):
+        messages = [as_dict(m) for m in reply]
+        results = tool_results(messages)
+        calls = [c for m in messages if m.get("role") == "assistant" for c in calls_of(m, results)]
+        finals = [m.get("content") for m in messages if m.get("role") == "assistant" and m.get("content")]
+        return (finals[-1] if finals else ""), calls, None, None
+    raise LLMError(
+        f"The chatbot returned a {type(reply).__name__}; expected a string, a message dict, "
+        "a list of messages or a litellm/OpenAI response."
+    )
