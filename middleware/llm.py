@@ -44,10 +44,10 @@ SCRIPTED_PRICE_AS = "gpt-4o-mini"
 
 def _scripted_handler() -> Any:
     import litellm
-    from litellm import CustomLLM
+    from litellm.llms.custom_llm import CustomLLM
     from litellm.types.utils import ChatCompletionMessageToolCall, Choices, Function, Message, ModelResponse, Usage
 
-    class ScriptedLLM(CustomLLM):  # type: ignore[misc]
+    class ScriptedLLM(CustomLLM):
         """Answers with a registered responder; usage counted like an OpenAI model."""
 
         def _answer(
@@ -274,7 +274,7 @@ def cost_of(model: str, usage: Mapping[str, int | None]) -> float | None:
     cached = usage.get("cached_tokens") or 0
     cached_price = info.get("cache_read_input_token_cost") or prompt_price
     prompt = (usage["prompt_tokens"] or 0) - cached
-    return prompt * prompt_price + cached * cached_price + (usage.get("completion_tokens") or 0) * completion_price
+    return float(prompt * prompt_price + cached * cached_price + (usage.get("completion_tokens") or 0) * completion_price)
 
 
 @functools.lru_cache(maxsize=256)

@@ -158,7 +158,9 @@ class Report:
 def build_report(
     records: Iterable[Mapping[str, Any]], *, bad_lines: int = 0, session: str | None = None, since: datetime | None = None
 ) -> Report:
-    total, sessions, models, kept = Totals(), {}, {}, []
+    total, kept = Totals(), []
+    sessions: dict[str, Totals] = {}
+    models: dict[str, Totals] = {}
     for record in records:
         if session is not None and record["session"] != session:
             continue
@@ -206,7 +208,7 @@ def _chart_svg(points: Sequence[tuple[int, float, float]], width: int = 760, hei
     left, right, top, bottom = 64, 20, 20, 44
     plot_w, plot_h = width - left - right, height - top - bottom
     top_value = max(max(f for _, _, f in points), 1)
-    step = 10 ** max(0, len(str(int(top_value))) - 1)
+    step = int(10 ** max(0, len(str(int(top_value))) - 1))
     ceiling = math.ceil(top_value / step) * step
     first, last = points[0][0], points[-1][0]
     span = max(last - first, 1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
 from .core.effects import END, Abandoned, Batch, Effect, Emit, Next, Program
@@ -86,7 +86,9 @@ def run(program: Program[T], send: Send = _no_store, error: BaseException | None
             return stop.value  # type: ignore[no-any-return]
 
 
-async def adrive(program: Program[Any], send: ASend, out: list[Any], error: BaseException | None = None) -> AsyncIterator[str]:
+async def adrive(
+    program: Program[Any], send: ASend, out: list[Any], error: BaseException | None = None
+) -> AsyncGenerator[str, None]:
     """``drive`` for the async face: awaits effects; the program's result goes into ``out``."""
     value: Any = None
     while (step := _resume(program, value, error))[0] is not _DONE:

@@ -67,15 +67,15 @@ def interpret_reply(reply: Any) -> tuple[str, list[ToolCall], Any, str | None]:
         return reply, [], None, None
     if hasattr(reply, "choices"):
         message = as_dict(reply.choices[0].message)
-        return message.get("content") or "", calls_of(message, {}), getattr(reply, "usage", None), getattr(reply, "model", None)
+        return str(message.get("content") or ""), calls_of(message, {}), getattr(reply, "usage", None), getattr(reply, "model", None)
     if isinstance(reply, Mapping):
-        return reply.get("content") or "", calls_of(reply, {}), reply.get("usage"), None
+        return str(reply.get("content") or ""), calls_of(reply, {}), reply.get("usage"), None
     if isinstance(reply, Sequence):
         messages = [as_dict(m) for m in reply]
         results = tool_results(messages)
         calls = [c for m in messages if m.get("role") == "assistant" for c in calls_of(m, results)]
         finals = [m.get("content") for m in messages if m.get("role") == "assistant" and m.get("content")]
-        return (finals[-1] if finals else ""), calls, None, None
+        return str(finals[-1] if finals else ""), calls, None, None
     raise LLMError(
         f"The chatbot returned a {type(reply).__name__}; expected a string, a message dict, "
         "a list of messages or a litellm/OpenAI response."

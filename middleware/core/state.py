@@ -87,15 +87,17 @@ class ToolCall:
     @property
     def arguments_text(self) -> str:
         """The arguments as text (computed once: counting and traces both need it)."""
-        if self._texts[0] is None:
-            self._texts[0] = to_text(self.arguments)
-        return self._texts[0]
+        text = self._texts[0]
+        if text is None:
+            text = self._texts[0] = to_text(self.arguments)
+        return text
 
     @property
     def result_text(self) -> str:
-        if self._texts[1] is None:
-            self._texts[1] = to_text(self.result)
-        return self._texts[1]
+        text = self._texts[1]
+        if text is None:
+            text = self._texts[1] = to_text(self.result)
+        return text
 
     @classmethod
     def coerce(cls, value: Any) -> ToolCall:
