@@ -75,9 +75,7 @@ def _arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
         annotation = hints.get(name, Any)
         default = ... if param.default is param.empty else param.default
         fields[name] = (annotation, Field(default, description=param_docs.get(name) or None))
-    return create_model(
-        f"{fn.__name__}_arguments", __config__=ConfigDict(extra="forbid"), **fields
-    )
+    return create_model(f"{fn.__name__}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
 
 
 def _compact(schema: dict[str, Any]) -> dict[str, Any]:

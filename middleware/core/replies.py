@@ -67,7 +67,12 @@ def interpret_reply(reply: Any) -> tuple[str, list[ToolCall], Any, str | None]:
         return reply, [], None, None
     if hasattr(reply, "choices"):
         message = as_dict(reply.choices[0].message)
-        return str(message.get("content") or ""), calls_of(message, {}), getattr(reply, "usage", None), getattr(reply, "model", None)
+        return (
+            str(message.get("content") or ""),
+            calls_of(message, {}),
+            getattr(reply, "usage", None),
+            getattr(reply, "model", None),
+        )
     if isinstance(reply, Mapping):
         return str(reply.get("content") or ""), calls_of(reply, {}), reply.get("usage"), None
     if isinstance(reply, Sequence):
