@@ -1,4 +1,4 @@
-"""The memory inspector's JSON API (and the views under it)."""
+"""The memory inspector's JSON API (and the views under it), over both managers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from middleware import Config, SessionManager, ToolCall
+from middleware import AsyncSessionManager, Config, SessionManager, ToolCall
 from middleware.core.plans import session_keys
 from middleware.demo.device import LAB
 from middleware.inspector import conversation_view
@@ -36,8 +36,21 @@ def mgr(atlas: Config, store_url: str, tmp_path: Path) -> Iterator[SessionManage
 
 
 @pytest.fixture
-def client(mgr: SessionManager) -> TestClient:
-    return TestClient(create_app(mgr))
+def client(mgr: SessionManager, face: str) -> Iterator[TestClient]:
+    """The inspector over the store ``mgr`` filled, served by a manager of the face under test."""
+    if face == "sync":
+        yield TestClient(create_app(mgr))
+        return
+    amgr = AsyncSessionManager(mgr.config)
+    with TestClient(create_app(amgr)) as client:  # one event loop for every request
+        yield client
+        client.portal.call(amgr.close)  # type: ignore[union-attr]
+
+
+def test_health_checks_the_store(client: TestClient) -> None:
+    """/api/health answers ok only after the store did."""
+    health = client.get("/api/health")
+    assert health.status_code == 200 and health.json()["ok"] is True and "Store(url=" in health.json()["store"]
 
 
 def test_listing_is_newest_first_paged_and_clamped(client: TestClient, mgr: SessionManager) -> None:
@@ -163,13 +176,15 @@ def test_a_token_guards_every_route(mgr: SessionManager) -> None:
     assert guarded.get("/api/sessions", params={"token": "wrong"}).status_code == 401
 
 
-def test_an_unreachable_store_is_503_without_the_password(atlas: Config) -> None:
-    """A dead Redis is a 503 naming the store, password masked, not a 500."""
+@pytest.mark.parametrize("route", ["/api/sessions", "/api/health", "/api/session?id=s"])
+def test_an_unreachable_store_is_503_without_the_password(atlas: Config, face: str, route: str) -> None:
+    """A dead Redis is a 503 naming the store, password masked, not a 500, on every route (health too)."""
     from middleware.testing import free_port
 
     config = atlas.with_overrides(store={"url": f"redis://:pw-42@127.0.0.1:{free_port()}/0", "timeout_seconds": 0.5})
-    with SessionManager(config) as dead:
-        response = TestClient(create_app(dead)).get("/api/sessions")
+    dead = SessionManager(config) if face == "sync" else AsyncSessionManager(config)
+    with TestClient(create_app(dead)) as client:
+        response = client.get(route)
     assert response.status_code == 503 and "pw-42" not in response.text and "unreachable" in response.json()["error"]
 
 

@@ -1,0 +1,201 @@
+"""The store plans alone: fed replies by hand, no Redis, no driver."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import orjson
+import pytest
+from redis.exceptions import ResponseError
+
+from middleware import Config, StoreError, ToolCall, Turn, apply_turn
+from middleware.core import plans
+from middleware.core.effects import Batch
+
+LAYOUT = plans.Layout.of(Config())
+CLUSTER = plans.Layout.of(Config().with_overrides(store={"cluster": True}))
+KEYS = LAYOUT.session("s1")
+
+
+def play(plan: Generator[Batch, list[Any], Any], *replies: Any) -> tuple[list[Batch], Any]:
+    """Run ``plan`` feeding it ``replies`` in order (a list, or a function of the batch);
+    the batches it sent and its result. Fails if it asks for more round trips than that."""
+    batches: list[Batch] = []
+    try:
+        batch = next(plan)
+        for reply in replies:
+            batches.append(batch)
+            batch = plan.send(reply(batch) if callable(reply) else reply)
+    except StopIteration as stop:
+        return batches, stop.value
+    raise AssertionError(f"the plan asked for another round trip: {batch}")
+
+
+def replies_of(value: Any) -> Any:
+    """A reply of ``value`` to every command of the batch."""
+    return lambda batch: [value] * len(batch.commands)
+
+
+def stored(role: str, content: str, tokens: int = 5, turn: str = "t") -> bytes:
+    return orjson.dumps({"role": role, "content": content, "tokens": tokens, "turn": turn})
+
+
+def update(turn_id: str = "t9", **tool: Any) -> Any:
+    calls = (ToolCall(name="navigate_to_node", arguments=tool),) if tool else ()
+    return apply_turn(Turn(user="goto shop", assistant="ok", tool_calls=calls), Config(), turn_id=turn_id)
+
+
+def test_a_load_is_one_batch_of_four_reads_decoded_into_the_state() -> None:
+    """load reads ctx, summary, recent and meta in one pipeline and decodes them."""
+    replies = [
+        [(b"ui=tv", 2.0), (b"ui=old", 1.0), (b"node=shop", 3.0)],
+        [b"\xe2\x80\xa2 one \xe2\x86\x92 did one", b"\xe2\x80\xa2 two \xe2\x86\x92 did two"],
+        [stored("user", "goto shop"), stored("assistant", "ok")],
+        {b"turns": b"2", b"full_tokens": b"40"},
+    ]
+    batches, loaded = play(plans.load(LAYOUT, "s1"), replies)
+    assert [b.transaction for b in batches] == [False] and [c[0] for c in batches[0].commands] == [
+        "zrange",
+        "lrange",
+        "lrange",
+        "hgetall",
+    ]
+    state = loaded.state
+    assert state.context == {"ui": "tv", "node": "shop"}  # the highest score wins
+    assert state.summary == ["• one → did one"]  # the last line belongs to the turn in the recent window
+    assert state.recent == [{"role": "user", "content": "goto shop"}, {"role": "assistant", "content": "ok"}]
+    assert (state.turns, state.full_tokens, loaded.corrupt) == (2, 40, ())
+    assert loaded.seen == {"ui": {"ui=tv", "ui=old"}, "node": {"node=shop"}}
+
+
+def test_corrupt_records_come_back_with_the_result() -> None:
+    """Unusable members, entries and numbers are skipped and listed, part by part (no logging, no thread-local)."""
+    replies = [
+        [(b"no equals", 1.0), (b"bad key!=v", 1.0)],
+        ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"),
+        [b"\xff garbage"],
+        {b"turns": b"lots"},
+    ]
+    _, loaded = play(plans.load(LAYOUT, "s1"), replies)
+    assert [c.part for c in loaded.corrupt] == ["sum", "ctx", "ctx", "recent", "meta"]
+    assert loaded.state.is_empty and str(loaded.corrupt[0]).startswith("sum: unreadable")
+
+
+def test_the_notes_of_a_known_owner_join_the_load_and_a_new_owner_costs_a_second_read() -> None:
+    """With the owner the caller saw, the notes come in the same round trip; when the stored
+    owner differs, one more read fetches theirs."""
+    empty = [[], [], [], {b"user": b"alice", b"agent": b"atlas"}]
+    batches, loaded = play(plans.load(LAYOUT, "s1", owner=("alice", "atlas")), [*empty, b"- likes tv"])
+    assert len(batches) == 1 and batches[0].commands[-1] == ("get", plans.pair_keys("mw", "alice", "atlas").notes)
+    assert loaded.state.notes == "- likes tv" and loaded.state.owner == ("alice", "atlas")
+    batches, loaded = play(plans.load(LAYOUT, "s1", owner=("bob", "atlas")), [*empty, b"bob's"], [b"alice's"])
+    assert len(batches) == 2 and loaded.state.notes == "alice's"
+
+
+def test_a_record_is_one_transaction_of_commuting_writes_with_the_index() -> None:
+    """record sends one MULTI/EXEC: context, summary, recent, traces, counters, expiry
+    of every key, and the listing index; it reads nothing. The turn count is the reply of HINCRBY."""
+    commands_sent, recorded = play(plans.record(LAYOUT, "s1", update(ui="tv"), now=100.0, superseded=["ui=old"]), replies_of(1))
+    (batch,) = commands_sent
+    names = [c[0] for c in batch.commands]
+    assert batch.transaction and not {"get", "hget", "lrange", "zrange", "hgetall", "watch"} & set(names)
+    assert ("zrem", KEYS.ctx, "ui=old") in batch.commands
+    assert ("hincrby", KEYS.meta, "turns", 1) in batch.commands
+    assert {c[1] for c in batch.commands if c[0] == "pexpire"} == set(KEYS)
+    assert ("zadd", LAYOUT.index, {"s1": 100.0}) in batch.commands
+    assert recorded == plans.Recorded(turns=1)
+
+
+def test_on_a_cluster_the_index_is_written_after_the_session_transaction() -> None:
+    """The index lives in another slot: its own round trip, after the turn's transaction."""
+    batches, recorded = play(plans.record(CLUSTER, "s1", update(), now=100.0), replies_of(7), [1, 0])
+    assert [b.transaction for b in batches] == [True, False]
+    assert all(LAYOUT.index not in c for c in batches[0].commands) and batches[1].commands[0][1] == LAYOUT.index
+    assert recorded.turns == 7
+
+
+def test_a_key_of_a_foreign_type_is_deleted_and_only_its_own_commands_replayed() -> None:
+    """A WRONGTYPE reply on one key: a second transaction deletes that key and replays its commands."""
+    plan = plans.record(LAYOUT, "s1", update(), now=1.0)
+    first = next(plan)
+    replies = [ResponseError("WRONGTYPE") if c[1] == KEYS.recent else 1 for c in first.commands]
+    repair = plan.send(replies)
+    assert repair.transaction and repair.commands[0] == ("delete", KEYS.recent)
+    assert all(c[1] == KEYS.recent for c in repair.commands)
+    with pytest.raises(StopIteration) as stop:
+        plan.send([1] * len(repair.commands))
+    assert stop.value.value == plans.Recorded(turns=1, repaired=(KEYS.recent,))
+
+
+def test_a_held_turn_already_in_redis_is_not_written_again() -> None:
+    """replay checks the last turn id and the recent window first; a turn found there is not rewritten."""
+    batches, result = play(plans.replay(LAYOUT, "s1", update("t9"), now=1.0), [b"t1", [stored("user", "goto shop", turn="t9")]])
+    assert len(batches) == 1 and result is None
+    batches, result = play(plans.replay(LAYOUT, "s1", update("t9"), now=1.0), [b"t1", []], replies_of(4))
+    assert len(batches) == 2 and batches[1].transaction and result.turns == 4
+
+
+def test_resolving_a_session_keeps_the_winner_of_a_race() -> None:
+    """HSETNX settles two first calls: the loser returns the winner's id after one round trip;
+    a new session is activated and given its owner."""
+    batches, winner = play(plans.resolve_session(LAYOUT, "alice", "atlas", candidate="mine", now=1.0), [1, 1, 1, b"theirs", 1])
+    assert (len(batches), winner) == (1, "theirs")
+    batches, sid = play(
+        plans.resolve_session(LAYOUT, "alice", "atlas", candidate="mine", now=1.0, new=True), [1, 1, 1, 1], [1, 1]
+    )
+    assert sid == "mine" and [b.transaction for b in batches] == [True, False]
+    assert batches[1].commands[0] == ("hset", LAYOUT.session("mine").meta, None, None, {"user": "alice", "agent": "atlas"})
+
+
+def test_a_notes_edit_is_compare_and_set_and_tries_again_when_someone_wrote_first() -> None:
+    """The edit reads, then sets only if the notes are unchanged; a refused set reads again."""
+    edits: list[str] = []
+
+    def append(current: str) -> str:
+        edits.append(current)
+        return (current + "\n- new").strip()
+
+    batches, result = play(plans.edit_notes(LAYOUT, "u", "a", append), [None], [0], [b"- theirs"], [1])
+    assert result == "- theirs\n- new" and edits == ["", "- theirs"]
+    assert batches[1].commands[0][:2] == ("execute_command", "EVAL") and batches[1].commands[0][-2:] == ("", "- new")
+
+
+def test_a_notes_edit_that_never_wins_is_an_error_not_a_loop() -> None:
+    plan = plans.edit_notes(LAYOUT, "u", "a", lambda current: current + "x")  # every set refused
+    with pytest.raises(StoreError, match="changed under"):
+        play(plan, *([[None], [0]] * plans._NOTES_ATTEMPTS))
+
+
+def test_error_replies_are_store_errors_where_nothing_can_be_skipped() -> None:
+    """An error reply to a read the operation cannot do without is a StoreError naming it."""
+    with pytest.raises(StoreError, match="NOPERM"):
+        play(plans.ping(LAYOUT), [ResponseError("NOPERM this user has no permissions")])
+    with pytest.raises(StoreError, match="WRONGTYPE"):
+        play(plans.edit_notes(LAYOUT, "u", "a", str), [ResponseError("WRONGTYPE")])
+
+
+def test_listing_pages_through_the_index_and_forgets_expired_sessions() -> None:
+    """A search scans the index until its cursor is 0; sessions gone from the store are
+    dropped from the page and from the index."""
+    live = [[(b"k=v", 1.0)], [], [], {b"turns": b"3", b"updated": b"50.0"}]
+    gone: list[Any] = [[], [], [], {}]
+    plan = plans.list_sessions(LAYOUT, search="user", page=1, page_size=10)
+    scans = [[(5, [(b"user-1", 50.0)])], [(0, [(b"user-2", 40.0)])]]
+    batches, page = play(plan, *scans, [*live, *gone], [1])
+    assert [b.commands[0][0] for b in batches] == ["zscan", "zscan", "zrange", "zrem"]
+    assert batches[0].commands[0][3] == "*user*" and batches[-1].commands[0] == ("zrem", LAYOUT.index, "user-2")
+    assert [(e.session_id, e.turns, e.context_keys) for e in page.entries] == [("user-1", 3, 1)] and page.total == 1
+
+
+def test_search_text_is_matched_literally() -> None:
+    """Glob characters in the search text are escaped before they reach SCAN MATCH."""
+    batch = next(plans.list_sessions(LAYOUT, search="a*[b]?"))
+    assert batch.commands[0][3] == "*a\\*\\[b\\]\\?*"
+
+
+def test_inspection_reads_state_traces_and_prompt_in_one_round_trip() -> None:
+    replies = [[], [], [], {b"turns": b"1"}, [b"trace"], b'{"messages": []}']
+    batches, seen = play(plans.inspect(LAYOUT, "s1", traces=5), replies)
+    assert len(batches) == 1 and batches[0].commands[4] == ("lrange", KEYS.traces, -5, -1)
+    assert (seen.state.turns, seen.traces, seen.prompt) == (1, [b"trace"], b'{"messages": []}')
