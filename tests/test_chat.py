@@ -375,6 +375,52 @@ def test_the_sync_managers_async_methods_keep_store_calls_off_the_event_loop(atl
     assert len(threads) >= 8 and loop_thread not in threads
 
 
+def test_the_result_sums_what_the_calls_cost(mgr: Manager) -> None:
+    """ChatResult.usage and cost_usd add up the usage lines of the turn's calls; str() is the text."""
+    result = mgr.chat("s", "take control of device1 on sunri-pi1", model="scripted/atlas")
+    assert len(result.calls) == 2 and str(result) == result.text
+    assert result.usage["prompt_tokens"] == sum(line["provider"]["prompt_tokens"] for line in result.calls) > 0
+    assert result.cost_usd == pytest.approx(sum(line["cost_usd"] for line in result.calls))
+
+
+def test_tool_results_are_cut_to_keep_the_next_call_within_the_budget(atlas: Config, managers: ManagerFactory) -> None:
+    """A tool result too big for the budget reaches the model cut in the middle, its ends kept."""
+
+    def read_log(name: str) -> str:
+        """A huge log."""
+        return "START " + "line of the log " * 3000 + " END"
+
+    def reads(messages: Any, tools: Any) -> dict[str, Any]:
+        if messages[-1]["role"] == "tool":
+            return {"role": "assistant", "content": "read it"}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "r1", "function": {"name": "read_log", "arguments": '{"name": "x"}'}}],
+        }
+
+    spy = Spy(reads)
+    mgr = managers(atlas.with_overrides(tokens={"budget": 2000}))
+    assert mgr.chat("s", "read the log", model=spy.model, tools=[read_log]).text == "read it"
+    sent = spy.requests[-1][0][-1]["content"]
+    assert sent.startswith("START") and sent.endswith("END") and "[…cut…]" in sent
+    assert mgr.tokenizer.count_messages(spy.requests[-1][0]) < 2000
+
+
+def test_wrap_refuses_a_sync_function_that_returns_an_awaitable(mgr: Manager) -> None:
+    """A plain function returning a coroutine cannot be awaited by the sync face: a clear error, nothing recorded."""
+
+    async def later() -> str:
+        return "late"
+
+    if isinstance(mgr, SessionManager):
+        with pytest.raises(LLMError, match="wrap an async function"):
+            mgr.wrap(lambda messages: later())("w", "hi")
+        assert mgr.get_state("w").turns == 0
+    else:  # the async face awaits whatever comes back
+        assert mgr.wrap(lambda messages: later())("w", "hi") == "late"
+
+
 def test_wrap_refuses_replies_it_cannot_read(mgr: Manager) -> None:
     """A reply that is none of the understood shapes is a clear LLMError."""
     with pytest.raises(LLMError, match="expected a string"):

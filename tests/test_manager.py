@@ -22,7 +22,7 @@ from middleware import (
     load_config,
 )
 from middleware.testing import capture_events
-from tests.conftest import ATLAS_PATH, Manager, ManagerFactory
+from tests.conftest import ATLAS_PATH, FACES, Manager, ManagerFactory, open_manager
 from tests.strategies import turns
 
 # A worked example: four requests, the first one naming the interface.
@@ -194,12 +194,16 @@ def test_library_prints_nothing_by_default(manager: Manager, capsys: pytest.Capt
     assert out.out == "" and out.err == ""
 
 
+@pytest.mark.parametrize("face", FACES)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sequence=st.lists(turns, min_size=1, max_size=12), current=st.text(min_size=1).filter(str.strip))
-def test_any_sequence_of_turns_keeps_the_limits_and_a_valid_prompt(sequence: list[dict], current: str) -> None:
-    """Whatever is recorded: at most 3 summary lines, at most 2 recent messages, a valid prompt."""
-    config = load_config(ATLAS_PATH, env={}).with_overrides(usage_log={"path": None})
-    with SessionManager(config, redis_url=f"memory://{uuid.uuid4().hex}") as mgr:
+def test_any_sequence_of_turns_keeps_the_limits_and_a_valid_prompt(face: str, sequence: list[dict], current: str) -> None:
+    """Whatever is recorded, on either face: at most 3 summary lines, at most 2 recent messages, a valid prompt."""
+    config = load_config(ATLAS_PATH, env={}).with_overrides(
+        usage_log={"path": None}, store={"url": f"memory://{uuid.uuid4().hex}"}
+    )
+    loop = asyncio.new_event_loop()
+    with open_manager(face, config, loop) as mgr:
         for index, turn in enumerate(sequence, start=1):
             assert mgr.record_turn("p", **turn) == index
             state = mgr.get_state("p")
@@ -207,3 +211,4 @@ def test_any_sequence_of_turns_keeps_the_limits_and_a_valid_prompt(sequence: lis
             assert all(line.count("\n") == 0 for line in state.summary)
             assert all(value.isprintable() for value in state.context.values())
             assert is_valid_chat(mgr.build_messages("p", current))
+    loop.close()

@@ -195,6 +195,18 @@ def test_unreachable_redis_raises_store_unavailable_without_the_password(atlas: 
         assert "hunter2" not in repr(mgr)
 
 
+def test_degrade_mode_holds_turns_up_to_the_limit_and_says_what_it_dropped(atlas: Config, managers: ManagerFactory) -> None:
+    """With the store unreachable in degrade mode, turns wait in memory up to
+    store.max_pending_turns; the oldest is dropped beyond it, with an error event."""
+    from middleware.testing import free_port
+
+    config = atlas.with_overrides(store={"timeout_seconds": 0.5, "on_store_error": "degrade", "max_pending_turns": 2})
+    with managers(config, redis_url=f"redis://127.0.0.1:{free_port()}/0") as mgr, capture_events() as events:
+        assert [mgr.record_turn(f"s{i}", user=f"turn {i}", assistant="ok") for i in range(3)] == [0, 0, 0]
+        assert [sid for sid, _ in mgr.pending_turns] == ["s1", "s2"]
+    assert [(e["event"], e["session"]) for e in events if e["log_level"] == "error"] == [("store.pending_overflow", "s0")]
+
+
 # --- real redis-server only -------------------------------------------------
 
 
