@@ -7,9 +7,12 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
+from middleware import Config
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -60,11 +63,11 @@ def test_message_building_snippet_prints_the_injected_context(run_snippet: Calla
     assert run_snippet('build_messages("s1", "goto shop")')[0] == "- userinterface_name: google_tv"
 
 
-def test_wrap_snippet_remembers_both_turns(run_snippet: Callable[[str], list[str]]) -> None:
-    """The wrap snippet replies through the wrapped bot and records two turns."""
+def test_wrap_snippet_remembers_both_turns_and_passes_arguments_through(run_snippet: Callable[[str], list[str]]) -> None:
+    """The wrap snippet replies through the wrapped bot, passes its extra argument, records two turns."""
     assert run_snippet("mgr.wrap(my_chatbot)") == [
-        "echo: navigate to watchlist on google_tv",
-        "echo: goto shop",
+        "echo: find me a flight to Rome (temperature 0.7)",
+        "echo: and a hotel near the station (temperature 0.2)",
         "2 turns remembered",
     ]
 
@@ -74,6 +77,7 @@ def test_tools_snippet_runs_the_tool_and_keeps_its_argument(run_snippet: Callabl
     lines = run_snippet("tools=[get_weather]")
     assert lines[0].startswith("clear, 18°C in Paris | [('get_weather'")
     assert lines[1] == "{'city': 'Paris'}"
+    assert lines[2] == "clear, 18°C in Paris"  # the streamed reply
 
 
 def test_readme_test_command_is_what_ci_runs() -> None:
@@ -86,3 +90,44 @@ def test_notes_snippet_shows_the_notes_in_the_prompt(run_snippet: Callable[[str]
     """The users-and-notes snippet edits notes, shows them quoted, and starts a new session."""
     lines = run_snippet('mgr.resolve_session("alice", "atlas")')
     assert lines == ["## Devices", "- device2", "['> ## Devices', '> - device2']", "True True"]
+
+
+def test_async_snippet_awaits_the_same_operations(run_snippet: Callable[[str], list[str]]) -> None:
+    """The asyncio snippet records a turn and builds the next prompt with the given instructions."""
+    assert run_snippet("AsyncSessionManager(") == [
+        "['system', 'user', 'assistant', 'user'] | You are a helpful assistant. / Answer in one sentence.",
+    ]
+
+
+def test_python_snippets_type_check(tmp_path: Path) -> None:
+    """Every ```python block passes mypy --strict against the installed package."""
+    from mypy import api
+
+    files = []
+    for index, snippet in enumerate(SNIPPETS):
+        files.append(tmp_path / f"snippet_{index}.py")
+        files[-1].write_text(snippet)
+    out, err, status = api.run(["--strict", "--no-incremental", "--cache-dir", str(tmp_path / ".mypy"), *map(str, files)])
+    assert status == 0, out + err
+
+
+def config_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel) and name != "skills":
+            keys += config_keys(field.annotation, f"{prefix}{name}.")
+        else:
+            keys.append(f"{prefix}{name}")
+    return keys
+
+
+def test_every_config_key_is_documented() -> None:
+    """Each setting of Config (and the loader's skills_dir) has a row in the README's table,
+    and the example config.yaml names it."""
+    table = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\| ([^|]+) \|", table, re.M))
+    named = {key for row in documented for key in re.findall(r"`([a-z_.]+)`", row)}
+    keys = config_keys(Config)
+    assert len(keys) > 40 and [key for key in [*keys, "skills_dir"] if key not in named] == []
+    example = (REPO / "config.yaml").read_text()
+    assert [key for key in keys if key.split(".")[-1] + ":" not in example] == []
