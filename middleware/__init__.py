@@ -19,8 +19,8 @@ from .chat import AsyncChatStream, ChatResult, ChatStream
 from .compose import apply_turn, build_messages, compose
 from .config import Config
 from .core.composer import is_valid_chat
-from .core.plans import Inspection, SessionPage, SessionSummary
-from .core.state import Prompt, SessionState, TokenBreakdown, ToolCall, Turn, TurnUpdate
+from .core.plans import Inspection
+from .core.state import Prompt, SessionPage, SessionState, SessionSummary, TokenBreakdown, ToolCall, Turn, TurnUpdate
 from .exceptions import (
     ConfigError,
     InvalidInputError,

@@ -25,7 +25,17 @@ from .core import plans
 from .core.composer import Composer
 from .core.effects import Inline, Program
 from .core.notes import WRITES, apply_operation, notes_tool_schema
-from .core.state import Prompt, SessionState, ToolCall, Turn, TurnUpdate, check_session_id, check_text_size, check_user_message
+from .core.state import (
+    Prompt,
+    SessionPage,
+    SessionState,
+    ToolCall,
+    Turn,
+    TurnUpdate,
+    check_session_id,
+    check_text_size,
+    check_user_message,
+)
 from .core.text import cut_middle, redact_secrets
 from .events import debug_enabled, log
 from .exceptions import InvalidToolCallError, StoreError
@@ -90,6 +100,7 @@ class Engine:
         self._seen = _SeenMembers()
         self._owners: Lru[tuple[str, str]] = Lru()
         self._skill_tools: list[Tool] | None = None
+        self._budgets: dict[str | None, int | None] = {}  # by model
 
     # --- checks and helpers (no I/O) -----------------------------------------------
 
@@ -117,10 +128,13 @@ class Engine:
 
     def budget(self, model: str | None = None) -> int | None:
         """The prompt cap: tokens.budget, else the model's context window minus reply_reserve."""
-        if self.config.tokens.budget is not None:
-            return self.config.tokens.budget
-        window = context_window(model or self.config.tokens.model)
-        return max(window - self.config.tokens.reply_reserve, 64) if window else None
+        try:
+            return self._budgets[model]
+        except KeyError:
+            tokens = self.config.tokens
+            window = context_window(model or tokens.model) if tokens.budget is None else None
+            cap = tokens.budget if tokens.budget is not None else max(window - tokens.reply_reserve, 64) if window else None
+            return self._budgets.setdefault(model, cap)
 
     def skill_tools(self) -> list[Tool]:
         """The tools the configured skills bring (imported on first use)."""
@@ -157,8 +171,8 @@ class Engine:
 
     # --- loading and composing --------------------------------------------------------
 
-    def _load(self, session_id: str) -> Program[SessionState]:
-        loaded = yield from plans.load(self.layout, session_id, owner=self._owners.get(session_id))
+    def _loaded(self, session_id: str, loaded: plans.Loaded) -> SessionState:
+        """What a load leaves in this process: the context members seen, the owner, warnings."""
         self._seen.put(session_id, loaded.seen)
         if loaded.state.owner is not None:
             self._owners.put(session_id, loaded.state.owner)
@@ -168,7 +182,8 @@ class Engine:
 
     def get_state(self, session_id: str) -> Program[SessionState]:
         """What the session remembers."""
-        return self._load(self.session_id(session_id))
+        session_id = self.session_id(session_id)
+        return self._loaded(session_id, (yield from plans.load(self.layout, session_id, owner=self._owners.get(session_id))))
 
     def prepare(self, session_id: str, user_message: str, *, model: str | None = None, extra_tokens: int = 0) -> Program[Prompt]:
         """Compose the prompt for ``user_message``, with its token figures.
@@ -177,20 +192,18 @@ class Engine:
         ``extra_tokens`` sent beside the messages (tool schemas)."""
         session_id, user_message = self.session_id(session_id), self.user_message(user_message)
         try:
-            yield from self._flush()
-            state = yield from self._load(session_id)
+            if self._pending:
+                yield from self._flush()
+            loaded = yield from plans.load(self.layout, session_id, owner=self._owners.get(session_id))
+            state = self._loaded(session_id, loaded)
         except StoreError as exc:
             if not self.degrade:
                 raise
             log.warning("store.degraded", session=session_id, operation="load", error=redact_secrets(str(exc)))
             state = SessionState(session_id=session_id)
-        prompt = self.composer.compose(state, user_message, budget=self.budget(model), extra_tokens=extra_tokens)
+        prompt = self.composer.compose(state, user_message, budget=self.budget(model), extra_tokens=extra_tokens, checked=True)
         self._prompts.put(session_id, prompt)  # stored with the turn, for the inspector
         return prompt
-
-    def build_messages(self, session_id: str, user_message: str) -> Program[list[dict[str, str]]]:
-        """OpenAI-format messages for ``user_message``, ready for any chat API."""
-        return (yield from self.prepare(session_id, user_message)).messages
 
     # --- recording ----------------------------------------------------------------------
 
@@ -211,8 +224,11 @@ class Engine:
             prompt=_prompt_json(prompt) if prompt else "",
         )
         try:
-            yield from self._flush()
-            turns = yield from self._write(session_id, update)
+            if self._pending:
+                yield from self._flush()
+            superseded = self._seen.superseded(session_id, update)
+            recorded = yield from plans.record(self.layout, session_id, update, now=time.time(), superseded=superseded)
+            turns = self._recorded(session_id, recorded)
         except StoreError as exc:
             if not self.degrade:
                 raise
@@ -224,11 +240,8 @@ class Engine:
             log.debug("turn.recorded", session=session_id, turn=turns, turn_full_tokens=update.full_tokens)
         return turns
 
-    def _write(self, session_id: str, update: TurnUpdate, *, held: bool = False) -> Program[int]:
-        superseded = self._seen.superseded(session_id, update)
-        write = plans.replay if held else plans.record
-        recorded = yield from write(self.layout, session_id, update, now=time.time(), superseded=superseded)
-        if recorded is None:
+    def _recorded(self, session_id: str, recorded: plans.Recorded | None) -> int:
+        if recorded is None:  # a held turn that had reached Redis after all
             return 0
         if recorded.repaired:
             log.warning("store.repaired", session=session_id, keys=list(recorded.repaired))
@@ -247,19 +260,22 @@ class Engine:
 
     def _flush(self) -> Program[None]:
         """Write the held turns first, in order; one that did reach Redis is not written twice."""
-        while self._pending:  # the usual case, checked without the lock (deque truth is atomic)
+        while self._pending:  # read without the lock (deque truth is atomic), then under it
             with self._pending_lock:
                 item = self._pending[0] if self._pending else None
             if item is None:
                 return
-            turns = yield from self._write(*item, held=True)
+            session_id, update = item
+            superseded = self._seen.superseded(session_id, update)
+            recorded = yield from plans.replay(self.layout, session_id, update, now=time.time(), superseded=superseded)
+            turns = self._recorded(session_id, recorded)
             with self._pending_lock:
                 if self._pending and self._pending[0] is item:
                     self._pending.popleft()
             if turns:
-                log.info("store.pending_recorded", session=item[0], turn=turns)
+                log.info("store.pending_recorded", session=session_id, turn=turns)
             else:
-                log.info("store.pending_already_recorded", session=item[0])
+                log.info("store.pending_already_recorded", session=session_id)
 
     # --- sessions, users and notes -----------------------------------------------------
 
@@ -317,7 +333,7 @@ class Engine:
 
     # --- listing and inspection ------------------------------------------------------------
 
-    def list_sessions(self, *, search: str | None = None, page: int = 1, page_size: int = 20) -> Program[plans.SessionPage]:
+    def list_sessions(self, *, search: str | None = None, page: int = 1, page_size: int = 20) -> Program[SessionPage]:
         """Sessions newest first, optionally those whose id contains ``search``."""
         return plans.list_sessions(self.layout, search=search, page=page, page_size=page_size)
 

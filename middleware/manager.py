@@ -8,7 +8,6 @@ operation is written once, as a program of ``middleware.engine.Engine``; the
 
 from __future__ import annotations
 
-import functools
 import inspect
 import os
 from collections.abc import Awaitable, Callable, Coroutine
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec,
 from .chat import AsyncChatStream, ChatResult, ChatStream, ChatTurn, wrapped_turn
 from .config import Config, template_for
 from .core.effects import Program
-from .core.state import TurnUpdate
+from .core.state import Prompt, TurnUpdate
 from .engine import Engine, ToolsArg
 from .exceptions import ConfigError
 from .loader import load_config
@@ -65,12 +64,18 @@ AsyncChat = _ChatCall[Coroutine[Any, Any, ChatResult], Coroutine[Any, Any, Async
 
 class operation(Generic[P, T]):
     """An Engine program as a manager method: ``SessionManager`` returns its result,
-    ``AsyncSessionManager`` a coroutine of it."""
+    ``AsyncSessionManager`` a coroutine of it. ``then`` maps the program's result."""
 
-    def __init__(self, program: Callable[Concatenate[Engine, P], Program[T]]) -> None:
-        self.program = program
+    @overload
+    def __init__(self: operation[P, T], program: Callable[Concatenate[Engine, P], Program[T]]) -> None: ...
+    @overload
+    def __init__(
+        self: operation[P, T], program: Callable[Concatenate[Engine, P], Program[R]], then: Callable[[R], T], doc: str
+    ) -> None: ...
+    def __init__(self, program: Callable[..., Program[Any]], then: Callable[[Any], Any] | None = None, doc: str = "") -> None:
+        self.program, self.then = program, then
         self.name = program.__name__
-        self.__doc__ = program.__doc__
+        self.__doc__ = doc or program.__doc__
 
     def __set_name__(self, owner: type[Any], name: str) -> None:
         self.name = name
@@ -84,14 +89,25 @@ class operation(Generic[P, T]):
     def __get__(self, manager: _Manager | None, owner: type[Any]) -> Any:
         if manager is None:
             return self
-        program, engine, execute = self.program, manager._engine, manager._execute
+        program, engine, runner, then = self.program, manager._engine, manager._runner, self.then
 
-        @functools.wraps(program)
         def bound(*args: Any, **kwargs: Any) -> Any:
-            return execute(program(engine, *args, **kwargs))
+            result = runner(program(engine, *args, **kwargs), manager.store.send)
+            if then is None:
+                return result
+            return _then(result, then) if inspect.iscoroutine(result) else then(result)
 
+        bound.__name__, bound.__doc__ = self.name, self.__doc__
         manager.__dict__[self.name] = bound  # found first from now on
         return bound
+
+
+async def _then(result: Coroutine[Any, Any, Any], then: Callable[[Any], Any]) -> Any:
+    return then(await result)
+
+
+def _messages(prompt: Prompt) -> list[dict[str, str]]:
+    return prompt.messages
 
 
 def _named(wrapper: Callable[..., Any], fn: Any) -> Callable[..., Any]:
@@ -140,16 +156,15 @@ class _Manager:
         driver, url = self._driver, self.config.store.url
         return driver(client, url=url) if client is not None else driver.from_url(url, self.config.store)
 
-    def _execute(self, program: Program[Any]) -> Any:
-        return self._runner(program, self.store.send)
-
     def _async_send(self) -> ASend:
         """How async code reaches the store: directly, or through a worker thread for a sync store."""
         return self.store.send if inspect.iscoroutinefunction(self.store.send) else ThreadedStore(self.store).send
 
     get_state = operation(Engine.get_state)
     prepare = operation(Engine.prepare)
-    build_messages = operation(Engine.build_messages)
+    build_messages = operation(
+        Engine.prepare, then=_messages, doc="OpenAI-format messages for ``user_message``, ready for any chat API."
+    )
     record_turn = operation(Engine.record_turn)
     reset = operation(Engine.reset)
     resolve_session = operation(Engine.resolve_session)

@@ -42,6 +42,8 @@ def _perform(effect: Effect, send: Send) -> Any:
         return send(effect)
     if type(effect) is Next:
         return next(effect.iterator, END)
+    if type(effect) is Emit:
+        return None
     return effect.sync()  # type: ignore[union-attr]
 
 
@@ -78,12 +80,17 @@ def drive(program: Program[T], send: Send = _no_store, error: BaseException | No
 
 def run(program: Program[T], send: Send = _no_store, error: BaseException | None = None) -> T:
     """Perform ``program``'s effects in this thread (emitted text is dropped); its result."""
-    steps = drive(program, send, error)
-    while True:
+    value: Any = None
+    while True:  # drive() without its reader, inlined: the hot path of every sync operation
         try:
-            next(steps)
+            effect = program.send(value) if error is None else program.throw(error)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
+        value, error = None, None
+        try:
+            value = send(effect) if type(effect) is Batch else _perform(effect, send)
+        except Exception as exc:
+            error = exc
 
 
 async def adrive(

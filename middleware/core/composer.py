@@ -231,16 +231,19 @@ class Composer:
             context_tokens = context_size()
         return lines, notes_cap, context, done
 
-    def compose(self, state: SessionState, user_message: str, *, budget: int | None = None, extra_tokens: int = 0) -> Prompt:
+    def compose(
+        self, state: SessionState, user_message: str, *, budget: int | None = None, extra_tokens: int = 0, checked: bool = False
+    ) -> Prompt:
         """The messages to send for ``user_message`` and their token figures.
 
         ``budget`` (default ``config.tokens.budget``) caps the prompt in tokens, counting
         ``extra_tokens`` sent beside the messages (tool schemas). The system prompt and the
         current message are never cut; if they alone exceed the budget, TokenBudgetError.
+        ``checked``: the caller already ran ``check_user_message`` on the message.
         """
         config, tokenizer = self.config, self.tokenizer
         budget = budget if budget is not None else config.tokens.budget
-        current = check_user_message(user_message, limit=config.tokens.max_message_chars)
+        current = user_message if checked else check_user_message(user_message, limit=config.tokens.max_message_chars)
         static_tokens = self.static_tokens
         lines = list(state.summary[-config.summary.lines :]) if config.summary.lines else []
         context, notes_cap = dict(state.context), config.notes.max_tokens

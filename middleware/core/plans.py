@@ -28,6 +28,7 @@ import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, NamedTuple
 
 import orjson
@@ -36,7 +37,7 @@ from ..config import Config
 from ..exceptions import StoreError
 from .context import sanitize_key, sanitize_value
 from .effects import Batch, Command, Plan
-from .state import SessionState, StoredMessage, TurnUpdate, whole_pairs
+from .state import SessionPage, SessionState, SessionSummary, StoredMessage, TurnUpdate, whole_pairs
 from .text import one_line
 
 # The store's own records (recent messages, traces) are plain dicts built here: orjson
@@ -99,6 +100,7 @@ class Layout:
     trace_entries: int
     ttl_ms: int
     cluster: bool
+    notes_shown: bool  # notes.max_tokens > 0: a load reads the notes
 
     @classmethod
     def of(cls, config: Config) -> Layout:
@@ -113,6 +115,7 @@ class Layout:
             trace_entries=config.traces.max_entries,
             ttl_ms=config.store.ttl_seconds * 1000,
             cluster=config.store.cluster,
+            notes_shown=config.notes.max_tokens > 0,
         )
 
     def session(self, session_id: str) -> SessionKeys:
@@ -120,10 +123,6 @@ class Layout:
 
     def pair(self, user_id: str, agent: str) -> PairKeys:
         return pair_keys(self.prefix, user_id, agent)
-
-    def expire(self, key: str) -> Command:
-        """Refresh ``key``'s idle expiry (or make it permanent when the TTL is 0)."""
-        return ("pexpire", key, self.ttl_ms) if self.ttl_ms else ("persist", key)
 
 
 # --- replies -----------------------------------------------------------------
@@ -281,7 +280,7 @@ def load(layout: Layout, session_id: str, *, owner: tuple[str, str] | None = Non
     """A session's state in one round trip. Its notes join the reads when ``owner`` (the
     owner the caller last saw) is given; a session whose owner turns out different
     takes a second round trip for them."""
-    notes_shown = layout.config.notes.max_tokens > 0
+    notes_shown = layout.notes_shown
     commands = load_commands(layout.session(session_id))
     if owner is not None and notes_shown:
         commands = (*commands, ("get", layout.pair(*owner).notes))
@@ -310,7 +309,13 @@ def record_commands(
     """The commands of one recorded turn, all commutative, for one MULTI/EXEC. The listing
     index joins them except on a cluster, where it lives in another slot."""
     keys, now_us = layout.session(session_id), int(now * 1_000_000)
-    commands: list[Command] = []
+    commands: list[Command] = [
+        ("hincrby", keys.meta, "turns", 1),  # first: its reply is the turn count
+        ("hincrby", keys.meta, "full_tokens", update.full_tokens),
+        ("hsetnx", keys.meta, "created", repr(now)),
+        # hset(name, key, value, mapping): both fields in one command
+        ("hset", keys.meta, None, None, {"updated": repr(now), "last_turn": update.turn_id}),
+    ]
     scored: dict[str, int] = {}
     if update.context:
         for offset, (key, value) in enumerate(update.context):
@@ -336,14 +341,8 @@ def record_commands(
         commands.append(("ltrim", keys.traces, -layout.trace_entries, -1))
     if update.prompt:
         commands.append(("set", keys.prompt, update.prompt))
-    commands += [
-        ("hincrby", keys.meta, "turns", 1),
-        ("hincrby", keys.meta, "full_tokens", update.full_tokens),
-        ("hsetnx", keys.meta, "created", repr(now)),
-        # hset(name, key, value, mapping): both fields in one command
-        ("hset", keys.meta, None, None, {"updated": repr(now), "last_turn": update.turn_id}),
-    ]
-    commands += [layout.expire(key) for key in keys]
+    ttl = layout.ttl_ms  # every write refreshes the whole session's idle expiry (0: none)
+    commands += [("pexpire", key, ttl) for key in keys] if ttl else [("persist", key) for key in keys]
     if not layout.cluster:
         commands += index_commands(layout, session_id, now=now)
     return commands
@@ -367,18 +366,16 @@ def record(layout: Layout, session_id: str, update: TurnUpdate, *, now: float, s
     its own commands replayed (every other command already applied once)."""
     commands = record_commands(layout, session_id, update, now=now, superseded=superseded)
     results = yield Batch(commands, transaction=True)
-    bad = sorted({cmd[1] for cmd, result in zip(commands, results, strict=True) if isinstance(result, Exception)})
-    if bad:
+    turns, bad = results[0], []
+    if any(map(isinstance, results, repeat(Exception))):
+        bad = sorted({cmd[1] for cmd, result in zip(commands, results, strict=True) if isinstance(result, Exception)})
         repair = [("delete", key) for key in bad] + [cmd for cmd in commands if cmd[1] in bad]
-        results = [*results, *(yield Batch(repair, transaction=True))]
-        commands = [*commands, *repair]
+        replies = yield Batch(repair, transaction=True)
+        if commands[0][1] in bad:  # the meta hash itself was replaced: its counter restarts
+            turns = replies[len(bad)]
     if layout.cluster:
         yield Batch(index_commands(layout, session_id, now=now))
-    meta = layout.session(session_id).meta
-    turns = next(
-        (r for c, r in zip(commands, results, strict=True) if c[:3] == ("hincrby", meta, "turns") and isinstance(r, int)), 0
-    )
-    return Recorded(turns, tuple(bad))
+    return Recorded(turns if isinstance(turns, int) else 0, tuple(bad))
 
 
 def _holds_turn(replies: Sequence[Any], turn_id: str) -> bool:
@@ -488,53 +485,12 @@ def edit_notes(layout: Layout, user_id: str, agent: str, edit: Callable[[str], s
 # --- listing and inspection ------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class SessionSummary:
-    """One entry of a session listing: what the session holds."""
-
-    session_id: str
-    updated_at: float
-    turns: int
-    context_keys: int
-    summary_lines: int
-    recent_messages: int
-    full_tokens: int
-    user: str | None = None
-    agent: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SessionPage:
-    entries: list[SessionSummary]
-    total: int
-    page: int
-    page_size: int
-
-    @property
-    def total_pages(self) -> int:
-        return max(1, -(-self.total // self.page_size))
-
-
 _GLOB_SPECIAL = str.maketrans({c: f"\\{c}" for c in "*?[]\\"})
 
 
 def page_bounds(page: int, page_size: int) -> tuple[int, int]:
     """Page clamped to at least 1 and size to 1..200; returns (page, size)."""
     return max(1, int(page)), min(max(1, int(page_size)), 200)
-
-
-def _summary(state: SessionState, score: float) -> SessionSummary:
-    return SessionSummary(
-        session_id=state.session_id,
-        updated_at=state.updated_at or score,
-        turns=state.turns,
-        context_keys=len(state.context),
-        summary_lines=len(state.summary),
-        recent_messages=len(state.recent),
-        full_tokens=state.full_tokens,
-        user=state.owner[0] if state.owner else None,
-        agent=state.owner[1] if state.owner else None,
-    )
 
 
 def _index_page(layout: Layout, search: str | None, page: int, page_size: int) -> Plan[tuple[list[tuple[str, float]], int]]:
@@ -567,7 +523,7 @@ def list_sessions(layout: Layout, *, search: str | None = None, page: int = 1, p
         if state.is_empty:
             stale.append(sid)
         else:
-            entries.append(_summary(state, score))
+            entries.append(SessionSummary.of(state, score))
     if stale:
         yield Batch([("zrem", layout.index, *stale)])
     return SessionPage(entries=entries, total=total - len(stale), page=page, page_size=page_size)

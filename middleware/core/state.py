@@ -15,7 +15,17 @@ from typing import Any, NamedTuple
 from ..exceptions import InvalidMessageError, InvalidSessionIdError, InvalidToolCallError
 from .text import clean_text
 
-__all__ = ["Prompt", "SessionState", "StoredMessage", "TokenBreakdown", "ToolCall", "Turn", "TurnUpdate"]
+__all__ = [
+    "Prompt",
+    "SessionPage",
+    "SessionState",
+    "SessionSummary",
+    "StoredMessage",
+    "TokenBreakdown",
+    "ToolCall",
+    "Turn",
+    "TurnUpdate",
+]
 
 _MAX_TOOL_NAME = 256
 _TOOL_CALL_FIELDS = frozenset({"name", "arguments", "result", "ok", "id"})
@@ -316,3 +326,40 @@ class Prompt:
     @property
     def saved_ratio(self) -> float:
         return self.saved_tokens / self.full_history_tokens if self.full_history_tokens else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """One entry of a session listing: what the session holds."""
+
+    session_id: str
+    updated_at: float
+    turns: int
+    context_keys: int
+    summary_lines: int
+    recent_messages: int
+    full_tokens: int
+    user: str | None = None
+    agent: str | None = None
+
+    @classmethod
+    def of(cls, state: SessionState, updated: float) -> SessionSummary:
+        """What ``state`` holds; ``updated`` stands in when it has no update time."""
+        user, agent = state.owner or (None, None)
+        return cls(session_id=state.session_id, updated_at=state.updated_at or updated, turns=state.turns,
+                   context_keys=len(state.context), summary_lines=len(state.summary), recent_messages=len(state.recent),
+                   full_tokens=state.full_tokens, user=user, agent=agent)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPage:
+    """One page of a session listing, newest first."""
+
+    entries: list[SessionSummary]
+    total: int
+    page: int
+    page_size: int
+
+    @property
+    def total_pages(self) -> int:
+        return max(1, -(-self.total // self.page_size))
