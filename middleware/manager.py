@@ -91,11 +91,20 @@ class operation(Generic[P, T]):
             return self
         program, engine, runner, then = self.program, manager._engine, manager._runner, self.then
 
-        def bound(*args: Any, **kwargs: Any) -> Any:
-            result = runner(program(engine, *args, **kwargs), manager.store.send)
-            if then is None:
-                return result
-            return _then(result, then) if inspect.iscoroutine(result) else then(result)
+        if then is None:
+
+            def bound(*args: Any, **kwargs: Any) -> Any:
+                return runner(program(engine, *args, **kwargs), manager.store.send)
+
+        elif runner is run:  # the result, mapped in this thread
+
+            def bound(*args: Any, **kwargs: Any) -> Any:
+                return then(run(program(engine, *args, **kwargs), manager.store.send))
+
+        else:  # a coroutine of the result, mapped once it is done
+
+            def bound(*args: Any, **kwargs: Any) -> Any:
+                return _then(runner(program(engine, *args, **kwargs), manager.store.send), then)
 
         bound.__name__, bound.__doc__ = self.name, self.__doc__
         manager.__dict__[self.name] = bound  # found first from now on

@@ -158,8 +158,9 @@ class Corrupt(NamedTuple):
 # --- load --------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=65_536)
 def load_commands(keys: SessionKeys) -> tuple[Command, ...]:
-    """The reads of one load."""
+    """The reads of one load: the same for a session every time, so built once."""
     return (
         ("zrange", keys.ctx, 0, -1, False, True),  # desc=False, withscores=True
         ("lrange", keys.sum, 0, -1),
@@ -244,22 +245,28 @@ class Loaded(NamedTuple):
 
 
 def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loaded:
-    """The state from the replies of ``load_commands``; corrupt parts are skipped and listed."""
+    """The state from the replies of ``load_commands`` (further replies are ignored); corrupt
+    parts are skipped and listed."""
     seen: dict[str, set[str]] = {}
     bad: list[Corrupt] = []
-    usable: dict[str, Any] = {}
-    for part, reply in zip(_PARTS, replies, strict=True):
-        if isinstance(reply, Exception):  # WRONGTYPE: something else was written at our key
-            bad.append(Corrupt(part, f"unreadable: {reply}"))
-            reply = None
-        usable[part] = reply
-    context = _decode_context(usable["ctx"] or [], config, seen, bad)
-    recent = _decode_recent(usable["recent"] or [], bad)
-    lines = _decode_summary(usable["sum"] or [], config)
+    ctx, summary, recent_records, meta = replies[:_LOAD_REPLIES]
+    if any(map(isinstance, (ctx, summary, recent_records, meta), repeat(Exception))):
+        # WRONGTYPE: something else was written at our key
+        bad += [
+            Corrupt(part, f"unreadable: {reply}")
+            for part, reply in zip(_PARTS, replies, strict=False)
+            if isinstance(reply, Exception)
+        ]
+        ctx, summary, recent_records, meta = (
+            None if isinstance(r, Exception) else r for r in (ctx, summary, recent_records, meta)
+        )
+    context = _decode_context(ctx or [], config, seen, bad)
+    recent = _decode_recent(recent_records or [], bad)
+    lines = _decode_summary(summary or [], config)
     if not config.summary.cover_recent:
         # The last lines belong to turns still shown in full in the recent window.
         lines = lines[: max(len(lines) - len(recent) // 2, 0)]
-    meta = usable["meta"] or {}
+    meta = meta or {}
     state = SessionState(
         session_id=session_id,
         context=context,
@@ -285,7 +292,7 @@ def load(layout: Layout, session_id: str, *, owner: tuple[str, str] | None = Non
     if owner is not None and notes_shown:
         commands = (*commands, ("get", layout.pair(*owner).notes))
     replies = yield Batch(commands)
-    loaded = decode_state(session_id, replies[:_LOAD_REPLIES], layout.config)
+    loaded = decode_state(session_id, replies, layout.config)
     found = loaded.state.owner
     if found is None or not notes_shown:
         return loaded
