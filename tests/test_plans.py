@@ -9,7 +9,7 @@ import orjson
 import pytest
 from redis.exceptions import ResponseError
 
-from middleware import Config, StoreError, ToolCall, Turn, apply_turn
+from middleware import Config, SessionState, StoreError, ToolCall, Turn, apply_turn
 from middleware.core import plans
 from middleware.core.effects import Batch
 
@@ -67,6 +67,9 @@ def test_a_load_is_one_batch_of_four_reads_decoded_into_the_state() -> None:
     assert state.recent == [{"role": "user", "content": "goto shop"}, {"role": "assistant", "content": "ok"}]
     assert (state.turns, state.full_tokens, loaded.corrupt) == (2, 40, ())
     assert loaded.seen == {"ui": {"ui=tv", "ui=old"}, "node": {"node=shop"}}
+    # Built without __init__ for speed: every field is set, and it equals the same state built normally.
+    assert state.__dict__.keys() == SessionState.__dataclass_fields__.keys()
+    assert state == SessionState(**state.__dict__)
 
 
 def test_corrupt_records_come_back_with_the_result() -> None:

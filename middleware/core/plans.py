@@ -267,7 +267,7 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
         # The last lines belong to turns still shown in full in the recent window.
         lines = lines[: max(len(lines) - len(recent) // 2, 0)]
     meta = meta or {}
-    state = SessionState(
+    state = SessionState.decoded(
         session_id=session_id,
         context=context,
         summary=lines[-config.summary.lines :] if config.summary.lines else [],
@@ -279,6 +279,7 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
         created_at=_meta_number(meta, "created", float, bad),
         updated_at=_meta_number(meta, "updated", float, bad),
         owner=_owner(meta),
+        notes="",
     )
     return Loaded(state, seen, tuple(bad))
 

@@ -259,6 +259,15 @@ class SessionState:
         """Nothing remembered: a session never recorded, expired or reset."""
         return not (self.turns or self.recent or self.context or self.summary)
 
+    @classmethod
+    def decoded(cls, **fields: Any) -> SessionState:
+        """A state from fields the store's decoder has already checked, every field given:
+        built without the frozen ``__init__`` (one ``object.__setattr__`` per field), which
+        a load would pay on every prompt."""
+        state = object.__new__(cls)
+        state.__dict__.update(fields)
+        return state
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TurnUpdate:
