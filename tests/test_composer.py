@@ -64,6 +64,9 @@ def test_static_text_first_and_context_last_in_the_system_prompt(atlas: Config) 
 def test_token_breakdown_adds_up_to_the_exact_count_of_the_messages(atlas: Config) -> None:
     """Layer figures sum to what the tokenizer counts for the composed messages."""
     prompt = compose(state(recent_tokens=(7, 9)), "now show current node", atlas)
+    # Built without __init__ for speed: every field is set, and each equals the value built normally.
+    for value in (prompt, prompt.tokens):
+        assert value.__dict__.keys() == type(value).__dataclass_fields__.keys() and value == type(value)(**value.__dict__)
     exact = composer_for(atlas).tokenizer.count_messages(prompt.messages)
     assert prompt.tokens.total == exact
     assert prompt.tokens.context > 0 and prompt.tokens.summary > 0

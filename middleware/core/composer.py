@@ -31,6 +31,7 @@ from .state import (
     TokenBreakdown,
     Turn,
     TurnUpdate,
+    built,
     check_user_message,
     whole_pairs,
 )
@@ -281,7 +282,8 @@ class Composer:
             *({"role": m.role, "content": m.content} for m in recent),
             {"role": "user", "content": current},
         ]
-        breakdown = TokenBreakdown(
+        breakdown = built(
+            TokenBreakdown,
             system=static_tokens,
             notes=notes_tokens,
             context=system_tokens - static_tokens - notes_tokens,
@@ -291,7 +293,9 @@ class Composer:
             priming=REPLY_PRIMING,
         )
         full = static_tokens + state.full_tokens + current_tokens + REPLY_PRIMING
-        return Prompt(messages=messages, tokens=breakdown, full_history_tokens=full, turn=state.turns + 1, trimmed=tuple(trimmed))
+        return built(
+            Prompt, messages=messages, tokens=breakdown, full_history_tokens=full, turn=state.turns + 1, trimmed=tuple(trimmed)
+        )
 
     def apply_turn(self, turn: Turn, *, turn_id: str = "", prompt: str = "") -> TurnUpdate:
         """What recording ``turn`` writes. It depends on the turn alone, never on stored

@@ -37,7 +37,7 @@ from ..config import Config
 from ..exceptions import StoreError
 from .context import sanitize_key, sanitize_value
 from .effects import Batch, Command, Plan
-from .state import SessionPage, SessionState, SessionSummary, StoredMessage, TurnUpdate, whole_pairs
+from .state import SessionPage, SessionState, SessionSummary, StoredMessage, TurnUpdate, built, whole_pairs
 from .text import one_line
 
 # The store's own records (recent messages, traces) are plain dicts built here: orjson
@@ -267,7 +267,8 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
         # The last lines belong to turns still shown in full in the recent window.
         lines = lines[: max(len(lines) - len(recent) // 2, 0)]
     meta = meta or {}
-    state = SessionState.decoded(
+    state = built(
+        SessionState,
         session_id=session_id,
         context=context,
         summary=lines[-config.summary.lines :] if config.summary.lines else [],

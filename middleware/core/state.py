@@ -10,7 +10,7 @@ import itertools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from ..exceptions import InvalidMessageError, InvalidSessionIdError, InvalidToolCallError
 from .text import clean_text
@@ -205,6 +205,18 @@ def whole_pairs(messages: Iterable[StoredMessage]) -> list[StoredMessage]:
     return pairs
 
 
+_V = TypeVar("_V")
+
+
+def built(cls: type[_V], **fields: Any) -> _V:
+    """An instance of the frozen dataclass ``cls`` from checked fields, every field given,
+    built without its frozen ``__init__`` (one ``object.__setattr__`` per field): for the
+    values made on every prompt (a loaded state, a composed prompt and its figures)."""
+    value = object.__new__(cls)
+    value.__dict__.update(fields)
+    return value
+
+
 _SESSION_ID_BANNED = frozenset({"Cc", "Cs", "Zl", "Zp"})
 
 
@@ -259,15 +271,6 @@ class SessionState:
         """Nothing remembered: a session never recorded, expired or reset."""
         return not (self.turns or self.recent or self.context or self.summary)
 
-    @classmethod
-    def decoded(cls, **fields: Any) -> SessionState:
-        """A state from fields the store's decoder has already checked, every field given:
-        built without the frozen ``__init__`` (one ``object.__setattr__`` per field), which
-        a load would pay on every prompt."""
-        state = object.__new__(cls)
-        state.__dict__.update(fields)
-        return state
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TurnUpdate:
@@ -287,7 +290,7 @@ class TurnUpdate:
     prompt: str = ""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True)
 class TokenBreakdown:
     """Prompt tokens by layer. ``system`` is the static part of the system prompt; the
     notes and context sections are counted in ``notes`` and ``context``."""
@@ -316,7 +319,7 @@ class TokenBreakdown:
         }
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True)
 class Prompt:
     """A composed prompt: the messages to send and what they cost against the full history."""
 
