@@ -113,6 +113,7 @@ def test_apply_turn_is_derived_from_the_turn_alone(atlas: Config) -> None:
         ),
     )
     update = apply_turn(turn, atlas)
+    assert update.__dict__.keys() == type(update).__dataclass_fields__.keys() and update == type(update)(**update.__dict__)
     assert update.context == (("userinterface_name", "google_tv"), ("tree_id", "t-1"))
     assert update.summary_line == "• navigate to watchlist on google_tv → Navigated to 'watchlist' on google_tv"
     # No final text: the recent window remembers what was done, never an empty message.

@@ -313,7 +313,8 @@ class Composer:
         )
         recent = pair if config.recent.messages else ()
         full = pair[0].tokens + pair[1].tokens + _tool_tokens(turn, tokenizer)
-        return TurnUpdate(
+        return built(
+            TurnUpdate,
             context=extract_context(turn.tool_calls, config.context),
             summary_line=summary_line(turn, config.summary, action=action),
             recent=recent,

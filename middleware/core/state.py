@@ -211,7 +211,8 @@ _V = TypeVar("_V")
 def built(cls: type[_V], **fields: Any) -> _V:
     """An instance of the frozen dataclass ``cls`` from checked fields, every field given,
     built without its frozen ``__init__`` (one ``object.__setattr__`` per field): for the
-    values made on every prompt (a loaded state, a composed prompt and its figures)."""
+    values made on every call (a loaded state, a composed prompt and its figures, a turn's
+    update)."""
     value = object.__new__(cls)
     value.__dict__.update(fields)
     return value
@@ -272,7 +273,7 @@ class SessionState:
         return not (self.turns or self.recent or self.context or self.summary)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True)
 class TurnUpdate:
     """What recording one turn writes: derived from the turn alone, so writers commute."""
 
