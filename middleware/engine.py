@@ -49,7 +49,6 @@ __all__ = ["Engine", "ToolsArg"]
 
 # What chat(tools=...) accepts: callables, Tool objects, a Toolset; None for the skills' tools.
 ToolsArg: TypeAlias = "Iterable[Tool | Callable[..., Any]] | Toolset | None"
-ToolCallArg: TypeAlias = "ToolCall | Mapping[str, Any]"
 
 _PROMPT_CHARS = 64_000
 _PARTY_CHARS = 128
@@ -108,9 +107,8 @@ class Engine:
         return check_session_id(value, limit=self.config.max_session_id_chars)
 
     def party(self, user_id: Any, agent: Any) -> tuple[str, str]:
-        return check_session_id(user_id, limit=_PARTY_CHARS, what="User id"), check_session_id(
-            agent, limit=_PARTY_CHARS, what="Agent name"
-        )
+        user_id = check_session_id(user_id, limit=_PARTY_CHARS, what="User id")
+        return user_id, check_session_id(agent, limit=_PARTY_CHARS, what="Agent name")
 
     def user_message(self, value: Any) -> str:
         return check_user_message(value, limit=self.config.tokens.max_message_chars)
@@ -208,7 +206,7 @@ class Engine:
     # --- recording ----------------------------------------------------------------------
 
     def record_turn(
-        self, session_id: str, *, user: str, assistant: str = "", tool_calls: Iterable[ToolCallArg] | None = None
+        self, session_id: str, *, user: str, assistant: str = "", tool_calls: Iterable[ToolCall | Mapping[str, Any]] | None = None
     ) -> Program[int]:
         """Remember a finished turn; returns the session's turn count after it.
 

@@ -114,7 +114,7 @@ def session_view(
     """One session as the inspector shows it; ``include`` picks the parts."""
     state = raw.state
     wanted = set(include)
-    warnings = [str(corrupt) for corrupt in raw.corrupt]
+    warnings = [f"{corrupt.part}: {corrupt.reason}" for corrupt in raw.corrupt]
     view: dict[str, Any] = {
         "session_id": state.session_id,
         "turns": state.turns,

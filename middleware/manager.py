@@ -154,6 +154,8 @@ class _Manager:
             config = config.with_overrides(store={"url": redis_url})
         self.config = config
         self._engine = Engine(config)
+        self.tokenizer: Tokenizer = self._engine.tokenizer
+        self.usage_log: UsageLog = self._engine.usage_log
         self.store = store if store is not None else self._connect(client)
 
     @classmethod
@@ -184,14 +186,6 @@ class _Manager:
     list_sessions = operation(Engine.list_sessions)
     inspect = operation(Engine.inspect)
     ping = operation(Engine.ping)
-
-    @property
-    def tokenizer(self) -> Tokenizer:
-        return self._engine.tokenizer
-
-    @property
-    def usage_log(self) -> UsageLog:
-        return self._engine.usage_log
 
     @property
     def pending_turns(self) -> list[tuple[str, TurnUpdate]]:

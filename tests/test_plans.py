@@ -82,7 +82,7 @@ def test_corrupt_records_come_back_with_the_result() -> None:
     ]
     _, loaded = play(plans.load(LAYOUT, "s1"), replies)
     assert [c.part for c in loaded.corrupt] == ["sum", "ctx", "ctx", "recent", "meta"]
-    assert loaded.state.is_empty and str(loaded.corrupt[0]).startswith("sum: unreadable")
+    assert loaded.state.is_empty and loaded.corrupt[0].reason.startswith("unreadable: WRONGTYPE")
 
 
 def test_the_notes_of_a_known_owner_join_the_load_and_a_new_owner_costs_a_second_read() -> None:

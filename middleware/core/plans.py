@@ -151,9 +151,6 @@ class Corrupt(NamedTuple):
     part: str
     reason: str
 
-    def __str__(self) -> str:
-        return f"{self.part}: {self.reason}"
-
 
 # --- load --------------------------------------------------------------------
 
