@@ -151,7 +151,7 @@ def test_unknown_and_invalid_sessions(client: TestClient) -> None:
     missing = client.get("/api/session", params={"id": "nobody"})
     assert missing.status_code == 404 and "nobody" in missing.json()["error"]
     invalid = client.get("/api/session", params={"id": "a\nb"})
-    assert invalid.status_code == 400 and "control character" in invalid.json()["error"]
+    assert invalid.status_code == 400 and "control character (U+000A)" in invalid.json()["error"]
     assert client.get("/api/session").status_code == 400
 
 

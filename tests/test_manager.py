@@ -128,10 +128,29 @@ def test_bad_tool_calls_are_clear_errors_and_record_nothing(manager: Manager, ba
 
 @pytest.mark.parametrize(
     "sid",
-    ["", "   ", "x" * 257, "line\nbreak", "tab\there", "nul\x00", 42, None, b"bytes", ("t",)],
+    [
+        "",
+        "   ",
+        "x" * 257,
+        "line\nbreak",
+        "tab\there",
+        "nul\x00",
+        42,
+        None,
+        b"bytes",
+        ("t",),
+        "admin\u202egnp.exe",
+        "us\u200ber",
+        "a\u00a0b",
+        "\ue000private",
+        "a\u2028b",
+    ],  # fmt: skip
 )
 def test_invalid_session_ids_are_refused_everywhere(manager: Manager, sid: object) -> None:
-    """Every public method refuses bad session ids with InvalidSessionIdError."""
+    """Every public method refuses bad session ids with InvalidSessionIdError: wrong types,
+    empty, too long, and any character that is not printable (controls, bidi overrides and
+    zero-width characters that would spoof another id in a listing, non-breaking spaces,
+    private use)."""
     for call in (
         lambda: manager.build_messages(sid, "hi"),  # type: ignore[arg-type]
         lambda: manager.record_turn(sid, user="a", assistant="b"),  # type: ignore[arg-type]
@@ -142,7 +161,7 @@ def test_invalid_session_ids_are_refused_everywhere(manager: Manager, sid: objec
             call()
 
 
-@pytest.mark.parametrize("sid", ["user:42", "ünïcødé-会话", "a}b{c", "x" * 256, "with space"])
+@pytest.mark.parametrize("sid", ["user:42", "ünïcødé-会话", "a}b{c", "x" * 256, "with space", "emoji-🙂", "ß-Ω-é"])
 def test_unusual_but_valid_session_ids_work(manager: Manager, sid: str) -> None:
     """Non-ASCII, braces, spaces and the maximum length are all fine."""
     manager.record_turn(sid, user="hi", assistant="hello")
