@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .config import StoreConfig
 from .core.effects import Batch, Plan
+from .core.plans import error_text
 from .core.text import redact_url
 from .exceptions import StoreError, StoreUnavailableError
 from .runner import arun, run
@@ -197,10 +198,10 @@ def _store_error(url: str, exc: BaseException) -> StoreError:
     import redis
     from redis.exceptions import ClusterDownError, MaxConnectionsError
 
-    where = redact_url(url)
+    where, said = redact_url(url), redact_url(error_text(exc))  # never the failed command's arguments
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError, ClusterDownError, MaxConnectionsError)):
-        return StoreUnavailableError(f"Redis store {where} is unreachable: {type(exc).__name__}: {redact_url(str(exc))}")
+        return StoreUnavailableError(f"Redis store {where} is unreachable: {type(exc).__name__}: {said}")
     hint = ""
-    if "MOVED" in str(exc) or type(exc).__name__ in {"MovedError", "AskError"}:
+    if "MOVED" in said or type(exc).__name__ in {"MovedError", "AskError"}:
         hint = " (the server is a Redis Cluster node: set store.cluster: true)"
-    return StoreError(f"Redis store {where} failed: {type(exc).__name__}: {redact_url(str(exc))}{hint}")
+    return StoreError(f"Redis store {where} failed: {type(exc).__name__}: {said}{hint}")

@@ -144,7 +144,7 @@ def test_bad_tool_calls_are_clear_errors_and_record_nothing(manager: Manager, ba
         "a\u00a0b",
         "\ue000private",
         "a\u2028b",
-    ],  # fmt: skip
+    ],
 )
 def test_invalid_session_ids_are_refused_everywhere(manager: Manager, sid: object) -> None:
     """Every public method refuses bad session ids with InvalidSessionIdError: wrong types,

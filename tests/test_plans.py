@@ -131,6 +131,38 @@ def test_a_key_of_a_foreign_type_is_deleted_and_only_its_own_commands_replayed()
     assert stop.value.value == plans.Recorded(turns=1, repaired=(KEYS.recent,))
 
 
+def test_a_counter_that_holds_no_number_is_repaired_alone() -> None:
+    """HINCRBY on a field that holds text: that field is deleted and incremented again; the
+    hash, with its owner and times, is not deleted."""
+    plan = plans.record(LAYOUT, "s1", update(), now=1.0)
+    first = next(plan)
+    replies = [
+        ResponseError("ERR hash value is not an integer") if c[:3] == ("hincrby", KEYS.meta, "turns") else 1
+        for c in first.commands
+    ]
+    repair = plan.send(replies)
+    assert repair.commands == [("hdel", KEYS.meta, "turns"), ("hincrby", KEYS.meta, "turns", 1)]
+    with pytest.raises(StopIteration) as stop:
+        plan.send([1, 1])
+    assert stop.value.value == plans.Recorded(turns=1, repaired=(f"{KEYS.meta} turns",))
+
+
+def test_an_error_reply_that_is_not_a_foreign_key_fails_the_operation() -> None:
+    """A refusal (no permission, cluster down, out of memory) is a StoreError, with what
+    Redis said and not the command redis-py quotes before it; a load never reads it as
+    an empty session, a record never repairs it away."""
+    quoted = ResponseError(
+        "Command # 1 (ZRANGE mw:{s1}:ctx 0 -1 WITHSCORES) of pipeline caused error: CLUSTERDOWN The cluster is down"
+    )
+    with pytest.raises(StoreError, match="CLUSTERDOWN The cluster is down") as info:
+        play(plans.load(LAYOUT, "s1"), [quoted, [], [], {}])
+    assert "Command #" not in str(info.value)
+    plan = plans.record(LAYOUT, "s1", update(), now=1.0)
+    first = next(plan)
+    with pytest.raises(StoreError, match="OOM"):
+        plan.send([ResponseError("OOM command not allowed") if c[0] == "rpush" else 1 for c in first.commands])
+
+
 def test_a_held_turn_already_in_redis_is_not_written_again() -> None:
     """replay checks the last turn id and the recent window first; a turn found there is not rewritten."""
     batches, result = play(plans.replay(LAYOUT, "s1", update("t9"), now=1.0), [b"t1", [stored("user", "goto shop", turn="t9")]])

@@ -8,12 +8,13 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
-from middleware import AsyncSessionManager, Config, RedisStore, SessionManager, StoreUnavailableError, ToolCall
+from middleware import AsyncSessionManager, Config, RedisStore, SessionManager, StoreError, StoreUnavailableError, ToolCall
 from middleware.core.plans import session_keys
 from middleware.testing import capture_events
 from tests.conftest import Manager, ManagerFactory, RedisServer
@@ -319,3 +320,57 @@ def test_a_session_expires_as_a_whole_after_its_idle_ttl(atlas: Config, managers
         assert remaining == []
         assert mgr.get_state("short").turns == 0
         assert mgr.list_sessions(search="short").entries == []  # the index forgets it too
+
+
+# --- what the server refuses (issue: nothing lost, nothing leaked) --------------------------
+
+
+@pytest.fixture
+def limited_url(redis_server: RedisServer, real_redis_url: str) -> Iterator[str]:
+    """An ACL user of the real server that may run every command but reach no key of ours."""
+    admin = redis_server.client()
+    admin.acl_setuser("limited", enabled=True, passwords=["+pw-limited"], keys=["other:*"], commands=["+@all"])
+    yield f"redis://limited:pw-limited@127.0.0.1:{redis_server.port}/0"
+    admin.acl_deluser("limited")
+
+
+def test_a_server_refusal_is_an_error_not_an_empty_memory(redis_managers: ManagerFactory, limited_url: str) -> None:
+    """NOPERM on the session's keys: every operation raises StoreError naming the refusal,
+    never a prompt composed as if the session were empty."""
+    mgr = redis_managers()
+    mgr.record_turn("s", user="navigate to watchlist on google_tv", assistant="ok", tool_calls=[nav("watchlist")])
+    with redis_managers(redis_url=limited_url) as limited:
+        for call in (lambda: limited.build_messages("s", "goto shop"), lambda: limited.get_state("s"),
+                     lambda: limited.notes("alice", "atlas"), lambda: limited.inspect("s")):  # fmt: skip
+            with pytest.raises(StoreError, match="NoPermissionError: this user has no permissions"):
+                call()
+
+
+def test_store_errors_never_quote_the_failed_command(atlas: Config, redis_managers: ManagerFactory, limited_url: str) -> None:
+    """A write the server refuses: the error and the degrade-mode warning name the refusal,
+    not the command, whose arguments carry the message text."""
+    secret = "my card number is 4111 1111 1111 1111"
+    with redis_managers(redis_url=limited_url) as limited:
+        with pytest.raises(StoreError) as info:
+            limited.record_turn("s", user=secret, assistant="noted")
+    message = str(info.value)
+    assert "no permissions" in message and "Command #" not in message and "4111" not in message
+    config = atlas.with_overrides(store={"on_store_error": "degrade"}, usage_log={"path": None})
+    with redis_managers(config, redis_url=limited_url) as degraded, capture_events() as events:
+        assert degraded.record_turn("s", user=secret, assistant="noted") == 0
+    assert events and not any("4111" in str(event) or "Command #" in str(event) for event in events)
+
+
+def test_a_corrupt_counter_is_repaired_field_by_field(managers: ManagerFactory, raw: Any) -> None:
+    """A meta field that holds no number: the next turn rewrites that field only; the
+    session's owner and its other fields stay."""
+    mgr = managers()
+    sid = mgr.resolve_session("alice", "atlas")
+    mgr.record_turn(sid, user="first", assistant="ok")
+    meta = session_keys("mw", sid).meta
+    raw.hset(meta, "turns", "abc")
+    with capture_events() as events:
+        assert mgr.record_turn(sid, user="second", assistant="ok") == 1  # the count restarts from the bad field
+    state = mgr.get_state(sid)
+    assert state.owner == ("alice", "atlas") and state.created_at is not None and state.full_tokens > 0
+    assert [e["keys"] for e in events if e["event"] == "store.repaired"] == [[f"{meta} turns"]]

@@ -137,11 +137,34 @@ def _text_or_empty(value: Any) -> str:
     return _text(value) if isinstance(value, bytes) else ""
 
 
+def error_text(error: BaseException) -> str:
+    """What Redis said, without the failed command that redis-py quotes before it (its
+    arguments carry message text): ``Command # 3 (RPUSH … ) of pipeline caused error: X`` is X."""
+    said: Any = error.args[0] if error.args else ""
+    while isinstance(said, tuple) and said:  # redis.asyncio nests the message in a tuple
+        said = said[0]
+    return str(said).rsplit(" of pipeline caused error: ", 1)[-1][:200]
+
+
+def _wrong_type(error: BaseException) -> bool:
+    """A key holding another type of value: a corrupt record, skipped on read, replaced on write."""
+    return error_text(error).startswith("WRONGTYPE")
+
+
+def _not_integer(error: BaseException) -> bool:
+    """A counter field holding something else: repaired field by field on write."""
+    return "is not an integer" in error_text(error)
+
+
+def _refused(error: BaseException) -> StoreError:
+    return StoreError(f"Redis replied with an error: {type(error).__name__}: {error_text(error)}")
+
+
 def _checked(replies: Sequence[Any]) -> Sequence[Any]:
     """The replies, or StoreError for the first error reply among them."""
     for reply in replies:
         if isinstance(reply, Exception):
-            raise StoreError(f"Redis replied with an error: {type(reply).__name__}: {str(reply)[:200]}")
+            raise _refused(reply)
     return replies
 
 
@@ -248,12 +271,13 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
     bad: list[Corrupt] = []
     ctx, summary, recent_records, meta = replies[:_LOAD_REPLIES]
     if any(map(isinstance, (ctx, summary, recent_records, meta), repeat(Exception))):
-        # WRONGTYPE: something else was written at our key
-        bad += [
-            Corrupt(part, f"unreadable: {reply}")
-            for part, reply in zip(_PARTS, replies, strict=False)
-            if isinstance(reply, Exception)
-        ]
+        # Something else was written at our key: skipped. Any other error (no permission,
+        # cluster down) is the server refusing, not an empty memory.
+        for part, reply in zip(_PARTS, replies, strict=False):
+            if isinstance(reply, Exception):
+                if not _wrong_type(reply):
+                    raise _refused(reply)
+                bad.append(Corrupt(part, f"unreadable: {error_text(reply)}"))
         ctx, summary, recent_records, meta = (
             None if isinstance(r, Exception) else r for r in (ctx, summary, recent_records, meta)
         )
@@ -296,7 +320,7 @@ def load(layout: Layout, session_id: str, *, owner: tuple[str, str] | None = Non
     if found is None or not notes_shown:
         return loaded
     if found == owner:
-        text = _text_or_empty(replies[_LOAD_REPLIES])
+        text = _text_or_empty(_checked(replies[_LOAD_REPLIES:])[0])
     else:
         text = yield from notes(layout, *found)
     return loaded._replace(state=dataclasses.replace(loaded.state, notes=text))
@@ -364,7 +388,7 @@ def index_commands(layout: Layout, session_id: str, *, now: float) -> list[Comma
 
 class Recorded(NamedTuple):
     turns: int  # the session's turn count after this turn
-    repaired: tuple[str, ...] = ()  # keys that held a foreign type and were rewritten
+    repaired: tuple[str, ...] = ()  # keys that held a foreign type, and "key field" counters that held no integer
 
 
 def record(layout: Layout, session_id: str, update: TurnUpdate, *, now: float, superseded: Iterable[str] = ()) -> Plan[Recorded]:
@@ -372,20 +396,29 @@ def record(layout: Layout, session_id: str, update: TurnUpdate, *, now: float, s
     its own commands replayed (every other command already applied once)."""
     commands = record_commands(layout, session_id, update, now=now, superseded=superseded)
     results = yield Batch(commands, transaction=True)
-    turns, bad = results[0], []
+    turns, repaired = results[0], ()
     if any(map(isinstance, results, repeat(Exception))):
-        bad = sorted({cmd[1] for cmd, result in zip(commands, results, strict=True) if isinstance(result, Exception)})
-        repair = [("delete", key) for key in bad] + [cmd for cmd in commands if cmd[1] in bad]
+        errors = [(cmd, result) for cmd, result in zip(commands, results, strict=True) if isinstance(result, Exception)]
+        refused = [error for cmd, error in errors if not _wrong_type(error) and not (_not_integer(error) and cmd[0] == "hincrby")]
+        if refused:
+            raise _refused(refused[0])
+        bad = sorted({cmd[1] for cmd, error in errors if _wrong_type(error)})
+        counters = [cmd for cmd, error in errors if _not_integer(error)]
+        # A foreign key is deleted and its own commands replayed; a counter field that holds
+        # no integer is deleted and its increment replayed (the rest of the hash stays).
+        repair: list[Command] = [("delete", key) for key in bad] + [cmd for cmd in commands if cmd[1] in bad]
+        repair += [("hdel", cmd[1], cmd[2]) for cmd in counters] + counters
         replies = yield Batch(repair, transaction=True)
-        if commands[0][1] in bad:  # the meta hash itself was replaced: its counter restarts
-            turns = replies[len(bad)]
+        if commands[0] in repair:  # the turn counter itself was repaired
+            turns = replies[repair.index(commands[0])]
+        repaired = (*bad, *(f"{cmd[1]} {cmd[2]}" for cmd in counters))
     if layout.cluster:
         yield Batch(index_commands(layout, session_id, now=now))
-    return Recorded(turns if isinstance(turns, int) else 0, tuple(bad))
+    return Recorded(turns if isinstance(turns, int) else 0, repaired)
 
 
 def _holds_turn(replies: Sequence[Any], turn_id: str) -> bool:
-    last, recent = replies
+    last, recent = _checked(replies)
     if isinstance(last, bytes) and last.decode("utf-8", "replace") == turn_id:
         return True
     for entry in recent if isinstance(recent, list) else ():
@@ -460,7 +493,7 @@ def pair_sessions(layout: Layout, user_id: str, agent: str) -> Plan[list[tuple[s
 
 def notes(layout: Layout, user_id: str, agent: str) -> Plan[str]:
     """The pair's notes ("" when there are none)."""
-    (value,) = yield Batch([("get", layout.pair(user_id, agent).notes)])
+    (value,) = _checked((yield Batch([("get", layout.pair(user_id, agent).notes)])))
     return _text_or_empty(value)
 
 
@@ -551,6 +584,9 @@ def inspect(layout: Layout, session_id: str, *, traces: int = 100) -> Plan[Inspe
     keys = layout.session(session_id)
     replies = yield Batch([*load_commands(keys), ("lrange", keys.traces, -max(traces, 1), -1), ("get", keys.prompt)])
     state, _, corrupt = decode_state(session_id, replies[:_LOAD_REPLIES], layout.config)
+    for reply in replies[_LOAD_REPLIES:]:  # a foreign trace or prompt key is the view's to warn about
+        if isinstance(reply, Exception) and not _wrong_type(reply):
+            raise _refused(reply)
     if state.owner:
         state = dataclasses.replace(state, notes=(yield from notes(layout, *state.owner)))
     return Inspection(state, replies[_LOAD_REPLIES], replies[_LOAD_REPLIES + 1], corrupt)
