@@ -374,3 +374,22 @@ def test_a_corrupt_counter_is_repaired_field_by_field(managers: ManagerFactory, 
     state = mgr.get_state(sid)
     assert state.owner == ("alice", "atlas") and state.created_at is not None and state.full_tokens > 0
     assert [e["keys"] for e in events if e["event"] == "store.repaired"] == [[f"{meta} turns"]]
+
+
+def test_every_driver_runs_a_whole_plan_with_execute(manager: Manager) -> None:
+    """``store.execute(plan)`` (the storage contract a user's own code may call) runs a
+    plan to its result on the face's driver; a sync store behind a worker thread too."""
+    from middleware.core.plans import Layout, load, ping
+    from middleware.store import ThreadedStore
+
+    manager.record_turn("s", user="go to shop", assistant="at shop", tool_calls=[nav("shop")])
+    layout = Layout.of(manager.config)
+    store = manager.store
+    if isinstance(manager, SessionManager):
+        loaded = store.execute(load(layout, "s"))
+        threaded = ThreadedStore(store)
+        assert asyncio.run(threaded.execute(ping(layout))) is True
+        assert repr(threaded) == repr(store)
+    else:
+        loaded = manager._wait(store.execute(load(layout, "s")))
+    assert loaded.state.turns == 1 and loaded.state.context == {"userinterface_name": "google_tv"}
