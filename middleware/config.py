@@ -234,7 +234,10 @@ class StoreConfig(_Section):
     # raise: an unreachable store raises StoreUnavailableError. degrade: compose from
     # the system prompt and the current message, keep unrecorded turns in memory.
     on_store_error: Literal["raise", "degrade"] = "raise"
+    # Turns held in memory while the store is unreachable (degrade): the oldest are dropped
+    # past either bound, with a store.pending_overflow error.
     max_pending_turns: int = Field(default=10_000, ge=1)
+    max_pending_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
 
     def __repr_args__(self) -> Any:
         # A password in the URL must not reach logs or tracebacks through a repr.
