@@ -228,7 +228,8 @@ class FaultProxy:
         self.target_port, self.max_connections = target_port, max_connections
         self.port = free_port()
         self.lost = 0  # replies lost so far
-        self._pattern, self._times = b"", 0
+        self._patterns: tuple[bytes, ...] = ()
+        self._times = 0
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._open: set[socket.socket] = set()
@@ -237,10 +238,10 @@ class FaultProxy:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def lose_replies(self, pattern: bytes, times: int = 1) -> None:
-        """Lose the replies to the next ``times`` requests holding ``pattern``."""
+    def lose_replies(self, *patterns: bytes, times: int = 1) -> None:
+        """Lose the replies to the next ``times`` requests holding any of ``patterns``."""
         with self._lock:
-            self._pattern, self._times = pattern, times
+            self._patterns, self._times = patterns, times
 
     def start(self) -> None:
         self._listener = socket.create_server(("127.0.0.1", self.port))
@@ -292,7 +293,7 @@ class FaultProxy:
 
     def _arm(self, data: bytes) -> bool:
         with self._lock:
-            if self._times and self._pattern in data:
+            if self._times and any(pattern in data for pattern in self._patterns):
                 self._times -= 1
                 return True
             return False
@@ -306,7 +307,9 @@ class FaultProxy:
 
 
 def _reset(sock: socket.socket) -> None:
-    """Close with RST, not FIN: the peer sees a connection reset, as when a network drops."""
+    """Close with RST, not FIN: the peer sees a connection reset, as when a network drops.
+    (SHUT_RD first wakes a thread blocked reading it, so the close really happens now.)"""
     with suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.shutdown(socket.SHUT_RD)
     sock.close()

@@ -161,21 +161,21 @@ def lose_record_replies(mgr: Manager) -> None:
     """From now on, every turn's write reaches Redis but its reply is lost (the connection drops)."""
     store, real = mgr.store, mgr.store.send
 
-    def lost(batch: Any) -> None:
-        if batch.commands[0][0] in {"evalsha", "eval"}:
+    def lost(batch: Any, replies: list[Any]) -> None:
+        if batch.commands[0][0] in {"evalsha", "eval"} and not isinstance(replies[0], Exception):
             raise StoreUnavailableError("Redis store ... is unreachable: reply lost")
 
     if inspect.iscoroutinefunction(real):
 
         async def send(batch: Any) -> Any:
             replies = await real(batch)
-            lost(batch)
+            lost(batch, replies)
             return replies
     else:
 
         def send(batch: Any) -> Any:
             replies = real(batch)
-            lost(batch)
+            lost(batch, replies)
             return replies
 
     store.send = send
