@@ -220,6 +220,8 @@ class TracesConfig(_Section):
 
     max_entries: int = Field(default=100, ge=0, le=100_000)  # turns kept; 0 keeps none
     max_entry_chars: int = Field(default=2_000, ge=100, le=1_000_000)  # per message, argument or result
+    # per turn: tool calls past this many characters are counted, not kept
+    max_turn_chars: int = Field(default=64_000, ge=1_000, le=10_000_000)
 
 
 class StoreConfig(_Section):

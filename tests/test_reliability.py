@@ -234,3 +234,77 @@ def test_a_cluster_that_is_down_is_an_error_not_an_empty_memory(
                 time.sleep(0.2)
             with pytest.raises(StoreError):
                 mgr.build_messages(sid, "which door?")
+
+
+# --- eviction ------------------------------------------------------------------------------
+
+
+def test_a_session_missing_parts_is_reported_and_counted_from_what_is_left(
+    managers: ManagerFactory, tmp_path: Path, raw: Any
+) -> None:
+    """Parts of a session gone (as an allkeys-* policy evicts them): the load warns
+    store.partial_session naming them; with its counters gone the turn count comes from
+    the ids of the last turns, and the next turn counts on from there (it used to say 0)."""
+    mgr = managers(auto(tmp_path))
+    for i in range(5):
+        mgr.record_turn("s", user=f"turn {i}", assistant="ok")
+    keys = session_keys("mw", "s")
+    raw.delete(keys.meta)
+    with capture_events() as events:
+        assert mgr.get_state("s").turns == 5
+    assert [e["missing"] for e in events_named(events, "store.partial_session")] == [["meta"]]
+    assert mgr.record_turn("s", user="turn 5", assistant="ok") == 6
+    raw.delete(keys.recent)
+    with capture_events() as events:
+        state = mgr.get_state("s")
+    assert state.turns == 6 and [e["missing"] for e in events_named(events, "store.partial_session")] == [["recent"]]
+    with capture_events() as events:
+        assert mgr.get_state("never-written").turns == 0
+    assert not events_named(events, "store.partial_session")
+
+
+@pytest.mark.parametrize(("policy", "warned"), [("allkeys-lru", True), ("noeviction", False)])
+def test_the_first_call_warns_when_the_server_may_evict_our_keys(
+    face: str, tmp_path: Path, loop: asyncio.AbstractEventLoop, policy: str, warned: bool
+) -> None:
+    """An allkeys-* maxmemory-policy can evict parts of sessions, notes and the index:
+    the first store call of a manager says so, once."""
+    with RedisServer(tmp_path / "r", extra=("--maxmemory-policy", policy)) as server:
+        with open_manager(face, auto(tmp_path, url=server.url), loop) as mgr, capture_events() as events:
+            mgr.build_messages("s", "hi")
+            mgr.record_turn("s", user="hi", assistant="hello")
+        warnings = [e for e in events_named(events, "store.eviction_possible") if e["log_level"] == "warning"]
+        assert [e["policy"] for e in warnings] == ([policy] if warned else [])
+
+
+# --- bounded by bytes --------------------------------------------------------------------------
+
+
+def test_held_turns_are_bounded_by_bytes_as_well_as_by_count(face: str, tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    """With the store unreachable, large turns held in degrade mode never take more than
+    store.max_pending_bytes: the oldest go first, each drop logged."""
+    from middleware.testing import free_port
+
+    config = auto(tmp_path, url=f"redis://127.0.0.1:{free_port()}/0", on_store_error="degrade",
+                  max_pending_bytes=200_000, timeout_seconds=0.5)  # fmt: skip
+    with open_manager(face, config, loop) as mgr, capture_events() as events:
+        for i in range(10):
+            assert mgr.record_turn("s", user=f"{i} " + "x" * 50_000, assistant="ok") == 0
+        held = mgr.pending_turns
+    assert 1 <= len(held) <= 4 and held[-1][1].recent[0].content.startswith("9 ")
+    assert len(events_named(events, "store.pending_overflow")) == 10 - len(held)
+
+
+def test_a_turn_of_thousands_of_tool_calls_keeps_a_bounded_trace(managers: ManagerFactory, tmp_path: Path, raw: Any) -> None:
+    """2,000 tool calls in one turn: the stored trace stays near traces.max_turn_chars, the
+    calls past it counted in one omitted event; the context and the count are intact."""
+    mgr = managers(auto(tmp_path))
+    calls = [call("read_file", path=f"/data/file-{i:04d}.txt") | {"result": "y" * 2_000} for i in range(2_000)]
+    assert mgr.record_turn("s", user="read them all", assistant="done", tool_calls=calls) == 1
+    (trace,) = raw.lrange(session_keys("mw", "s").traces, 0, -1)
+    events = orjson.loads(trace)["events"]
+    assert len(trace) < 70_000
+    omitted = [e for e in events if e["type"] == "omitted"]
+    kept = [e for e in events if e["type"] == "tool_call"]
+    assert len(omitted) == 1 and omitted[0]["tool_calls"] + len(kept) == 2_000
+    assert mgr.get_state("s").context == {"path": "/data/file-1999.txt"}
