@@ -295,7 +295,7 @@ def section(version: str, cases: list[Case]) -> str:
         *[
             f"| {c.name} | {c.written:,} | {c.stored:,} | {c.duplicates} | {c.recovery or '–'} | {'pass' if c.verdict else '**fail**'} | {c.note} |"
             for c in cases
-        ],  # fmt: skip
+        ],
         "",
         "Not stored in the eviction case is by design: the server evicted them; what the middleware owes is to notice, which the last column counts.",
         END,
