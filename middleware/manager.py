@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, Protocol, TypeAlias, TypeVar, cast, overload
 
 from .chat import AsyncChatStream, ChatResult, ChatStream, ChatTurn, wrapped_turn
 from .config import Config, template_for
+from .connectors import Connector
 from .core.effects import Program
 from .core.state import Prompt, TurnUpdate
 from .engine import Engine, ToolsArg
@@ -142,6 +143,7 @@ class _Manager:
         redis_url: str | None = None,
         client: Any = None,
         store: Any = None,
+        connectors: Iterable[Connector] = (),
     ) -> None:
         config = config if config is not None else load_config()
         if system_prompt is not None and instructions is not None:
@@ -153,7 +155,7 @@ class _Manager:
         if redis_url is not None:
             config = config.with_overrides(store={"url": redis_url})
         self.config = config
-        self._engine = Engine(config)
+        self._engine = Engine(config, connectors)
         self.tokenizer: Tokenizer = self._engine.tokenizer
         self.usage_log: UsageLog = self._engine.usage_log
         self.store = store if store is not None else self._connect(client)
