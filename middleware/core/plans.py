@@ -451,7 +451,7 @@ def _candidates(flat: Any) -> tuple[Candidate, ...]:
     found = []
     for i in range(0, len(flat) - 3, 4):
         piece_id, score, matched, record = (_text(part) for part in flat[i : i + 4])
-        kind, tokens, terms, text = (record.split("\t", 3) + ["", "", ""])[:4]
+        kind, tokens, terms, text = [*record.split("\t", 3), "", "", ""][:4]
         if text and tokens.isdigit():
             found.append(Candidate(int(piece_id.split(".")[0]), kind, text, int(tokens), float(score), tuple(matched.split()),
                                    tuple(terms.split())))  # fmt: skip
