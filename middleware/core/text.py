@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 
 ELLIPSIS = "…"
 
@@ -80,17 +81,34 @@ _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.\-]*://[^:@/?#]*:)(?P<secret
 _QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)[^&]*", re.IGNORECASE)
 
 
-# API keys as providers issue them (sk-..., sk-ant-..., AIza..., gsk_..., xai-...), and
-# key=value pairs whose name says secret.
-_KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|gsk_[A-Za-z0-9]{16,}|xai-[A-Za-z0-9]{16,})")
+# API keys as providers issue them, each alternative capturing the prefix it keeps: OpenAI and
+# Anthropic sk-..., Google AIza..., Groq gsk_..., xAI xai-..., Hugging Face hf_..., Perplexity
+# pplx-..., AWS access key ids, GitHub tokens, Replicate r8_..., and bare hex keys.
+_KEY_LIKE = re.compile(
+    r"\b(?:(sk-)[A-Za-z0-9_\-]{8,}|(AIza)[0-9A-Za-z_\-]{20,}|(gsk_)[A-Za-z0-9]{16,}|(xai-)[A-Za-z0-9]{16,}"
+    r"|(hf_)[A-Za-z0-9]{16,}|(pplx-)[A-Za-z0-9]{16,}|(AKIA|ASIA)[0-9A-Z]{16}\b|(gh[pousr]_)[A-Za-z0-9]{20,}"
+    r"|(github_pat_)[A-Za-z0-9_]{20,}|(r8_)[A-Za-z0-9]{20,}|()[0-9A-Fa-f]{32,}\b)"
+)
 _BEARER = re.compile(r"(?i)\bBearer\s+[A-Za-z0-9._~+/=\-]+")
 _SECRET_PAIR = re.compile(r"(?i)\b((?:api[_-]?key|password|secret|token|authorization)[\"']?\s*[:=]\s*[\"']?)([^\s\"',}&]+)")
+# A known secret shorter than this is not masked: replacing every "abc" of a message would
+# garble it, and so short a value protects nothing anyway.
+MIN_SECRET_CHARS = 6
 
 
-def redact_secrets(text: str) -> str:
-    """Hide passwords in URLs, provider API keys and ``password=...``-style values."""
+def mask(secret: str) -> str:
+    """How a known secret is shown: its first 3 characters (usually the format's prefix) when
+    it is long enough that they give nothing away, then ``***``."""
+    return secret[:3] + "***" if len(secret) >= 16 else "***"
+
+
+def redact_secrets(text: str, known: Iterable[str] = ()) -> str:
+    """Hide the ``known`` secrets wherever they appear, then passwords in URLs, provider API
+    keys by their format, bearer tokens and ``password=...``-style values."""
+    for secret in sorted({s for s in known if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True):
+        text = text.replace(secret, mask(secret))
     text = redact_url(text)
-    text = _KEY_LIKE.sub(lambda m: m.group(1)[:3] + "***", text)
+    text = _KEY_LIKE.sub(lambda m: next(g for g in m.groups() if g is not None) + "***", text)
     text = _BEARER.sub("Bearer ***", text)
     return _SECRET_PAIR.sub(lambda m: m.group(1) + "***", text)
 
