@@ -2,6 +2,10 @@
 
 Every command has ``--help``. The store and config come from ``--config`` /
 ``$MIDDLEWARE_CONFIG`` and ``--redis-url`` / ``$REDIS_URL``, as for the library.
+
+Whatever came from the store, a log, a model or the command line prints as the text it
+is: never as rich markup, and with control characters (ANSI and OSC 8 escape sequences,
+bidi overrides) shown escaped. Only the command's own words carry markup.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .config import Config
+from .core.text import printable, printable_json
 from .exceptions import LLMError, MiddlewareError
 from .loader import ENV_REDIS_URL, load_config
 
@@ -37,13 +42,29 @@ def _console(stderr: bool = False) -> Any:
     return Console(stderr=stderr, highlight=False, width=width)
 
 
+def _text(value: object, style: str = "", *, lines: bool = False) -> Any:
+    """``value`` as rich prints it literally: a Text, so never markup or emoji codes, with its
+    control characters escaped (line breaks and tabs too, unless ``lines``)."""
+    from rich.text import Text
+
+    return Text(printable(str(value), keep="\n\t" if lines else ""), style=style)
+
+
+def _joined(*parts: object) -> Any:
+    """One line: strings are the command's own words, other parts values made with ``_text``
+    (nothing is parsed as markup)."""
+    from rich.text import Text
+
+    return Text.assemble(*parts)  # type: ignore[arg-type]
+
+
 @contextmanager
 def _errors() -> Iterator[None]:
     """Library errors become one clear line and exit status 1, not a traceback."""
     try:
         yield
     except MiddlewareError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(printable(str(exc))) from None
 
 
 class _Context:
@@ -128,7 +149,9 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
                 for name in ("take_control", "navigate_to_node", "get_current_node", "click_element", "get_node_tree")
             ]
         )
-        table = Table(title=f"middleware demo · session '{session}' · model {model}", title_justify="left")
+        table = Table(
+            title=_joined("middleware demo · session '", _text(session), "' · model ", _text(model)), title_justify="left"
+        )
         for column, justify in [
             ("#", "right"),
             ("user", "left"),
@@ -149,9 +172,9 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
             tools = ", ".join(call.name for call in result.tool_calls) or "-"
             table.add_row(
                 str(number),
-                request,
-                tools,
-                result.text,
+                _text(request),
+                _text(tools),
+                _text(result.text, lines=True),
                 f"{first['tokens']['total']:,}",
                 f"{first['full_history_tokens']:,}",
                 f"{first['saved_pct']:.0f}%",
@@ -162,12 +185,15 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
             f"\n{len(SCRIPT)} turns: {firsts.tokens_sent:,} prompt tokens sent against {firsts.full_history_tokens:,} with the full "
             f"history, [bold]{firsts.saved_pct:.0f}% saved[/bold] (first call of each turn; tool schemas included on both sides)."
         )
-        console.print(f"Remembered context: {state.context}")
+        console.print(_joined("Remembered context: ", _text(state.context)))
         log_file = mgr.usage_log.path
         if log_file is not None:
-            console.print(f"Usage log: {log_file}  ·  review it with: middleware report {log_file} --session {session}")
+            console.print(_joined("Usage log: ", _text(log_file), "  ·  review it with: middleware report ", _text(log_file),
+                                  " --session ", _text(session)))  # fmt: skip
         if not mgr.config.store.url.startswith("memory://"):
-            console.print(f"Session '{session}' is in {mgr.store!r}: middleware inspect shows it.")
+            console.print(
+                _joined("Session '", _text(session), "' is in ", _text(repr(mgr.store)), ": middleware inspect shows it.")
+            )
 
 
 def _device_tool(name: str) -> Any:
@@ -202,7 +228,11 @@ def chat(obj: _Context, session: str, model: str | None, stream: bool) -> None:
         from . import demo  # noqa: F401 (serves scripted/atlas)
     interactive = sys.stdin.isatty()
     if interactive:
-        console.print(f"Session '{session}' · model {model} · store {mgr.store!r}. /exit to leave.")
+        console.print(
+            _joined(
+                "Session '", _text(session), "' · model ", _text(model), " · store ", _text(repr(mgr.store)), ". /exit to leave."
+            )
+        )
     with _errors(), mgr:
         for line in _lines(interactive):
             text = line.strip()
@@ -224,7 +254,7 @@ def chat(obj: _Context, session: str, model: str | None, stream: bool) -> None:
                 result = _chat_turn(mgr, session, text, model, stream, console)
             except LLMError as exc:  # one failed turn does not end the conversation
                 console.print()
-                console.print(f"[red]{exc}[/red]")
+                console.print(_text(exc, "red"))
                 continue
             first = result.calls[0] if result.calls else None
             if first is not None:
@@ -248,12 +278,12 @@ def _lines(interactive: bool) -> Iterator[str]:
 def _chat_turn(mgr: SessionManager, session: str, text: str, model: str, stream: bool, console: Any) -> Any:
     if not stream:
         result = mgr.chat(session, text, model=model)
-        console.print(f"{mgr.config.assistant.name}> {result.text}")
+        console.print(_joined(_text(mgr.config.assistant.name), "> ", _text(result.text, lines=True)))
         return result
     replies = mgr.chat(session, text, model=model, stream=True)
-    console.print(f"{mgr.config.assistant.name}> ", end="")
+    console.print(_joined(_text(mgr.config.assistant.name), "> "), end="")
     for chunk in replies:
-        console.print(chunk, end="", soft_wrap=True)
+        console.print(_text(chunk, lines=True), end="", soft_wrap=True)
     console.print()
     return replies.result
 
@@ -286,9 +316,9 @@ def report(log: str, session: str | None, since: str | None, fmt: str, html_path
                                        f"{len(result.sessions)} session(s), the latest {latest}.")  # fmt: skip
         result = build_report(result.records, bad_lines=result.bad_lines, session=session)
     if fmt == "json":
-        click.echo(render_json(result))
+        click.echo(printable_json(render_json(result)))
     elif fmt == "csv":
-        click.echo(render_csv(result), nl=False)
+        click.echo(printable(render_csv(result), keep="\r\n"), nl=False)  # a log's names, control characters escaped
     else:
         _print_report(result)
     if html_path:
@@ -329,7 +359,7 @@ def _print_report(result: Any) -> None:
         saved_cost = f"{row['cost_saved_usd']:.6f}" if priced else "n/a"
         table.add_row(
             scope,
-            name,
+            _text(name),
             f"{row['calls']:,}",
             f"{row['tokens_sent']:,}",
             f"{row['full_history_tokens']:,}",
@@ -416,7 +446,7 @@ def sessions_list(obj: _Context, search: str | None, page: int, page_size: int) 
     for entry in result.entries:
         updated = datetime.fromtimestamp(entry.updated_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(
-            entry.session_id,
+            _text(entry.session_id),
             updated,
             str(entry.turns),
             str(entry.context_keys),
@@ -443,16 +473,15 @@ def sessions_show(obj: _Context, session_id: str, as_json: bool) -> None:
         raise click.ClickException(f"no session {session_id!r}")
     if as_json:
         data = {k: v for k, v in asdict(state).items() if k != "pairs"}
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        click.echo(printable_json(json.dumps(data, indent=2, ensure_ascii=False)))
         return
     _print_state(_console(), session_id, state)
 
 
 def _print_state(console: Any, session_id: str, state: Any) -> None:
-    owner = f" · user {state.owner[0]} · agent {state.owner[1]}" if state.owner else ""
-    console.print(
-        f"[bold]{session_id}[/bold] · {state.turns} turn(s) · its messages with tool details: {state.full_tokens:,} tokens{owner}"
-    )
+    owner = ("", " · user ", _text(state.owner[0]), " · agent ", _text(state.owner[1])) if state.owner else ("",)
+    console.print(_joined(_text(session_id, "bold"), f" · {state.turns} turn(s) · its messages with tool details: "
+                          f"{state.full_tokens:,} tokens", *owner))  # fmt: skip
     for title, lines in (
         ("context", [f"{k}: {v}" for k, v in state.context.items()]),
         ("summary", state.summary),
@@ -461,7 +490,7 @@ def _print_state(console: Any, session_id: str, state: Any) -> None:
     ):
         console.print(f"[bold]{title}[/bold]" + ("" if lines else " (none)"))
         for line in lines:
-            console.print(f"  {line}", highlight=False, markup=False)
+            console.print(_joined("  ", _text(line, lines=True)))
 
 
 @sessions.command("reset")

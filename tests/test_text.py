@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from middleware.core.text import ELLIPSIS, brief, clean_text, cut_middle, one_line, redact_url
+from middleware.core.text import ELLIPSIS, brief, clean_text, cut_middle, one_line, printable, printable_json, redact_url
 from tests.strategies import INJECTIONS, any_text, hostile_text
 
 
@@ -84,3 +84,44 @@ def test_cut_middle_keeps_both_ends_and_marks_the_cut() -> None:
 def test_redact_url_hides_passwords(url: str, expected: str) -> None:
     """Passwords in the authority or the query never survive redaction."""
     assert redact_url(url) == expected
+
+
+def _acted_on(text: str, keep: str = "") -> list[str]:
+    """Characters of ``text`` a terminal acts on instead of showing (those in ``keep`` aside)."""
+    import unicodedata
+
+    return [c for c in text if c not in keep and unicodedata.category(c) in {"Cc", "Cf", "Cs", "Zl", "Zp"}]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("plain [bold] text", "plain [bold] text"),
+        ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
+        ("\x1b]8;;https://e.example\x07link", "\\x1b]8;;https://e.example\\x07link"),
+        ("csi \x9b2J", "csi \\x9b2J"),
+        ("bidi \u202eevil", "bidi \\u202eevil"),
+        ("two\nlines", "two\\nlines"),
+        ("ünïcode 你好 🙂", "ünïcode 你好 🙂"),
+    ],
+)
+def test_printable_writes_what_a_terminal_acts_on_as_escapes(text: str, expected: str) -> None:
+    """Controls, escape sequences, bidi overrides and line breaks become visible escapes; text stays."""
+    assert printable(text) == expected
+
+
+@given(text=hostile_text)
+def test_printable_leaves_nothing_a_terminal_acts_on(text: str) -> None:
+    """For any string, no control, format or separator character survives (but kept line breaks)."""
+    assert _acted_on(printable(text)) == []
+    assert _acted_on(printable(text, keep="\n"), keep="\n") == []
+
+
+@given(value=st.recursive(st.one_of(st.none(), st.integers(), hostile_text), lambda inner: st.lists(inner, max_size=3)
+                          | st.dictionaries(hostile_text, inner, max_size=3), max_leaves=10))  # fmt: skip
+def test_printable_json_is_the_same_data_with_nothing_a_terminal_acts_on(value: object) -> None:
+    """printable_json keeps a document's data (it loads back equal) and leaves only its indentation's line breaks."""
+    import json
+
+    document = printable_json(json.dumps(value, indent=2, ensure_ascii=False))
+    assert json.loads(document) == value and _acted_on(document, keep="\n") == []

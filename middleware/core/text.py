@@ -129,3 +129,41 @@ def cut_middle(text: str, limit: int, marker: str = CUT_MARKER) -> str:
     room = max(limit - len(marker), 0)
     head = room - room // 2
     return text[:head] + marker + (text[-(room // 2) :] if room // 2 else "")
+
+
+# What a terminal acts on instead of showing: C0 and C1 controls (ESC opens ANSI colour and
+# OSC 8 hyperlink sequences, U+009B is a one-character CSI), format characters (bidi
+# overrides, zero-width), lone surrogates, and line and paragraph separators.
+_UNSHOWN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def _shown(char: str) -> bool:
+    return char.isprintable() or unicodedata.category(char) not in _UNSHOWN
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with every character a terminal would act on written as its escape (``\\x1b``,
+    ``\\x9b``, ``\\u202e``), so stored or foreign text prints as the text it is; characters
+    in ``keep`` (say ``"\\n"`` for multi-line text) stay as they are."""
+    if text.isprintable():
+        return text
+    return "".join(c if c in keep or _shown(c) else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code > 0xFFFF:  # JSON escapes a character beyond the BMP as its UTF-16 surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def printable_json(document: str) -> str:
+    """A JSON document (as ``json.dumps(..., ensure_ascii=False)`` writes it) with the characters
+    ``printable`` escapes written as ``\\uXXXX`` escapes: the same data, safe on a terminal.
+
+    Outside its strings a JSON document holds only ASCII punctuation, spaces and the line
+    breaks of indentation, which are kept."""
+    if document.isprintable():
+        return document
+    return "".join(c if c == "\n" or _shown(c) else _json_escape(c) for c in document)
