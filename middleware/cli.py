@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from .config import Config
 from .core.text import printable, printable_json
@@ -390,33 +391,52 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+# Bind addresses that mean "every interface": no request names them as its Host.
+_WILDCARD_ADDRESSES = {"", "0.0.0.0", "::", "[::]"}
+
+
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
 @click.option("--port", default=8300, show_default=True, type=int, help="Port to listen on.")
 @click.option(
     "--token",
     envvar="MIDDLEWARE_INSPECT_TOKEN",
-    help="Require this token on every request (Authorization: Bearer or ?token=); needed off loopback.",
+    help="Require this token on every request (Authorization: Bearer or ?token=); needed off loopback. "
+    "Prefer $MIDDLEWARE_INSPECT_TOKEN: a command line is visible to other users.",
 )
-@click.pass_obj
-def inspect(obj: _Context, host: str, port: int, token: str | None) -> None:
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    envvar="MIDDLEWARE_INSPECT_ALLOWED_HOSTS",
+    help="Also answer requests whose Host header names this host (repeatable; '*' for any), such as the name a "
+    "reverse proxy forwards. Loopback names and --host are always answered; others get 400 (DNS rebinding). "
+    "$MIDDLEWARE_INSPECT_ALLOWED_HOSTS: space-separated.",
+)
+@click.pass_context
+def inspect(ctx: click.Context, host: str, port: int, token: str | None, allowed_hosts: tuple[str, ...]) -> None:
     """Serve the memory inspector: a JSON API and a page to browse sessions, open one and
     see what the model was sent on its last turn. Point it at a shared store (--redis-url)."""
     import uvicorn
 
-    from .inspector_app import create_app
+    from .inspector_app import LOOPBACK_HOSTS, create_app
 
     if not _is_loopback(host) and not token:
         raise click.UsageError(
             f"--host {host} is not loopback: the inspector shows conversation content, so set --token "
             "(or MIDDLEWARE_INSPECT_TOKEN), and put it behind TLS (see README, 'The memory inspector')."
         )
-    mgr = obj.manager()
+    mgr = ctx.obj.manager()
     _warn_if_private_store(mgr)
-    url = f"http://{host}:{port}/" + (f"?token={token}" if token else "")
+    hosts = [*LOOPBACK_HOSTS, *([] if host in _WILDCARD_ADDRESSES else [host]), *allowed_hosts]
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
     click.echo(f"Memory inspector on {url}  (store {mgr.store!r}; Ctrl-C to stop)")
+    if token:  # never printed: it would land in terminal scrollback, logs and screen shares
+        where = "$MIDDLEWARE_INSPECT_TOKEN" if ctx.get_parameter_source("token") is ParameterSource.ENVIRONMENT else "--token"
+        click.echo(f"Every request needs the token given by {where}: open {url}?token=<token>, or send "
+                   "'Authorization: Bearer <token>'.")  # fmt: skip
     with _errors(), mgr:
-        uvicorn.run(create_app(mgr, token=token), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(mgr, token=token, allowed_hosts=hosts), host=host, port=port, log_level="warning")
 
 
 # --- sessions ----------------------------------------------------------------

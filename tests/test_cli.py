@@ -289,3 +289,11 @@ def test_the_demo_prints_a_markup_session_id_as_text(tmp_path: Path, monkeypatch
     result = CliRunner().invoke(main, ["--redis-url", "memory://cli-demo-markup", "demo", "--session", LINK_ID + MARKUP_ID])
     assert result.exit_code == 0, result.output
     assert f"session '{LINK_ID}{MARKUP_ID}'" in result.output and f"--session {LINK_ID}{MARKUP_ID}" in result.output
+
+
+def test_a_page_beyond_any_listing_is_a_clear_error(real_redis_url: str) -> None:
+    """`sessions list --page 99999999999999999999` names the page and the limit; it is not
+    reported as a store failure."""
+    result = CliRunner().invoke(main, ["--redis-url", real_redis_url, "sessions", "list", "--page", "99999999999999999999"])
+    assert result.exit_code == 1 and "Page 99999999999999999999 is out of range" in result.output
+    assert "Redis" not in result.output

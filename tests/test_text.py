@@ -6,7 +6,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from middleware.core.text import ELLIPSIS, brief, clean_text, cut_middle, one_line, printable, printable_json, redact_url
+from middleware.core.text import (
+    ELLIPSIS,
+    brief,
+    clean_text,
+    cut_middle,
+    one_line,
+    printable,
+    printable_json,
+    quoted,
+    redact_url,
+)
 from tests.strategies import INJECTIONS, any_text, hostile_text
 
 
@@ -125,3 +135,29 @@ def test_printable_json_is_the_same_data_with_nothing_a_terminal_acts_on(value: 
 
     document = printable_json(json.dumps(value, indent=2, ensure_ascii=False))
     assert json.loads(document) == value and _acted_on(document, keep="\n") == []
+
+
+def _bomb(depth: int) -> list[object]:
+    """A list that repeats itself nine times per level: 9**depth strings, built in a few objects."""
+    level: list[object] = ["lol"] * 9
+    for _ in range(depth):
+        level = [level] * 9
+    return level
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["x" * 1_000_000, 10**5_000, _bomb(9), {f"k{i}": "v" * 1_000 for i in range(10_000)}, ("a\nb", b"\x00" * 10_000)],
+    ids=["long string", "huge int", "nested aliases", "big dict", "mixed"],
+)
+def test_quoted_stays_short_whatever_the_value(value: object) -> None:
+    """An error quotes any value in at most the limit, without building its full repr first
+    (a nested-alias structure holds 9**9 strings; an int of 5,000 digits has no repr at all)."""
+    text = quoted(value, 200)
+    assert 0 < len(text) <= 200 and "\n" not in text
+
+
+def test_quoted_is_the_repr_when_it_fits() -> None:
+    """Short values are quoted exactly as repr() would."""
+    for value in ["it's", -1, 2.5, None, ["a", 1], {"k": (1, 2)}]:
+        assert quoted(value) == repr(value)

@@ -8,6 +8,7 @@ line to the prompt.
 from __future__ import annotations
 
 import re
+import reprlib
 import unicodedata
 from collections.abc import Iterable
 
@@ -167,3 +168,23 @@ def printable_json(document: str) -> str:
     if document.isprintable():
         return document
     return "".join(c if c == "\n" or _shown(c) else _json_escape(c) for c in document)
+
+
+def _quoter(limit: int) -> reprlib.Repr:
+    quoter = reprlib.Repr()
+    quoter.maxstring = quoter.maxother = limit
+    quoter.maxlevel, quoter.maxlong = 3, 40
+    quoter.maxdict = quoter.maxlist = quoter.maxtuple = quoter.maxset = quoter.maxfrozenset = 8
+    return quoter
+
+
+def quoted(value: object, limit: int = 200) -> str:
+    """``repr(value)`` for an error message, at most ``limit`` characters and marked where cut,
+    built without ever writing out a huge string, container or number in full."""
+    if isinstance(value, int) and value.bit_length() > 256:  # repr() refuses ints past 4,300 digits
+        return f"<an integer of about {int(value.bit_length() * 0.30103) + 1:,} digits>"
+    try:
+        text = _quoter(limit).repr(value)
+    except Exception:  # a broken or refusing __repr__
+        text = f"<{type(value).__name__}>"
+    return cut_middle(text, limit, " … ")
