@@ -28,6 +28,8 @@ from .exceptions import LLMError, MiddlewareError
 from .loader import ENV_REDIS_URL, load_config
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from .manager import SessionManager
 
 __all__ = ["main"]
@@ -43,7 +45,7 @@ def _console(stderr: bool = False) -> Any:
     return Console(stderr=stderr, highlight=False, width=width)
 
 
-def _text(value: object, style: str = "", *, lines: bool = False) -> Any:
+def _text(value: object, style: str = "", *, lines: bool = False) -> Text:
     """``value`` as rich prints it literally: a Text, so never markup or emoji codes, with its
     control characters escaped (line breaks and tabs too, unless ``lines``)."""
     from rich.text import Text
@@ -51,12 +53,12 @@ def _text(value: object, style: str = "", *, lines: bool = False) -> Any:
     return Text(printable(str(value), keep="\n\t" if lines else ""), style=style)
 
 
-def _joined(*parts: object) -> Any:
+def _joined(*parts: str | Text) -> Text:
     """One line: strings are the command's own words, other parts values made with ``_text``
     (nothing is parsed as markup)."""
     from rich.text import Text
 
-    return Text.assemble(*parts)  # type: ignore[arg-type]
+    return Text.assemble(*parts)
 
 
 @contextmanager
