@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .core.text import redact_url
+from .core.text import cut_middle, quoted, redact_url
 from .exceptions import ConfigError
 
 __all__ = [
@@ -384,17 +384,25 @@ def _check_template(template: str, *, allowed: tuple[str, ...] | None, where: st
     return fields
 
 
+# What a config error quotes is cut to these lengths: a value (or a key) may be megabytes,
+# or a structure of aliases that would expand to billions of items.
+_QUOTED_CHARS = 200
+_KEY_CHARS = 100
+_EXPECTED_CHARS = 300
+
+
 def _describe(error: Mapping[str, Any]) -> str:
-    key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    key = cut_middle(".".join(str(part) for part in error["loc"]) or "(top level)", _KEY_CHARS, " … ")
     if error["type"] == "extra_forbidden":
-        return f"Config '{key}' is not a known setting (value {error['input']!r})."
+        return f"Config '{key}' is not a known setting (value {quoted(error['input'], _QUOTED_CHARS)})."
     if error["type"] == "missing":
         return f"Config '{key}' is required but missing."
-    expected = error["msg"].removeprefix("Value error, ")
+    # A validator's message may quote the value too (a tool reference, a key name).
+    expected = cut_middle(error["msg"].removeprefix("Value error, "), _EXPECTED_CHARS, " … ")
     value = error["input"]
     if key == "store.url" and isinstance(value, str):
         value = redact_url(value)
-    return f"Config '{key}' has value {value!r}. Expected: {expected}."
+    return f"Config '{key}' has value {quoted(value, _QUOTED_CHARS)}. Expected: {expected}."
 
 
 def validate_config(data: Any, *, source: str) -> Config:

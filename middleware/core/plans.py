@@ -37,12 +37,12 @@ from typing import Any, NamedTuple
 import orjson
 
 from ..config import Config
-from ..exceptions import StoreError
+from ..exceptions import InvalidInputError, StoreError
 from .archive import Candidate
 from .context import sanitize_key, sanitize_value
 from .effects import Batch, Command, Plan
 from .state import SessionPage, SessionState, SessionSummary, StoredMessage, TurnUpdate, built, whole_pairs
-from .text import one_line
+from .text import one_line, quoted
 
 # The store's own records (recent messages, traces) are plain dicts built here: orjson
 # encodes and decodes them about ten times faster than the json module.
@@ -817,8 +817,14 @@ def edit_notes(layout: Layout, user_id: str, agent: str, edit: Callable[[str], s
 _GLOB_SPECIAL = str.maketrans({c: f"\\{c}" for c in "*?[]\\"})
 
 
+# Beyond this a page's offset no longer fits a Redis range: refused, not sent to fail there.
+MAX_PAGE = 1_000_000_000
+
+
 def page_bounds(page: int, page_size: int) -> tuple[int, int]:
     """Page clamped to at least 1 and size to 1..200; returns (page, size)."""
+    if int(page) > MAX_PAGE:
+        raise InvalidInputError(f"Page {quoted(int(page), 40)} is out of range; expected a page number up to {MAX_PAGE:,}.")
     return max(1, int(page)), min(max(1, int(page_size)), 200)
 
 
@@ -872,7 +878,8 @@ def inspect(layout: Layout, session_id: str, *, traces: int = 100) -> Plan[Inspe
     """The session's state, its last ``traces`` turn records and its last prompt, in one
     round trip (a second for the notes of a session with an owner)."""
     keys = layout.session(session_id)
-    replies = yield Batch([*load_commands(keys), ("lrange", keys.traces, -max(traces, 1), -1), ("get", keys.prompt)])
+    count = min(max(traces, 1), 100_000)  # no writer keeps more (traces.max_entries); a huge count fails in Redis
+    replies = yield Batch([*load_commands(keys), ("lrange", keys.traces, -count, -1), ("get", keys.prompt)])
     loaded = decode_state(session_id, replies[:_LOAD_REPLIES], layout.config)
     state, corrupt = loaded.state, loaded.corrupt
     for reply in replies[_LOAD_REPLIES:]:  # a foreign trace or prompt key is the view's to warn about
