@@ -200,10 +200,14 @@ def _stem(word: str) -> str:
     """A light English stem: enough that "files" finds "file" and "booked" finds "book"."""
     if word.isdigit() or len(word) <= 3:
         return word
-    for suffix, keep in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
-            word = word[: -len(suffix)] + keep
-            break
+    if word.endswith("ies") and len(word) > 4:
+        word = word[:-3] + "y"
+    elif word.endswith(("sses", "xes", "ches", "shes", "zes")):
+        word = word[:-2]
+    elif word.endswith(("ing", "ed")) and len(word) - (3 if word.endswith("ing") else 2) >= 3:
+        word = word[: -3 if word.endswith("ing") else -2]
+    elif word.endswith("s") and not word.endswith("ss"):
+        word = word[:-1]
     return word[:-1] if word.endswith("e") and len(word) > 4 else word  # "navigate" and "navigated" meet
 
 
