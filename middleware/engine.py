@@ -92,9 +92,6 @@ class Engine:
         self._pending_bytes = 0
         self._pending_lock = threading.Lock()
         self._prompts: Lru[Prompt] = Lru(4_096)  # composed, not yet recorded
-        # Per session, the last turn this process recorded (user text, reply): the recent
-        # window's part of the next recall query, known before the load that reads it.
-        self._last_turns: Lru[tuple[dict[str, str], ...]] = Lru(4_096)
         self._server_checked = False
         # Semantic recall: None until the store says whether it has vector search.
         self._semantic: bool | None = None if config.memory.recall == "semantic" and self.layout.recall else False
@@ -197,7 +194,7 @@ class Engine:
                 yield from self._check_server()
             if self._pending:
                 yield from self._flush(session_id, tolerate=True)
-            query = query_terms(user_message, self._last_turns.get(session_id) or ()) if self.layout.recall else ()
+            query = query_terms(user_message, ()) if self.layout.recall else ()  # the store selects by the message's own terms
             found = (yield from self._vectors([user_message])) if self._semantic is not False else ()
             vector = found[0] if found else ()
             loaded = yield from plans.load(
@@ -236,7 +233,6 @@ class Engine:
             prompt=_prompt_json(prompt) if prompt else "",
             observed=observed,
         )
-        self._last_turns.put(session_id, tuple(m.as_dict() for m in update.recent))
         try:
             if not self._server_checked:
                 yield from self._check_server()

@@ -81,8 +81,9 @@ def test_recall_is_one_round_trip_and_bytes_read_do_not_grow_with_the_archive(
     redis_managers: ManagerFactory, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     """Against real Redis: a load with recall is one round trip (one script), and what it
-    reads is about the same after 60 archived turns as after 600."""
-    mgr = redis_managers(auto(tmp_path))
+    reads is about the same after 300 archived turns as after 3,000 (the candidates it
+    sends back are capped, whatever the archive holds)."""
+    mgr = redis_managers(auto(tmp_path, archive_turns=5_000))
     admin = redis_server.client()
 
     def read_bytes() -> tuple[int, int]:
@@ -94,14 +95,14 @@ def test_recall_is_one_round_trip_and_bytes_read_do_not_grow_with_the_archive(
 
     say(mgr, "s", "The supplier gave me order number A-48213 for the tiles.")
     measured = {}
-    for size in (60, 600):
+    for size in (300, 3000):
         for turn in range(mgr.get_state("s").turns, size):
             mgr.record_turn("s", user=f"{FILLER} The tiles for room {turn} need an order.", assistant="Noted.")
         mgr.build_messages("s", "warm up")
         measured[size] = read_bytes()
-    (small, small_commands), (large, large_commands) = measured[60], measured[600]
+    (small, small_commands), (large, large_commands) = measured[300], measured[3000]
     assert large_commands == small_commands  # the same work on the server, whatever the archive holds
-    assert small < 20_000 and large <= small * 1.5
+    assert small < 20_000 and large <= small * 1.2
 
 
 # --- observations and connectors -------------------------------------------------------------

@@ -16,6 +16,7 @@ quotes them, one line each, in a block the model is told is data.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,7 +30,7 @@ __all__ = ["MAX_PIECES", "Piece", "Recalled", "pieces_of", "query_terms", "rank"
 
 MAX_PIECES = 32
 _K1, _B, _AVERAGE_TERMS = 1.2, 0.75, 8.0
-MIN_SCORE = 1.0  # a candidate's lexical score must reach this: about one term that is not common
+MIN_SCORE = 3.0  # a candidate's lexical score must reach this: about one term that is not common
 RELATIVE = 0.4  # and at least this share of the best candidate's final score
 MIN_SIMILARITY = 0.35  # semantic recall: the cosine similarity that admits a piece on its own
 NEAREST_FLOOR = 0.2  # ... and the nearest piece, at least this similar
@@ -213,12 +214,18 @@ def _stem(word: str) -> str:
 
 def terms_of(text: str) -> list[str]:
     """The distinct index terms of ``text``, in order of first appearance."""
+    return list(_terms(text))
+
+
+@functools.lru_cache(maxsize=8192)
+def _terms(text: str) -> tuple[str, ...]:
+    # Cached: the same summary lines, recent messages and context values come back every turn.
     seen: dict[str, None] = {}
     for word in _WORD.findall(_CAMEL.sub(" ", text).lower()):  # lockDoors: lock, doors
         if word in _STOP or (len(word) < 2 and not word.isdigit()):
             continue
         seen.setdefault(_stem(word), None)
-    return list(seen)
+    return tuple(seen)
 
 
 class _Counter(Protocol):
@@ -359,6 +366,7 @@ class Candidate(NamedTuple):
     matched: tuple[str, ...] = ()  # the query's terms it holds
     terms: tuple[str, ...] = ()  # the terms of what it says
     similarity: float = 0.0  # cosine similarity to the current message (semantic recall)
+    asked: float = 0.0  # the part of ``score`` the current message's own terms gave
 
 
 def rank(
@@ -368,7 +376,7 @@ def rank(
     query: Sequence[tuple[str, float]],
     context: Mapping[str, str],
     turns: int,
-    shown: str,
+    shown: str | Sequence[str],
     budget: int,
     count: _Counter,
     recent_turns: int = 1,
@@ -387,7 +395,8 @@ def rank(
         return []
     wanted = dict(query)
     asked = {term for term, weight in query if weight >= 1.0}  # the current message's own terms
-    known = set(terms_of(shown))
+    parts = [shown] if isinstance(shown, str) else list(shown)
+    known = set().union(*map(_terms, parts))
     values = {value.lower() for value in context.values() if len(value) >= 3}
     scored: list[Recalled] = []
     # Semantic recall: a similarity well clear of the rest admits the nearest piece even
@@ -397,7 +406,9 @@ def rank(
         # Asked for by the current message: in what the piece says (its values), or by two of
         # its words at least (a tool's name alone, "navigate_to_node" for "node", is not enough).
         hits = asked.intersection(c.matched)
-        lexical = c.score >= MIN_SCORE and bool(hits) and (len(hits) >= 2 or not hits.isdisjoint(c.terms) or not c.terms)
+        lexical = (
+            (c.asked or c.score) >= MIN_SCORE and bool(hits) and (len(hits) >= 2 or not hits.isdisjoint(c.terms) or not c.terms)
+        )
         semantic = c.similarity >= MIN_SIMILARITY or (c.similarity >= NEAREST_FLOOR and c.similarity >= near - 0.02)
         if c.turn > turns - recent_turns or not (lexical or semantic) or known.issuperset(c.terms or terms_of(c.text)):
             continue  # shown in full, a weak match, one the current message does not ask for, or nothing new
@@ -406,7 +417,9 @@ def rank(
         overlap = 1.25 if any(value in c.text.lower() for value in values) else 1.0
         # BM25's length normalisation: a long sentence shares words by its length alone.
         length = (1 + _K1) / (1 + _K1 * (1 - _B + _B * len(c.terms or c.matched) / _AVERAGE_TERMS))
-        score = (c.score * length if lexical else 0.0) + (SEMANTIC_WEIGHT * c.similarity if semantic else 0.0)
+        # The recent window's words rank what the message selected (the store sees only the message's).
+        window = sum(wanted.get(term, 0.0) for term in c.terms if term not in asked)
+        score = ((c.score + window) * length if lexical else 0.0) + (SEMANTIC_WEIGHT * c.similarity if semantic else 0.0)
         score *= 1.0 if c.kind != "user" or _SPECIFIC.search(c.text[1:]) else 0.5  # memory is for specifics
         reasons = ([f"shares {', '.join(c.matched[:4])}"] if lexical else []) + (
             [f"similar ({c.similarity:.2f})"] if semantic else []
@@ -426,7 +439,7 @@ def rank(
     floor = scored[0].score * RELATIVE if scored else 0.0  # far weaker than the best: noise, not memory
     scored = [item for item in scored if item.score >= floor]
     chosen, used, seen = [], 0, set()
-    shown_lower = shown.lower()
+    shown_lower = "\n".join(parts).lower()
     for item in scored:
         key = item.text.lower()
         if key in seen or key in shown_lower:

@@ -39,7 +39,7 @@ import orjson
 
 from ..config import Config
 from ..exceptions import InvalidInputError, StoreError
-from .archive import Candidate
+from .archive import MIN_SCORE, Candidate
 from .context import sanitize_key, sanitize_value
 from .effects import Batch, Command, Plan
 from .state import SessionPage, SessionState, SessionSummary, StoredMessage, TurnUpdate, built, whole_pairs
@@ -98,10 +98,11 @@ def pair_keys(prefix: str, user_id: str, agent: str) -> PairKeys:
 # Ids of the last turns each session remembers: a write retried after its reply was lost,
 # or a turn held through an outage, is recognised if fewer than this many turns landed since.
 TURN_IDS = 128
-# Archived pieces an index term keeps, newest last: bounds the work and the bytes of a recall.
-POSTINGS = 48
+# Bytes of piece ids an index term keeps (between this and twice this), newest last: about
+# 30 to 60 ids, which bounds the work and the bytes of a recall.
+POSTINGS = 256
 # Pieces a recall sends back at most, best first: the bytes read per call do not grow with the archive.
-CANDIDATES = 24
+CANDIDATES = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,8 +363,9 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
 # itself (weight 1: the recent window's terms only rank), the CANDIDATES best come back
 # with their text.
 #
-# KEYS: ctx sum recent meta arc idx. ARGV: archive_turns recent_turns candidates n_terms (term weight)*
-# Returns {ctx (member score)*, summary, recent, meta (field value)*, {id score matched record}*};
+# KEYS: ctx sum recent meta arc idx. ARGV: archive_turns recent_turns candidates n_terms (term weight)* min_score
+# Returns {ctx (member score)*, summary, recent, meta (field value)*, {id score asked matched record}*}
+# (asked: the score of the current message's own terms);
 # a read that fails stands as its error in its place.
 LOAD_SCRIPT = r"""
 local ctx, sum, recent, meta, arc, idx = unpack(KEYS, 1, 6)
@@ -385,11 +387,11 @@ end
 local lists = redis.pcall('HMGET', idx, unpack(terms))
 local size = redis.pcall('HLEN', arc)
 if lists.err or type(size) ~= 'number' then return out end
-local score, matched, turn_of, found, asked = {}, {}, {}, {}, {}
+local score, asked, mask, turn_of = {}, {}, {}, {}
 for j = 1, n_terms do
   local list = lists[j]
   if list then
-    local live = {}
+    local live, bit = {}, 2 ^ (j - 1)
     for id, t in string.gmatch(list, '((%d+)%.%d+)') do
       t = tonumber(t)
       if t >= oldest and t <= newest then
@@ -397,38 +399,44 @@ for j = 1, n_terms do
         turn_of[id] = t
       end
     end
-    if #live > 0 then
-      local idf = weights[j] * math.log(1 + (size - #live + 0.5) / (#live + 0.5))
-      for _, id in ipairs(live) do
-        if score[id] == nil then
-          score[id], matched[id] = idf, terms[j]
-        else
-          score[id], matched[id] = score[id] + idf, matched[id] .. ' ' .. terms[j]
-        end
-        -- Only the current message's own terms (weight 1) select; the others rank.
-        if weights[j] >= 1 and not asked[id] then
-          asked[id] = true
-          found[#found + 1] = id
-        end
-      end
+    local idf = weights[j] * math.log(1 + (size - #live + 0.5) / (#live + 0.5))
+    for _, id in ipairs(live) do
+      score[id] = (score[id] or 0) + idf
+      mask[id] = (mask[id] or 0) + bit
+      -- Only the current message's own terms (weight 1) select; the others rank.
+      if weights[j] >= 1 then asked[id] = (asked[id] or 0) + idf end
     end
   end
 end
+-- The pieces the current message's terms select, above the floor, best first.
+local floor, found = tonumber(ARGV[5 + 2 * n_terms]), {}
+for id, value in pairs(asked) do
+  if value >= floor then found[#found + 1] = id end
+end
+if #found == 0 then return out end
 table.sort(found, function(a, b)
   if score[a] ~= score[b] then return score[a] > score[b] end
   return turn_of[a] > turn_of[b]
 end)
 local best = {}
-for i = 1, math.min(tonumber(ARGV[3]), #found) do best[i] = found[i] end
-if #best == 0 then return out end
+for i = 1, math.min(2 * tonumber(ARGV[3]), #found) do best[i] = found[i] end
 local records = redis.pcall('HMGET', arc, unpack(best))
 if records.err then return out end
+local row, sent, seen = out[5], 0, {}
 for i, id in ipairs(best) do
-  if records[i] then
-    local row = out[5]
+  -- The same text from another turn says nothing new: one of each, at most `candidates`.
+  local text = records[i] and string.match(records[i], '[^\t]*$')
+  if text and not seen[text] and sent < tonumber(ARGV[3]) then
+    seen[text], sent = true, sent + 1
+    local names, m = {}, mask[id]
+    for j = 1, n_terms do
+      if m % 2 == 1 then names[#names + 1] = terms[j] end
+      m = math.floor(m / 2)
+    end
     row[#row + 1] = id
     row[#row + 1] = tostring(score[id])
-    row[#row + 1] = matched[id]
+    row[#row + 1] = tostring(asked[id])
+    row[#row + 1] = table.concat(names, ' ')
     row[#row + 1] = records[i]
   end
 end
@@ -442,6 +450,7 @@ def _load_script(layout: Layout, keys: SessionKeys, query: Sequence[tuple[str, f
     return (
         "evalsha", LOAD_SHA, 6, keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx,
         layout.archive_turns, recent_turns, CANDIDATES, len(query), *(part for term, weight in query for part in (term, weight)),
+        MIN_SCORE,
     )  # fmt: skip
 
 
@@ -464,12 +473,12 @@ def _merged(lexical: Sequence[Candidate], near: Sequence[Candidate]) -> tuple[Ca
 
 def _candidates(flat: Any) -> tuple[Candidate, ...]:
     found = []
-    for i in range(0, len(flat) - 3, 4):
-        piece_id, score, matched, record = (_text(part) for part in flat[i : i + 4])
+    for i in range(0, len(flat) - 4, 5):
+        piece_id, score, asked, matched, record = (_text(part) for part in flat[i : i + 5])
         kind, tokens, terms, text = [*record.split("\t", 3), "", "", ""][:4]
         if text and tokens.isdigit():
             found.append(Candidate(int(piece_id.split(".")[0]), kind, text, int(tokens), float(score), tuple(matched.split()),
-                                   tuple(terms.split())))  # fmt: skip
+                                   tuple(terms.split()), asked=float(asked)))  # fmt: skip
     return tuple(found)
 
 
@@ -635,13 +644,12 @@ local function call(...)
 end
 
 -- The newest `cap` ids of a space-separated list.
+-- The newest ids of a space-separated list, in at most `cap` bytes: past twice that it is
+-- cut back to `cap` at an id boundary, so a write seldom scans the list.
 local function newest(list, cap)
-  local n = 1
-  for _ in string.gmatch(list, ' ') do n = n + 1 end
-  if n <= cap then return list end
-  local at = 0
-  for _ = 1, n - cap do at = string.find(list, ' ', at + 1, true) end
-  return string.sub(list, at + 1)
+  if #list <= 2 * cap then return list end
+  local at = string.find(list, ' ', #list - cap, true)
+  return at and string.sub(list, at + 1) or list
 end
 
 local function record()
