@@ -263,6 +263,9 @@ class StrategyResult:
     # tool arguments and results, replies), the share the prompt holds.
     strict_needed: int = 0
     strict_kept: int = 0
+    # ... of which the current task's own history holds none: held only by another task's turns.
+    elsewhere_needed: int = 0
+    elsewhere_kept: int = 0
     valid: int = 0
     errors: int = 0  # turns on which the strategy raised (then the full history is counted)
     over_budget: int = 0  # prompts larger than the strategy's own max_tokens
@@ -327,6 +330,8 @@ def replay(
                     result.kept_of_full += len(kept & in_full)
                     result.strict_needed += len(in_session)
                     result.strict_kept += len(kept & in_session)
+                    result.elsewhere_needed += len(in_session - in_full)
+                    result.elsewhere_kept += len(kept & (in_session - in_full))
                     if strategy.name != "full":
                         result.strict_misses.update(miss_source(value, history) for value in in_session - kept)
                     result.valid += valid_tool_sequence(messages) and messages[-1].get("role") == "user"
@@ -356,6 +361,9 @@ def summary_rows(results: dict[str, StrategyResult]) -> list[dict[str, Any]]:
             "kept_all": result.kept / result.needed if result.needed else 1.0,
             "kept_of_full": result.kept_of_full / result.needed_in_full if result.needed_in_full else 1.0,
             "strict": result.strict_kept / result.strict_needed if result.strict_needed else 1.0,
+            "strict_needed": result.strict_needed,
+            "elsewhere": result.elsewhere_kept / result.elsewhere_needed if result.elsewhere_needed else 1.0,
+            "elsewhere_needed": result.elsewhere_needed,
             "valid": result.valid / len(result.tokens),
             "errors": result.errors,
             "over_budget": result.over_budget,
