@@ -190,7 +190,7 @@ def test_one_limit_over_every_block_gives_up_the_lowest_priority_first(managers:
 def test_the_archive_and_recall_work_on_a_cluster_and_semantic_falls_back_once(
     face: str, cluster_url: str, redis_cluster: RedisCluster, tmp_path: Path, loop: asyncio.AbstractEventLoop
 ) -> None:
-    """On a Redis Cluster the archive lives in the session's slot and lexical recall works;
+    """On a Redis Cluster the archive lives in the session's slot, under its TTL, and lexical recall works;
     semantic recall, which needs the query engine outside a cluster, warns once and ranks lexically."""
     config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(
         store={"url": cluster_url, "cluster": True}
@@ -199,8 +199,9 @@ def test_the_archive_and_recall_work_on_a_cluster_and_semantic_falls_back_once(
         say(mgr, "s", "The supplier gave me order number A-48213 for the tiles.", *([FILLER] * 8))
         assert "A-48213" in mgr.build_messages("s", "What was the order number for the tiles?")[0]["content"]
     assert len(events_named(events, "recall.semantic_unavailable")) == 1
-    arc = session_keys("mw", "s").arc
-    assert sum(len(node.client().keys(arc)) for node in redis_cluster.nodes) == 1  # one node: the session's slot
+    keys = session_keys("mw", "s")
+    (holder,) = [node.client() for node in redis_cluster.nodes if node.client().keys(keys.arc)]  # one node: the session's slot
+    assert all(0 < holder.pttl(key) <= Config().store.ttl_seconds * 1000 for key in (keys.arc, keys.idx))
 
 
 # --- semantic recall ---------------------------------------------------------------------------
