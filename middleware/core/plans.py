@@ -8,7 +8,8 @@ in one Redis Cluster slot)::
     <prefix>:{<sid>}:ctx      zset   member "key=value", score = µs server time it was set
     <prefix>:{<sid>}:sum      list   summary lines, oldest first
     <prefix>:{<sid>}:recent   list   JSON {"role","content","tokens","turn"}: the recent window
-    <prefix>:{<sid>}:meta     hash   turns, full_tokens, created, updated, last_turn, user, agent
+    <prefix>:{<sid>}:meta     hash   turns, full_tokens, created, updated, last_turn, user, agent,
+                                     and "t:<tool>" = "<order> <last turn>" for the tools called recently
     <prefix>:{<sid>}:traces   list   JSON turn records for the inspector
     <prefix>:{<sid>}:prompt   string JSON of the prompt sent on the last recorded turn
     <prefix>:{<sid>}:ids      zset   ids of the last turns written, score = turn number
@@ -110,6 +111,7 @@ class Layout:
     turn_ids: int  # ids of the last turns written, so a retried write is recognised
     cluster: bool
     notes_shown: bool  # notes.max_tokens > 0: a load reads the notes
+    tool_window: int = 0  # turns a called tool is remembered for disclosure (0: none are)
 
     @classmethod
     def of(cls, config: Config) -> Layout:
@@ -127,6 +129,7 @@ class Layout:
             turn_ids=TURN_IDS,
             cluster=config.store.cluster,
             notes_shown=config.notes.max_tokens > 0,
+            tool_window=config.disclosure.recent_turns if config.disclosure.enabled else 0,
         )
 
     def session(self, session_id: str) -> SessionKeys:
@@ -256,6 +259,20 @@ def _meta_number(meta: Mapping[bytes, bytes], name: str, kind: type, bad: list[C
         return None
 
 
+def _tool_uses(meta: Mapping[bytes, bytes], bad: list[Corrupt]) -> dict[str, tuple[int, int]]:
+    """The ``t:<tool>`` fields of the meta hash: tool name -> (order first sent, last turn)."""
+    uses = {}
+    for field, value in meta.items():
+        if not field.startswith(b"t:"):
+            continue
+        order, _, last = value.partition(b" ")
+        if not (order.isdigit() and last.isdigit()):
+            bad.append(Corrupt("meta", f"{field[:80]!r}={value[:40]!r} is not '<order> <turn>'"))
+            continue
+        uses[field[2:].decode("utf-8", "replace")] = (int(order), int(last))
+    return uses
+
+
 def _owner(meta: Mapping[bytes, bytes]) -> tuple[str, str] | None:
     user, agent = meta.get(b"user"), meta.get(b"agent")
     if isinstance(user, bytes) and isinstance(agent, bytes):
@@ -318,6 +335,7 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
         updated_at=_meta_number(meta, "updated", float, bad),
         owner=_owner(meta),
         notes="",
+        tool_uses=_tool_uses(meta, bad),
     )
     missing = _missing((ctx, summary, recent_records, meta), state.turns, config, bad)
     if "meta" in missing:  # no count: what is left tells at least how many turns there were
@@ -358,7 +376,7 @@ def load(layout: Layout, session_id: str, *, owner: tuple[str, str] | None = Non
 # KEYS: the session's keys in SessionKeys order (ctx sum recent meta traces prompt ids), [index]
 # ARGV: turn_id now ttl_ms full_tokens max_keys key_history summary_lines recent_messages
 #       trace_entries turn_ids session_id index_cutoff summary_line trace prompt
-#       n_context (key value)*n_context n_recent record*n_recent
+#       n_context (key value)*n_context n_recent record*n_recent tool_window n_tools tool*n_tools
 # Returns {turns, written (1, or 0 when the turn id was already recorded), repaired...}.
 RECORD_SCRIPT = r"""
 local ctx, sum, recent, meta, traces, prompt, ids = unpack(KEYS, 1, 7)
@@ -435,6 +453,28 @@ if keep > 0 and n_recent > 0 then
   call('RPUSH', recent, unpack(ARGV, at + 1, at + n_recent))
   call('LTRIM', recent, -keep, -1)
 end
+at = at + 1 + n_recent
+local window, n_tools = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+if window > 0 then
+  -- Tools called ("t:<name>" = "<order> <last turn>"): the order a tool was first sent in
+  -- stays while it is called within `window` turns; fields older than that are dropped.
+  for i = 1, n_tools do
+    local field = 't:' .. ARGV[at + 1 + i]
+    local old, order = call('HGET', meta, field), nil
+    if old then
+      local first, last = string.match(old, '^(%d+) (%d+)$')
+      if first and turns - tonumber(last) <= window then order = first end
+    end
+    call('HSET', meta, field, (order or tostring(turns * 1000 + i)) .. ' ' .. turns)
+  end
+  local fields = call('HGETALL', meta)
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, 2) == 't:' then
+      local last = tonumber(string.match(fields[i + 1], ' (%d+)$') or '0')
+      if turns - last >= window then call('HDEL', meta, fields[i]) end
+    end
+  end
+end
 keep = tonumber(ARGV[9])
 if keep > 0 and ARGV[14] ~= '' then
   call('RPUSH', traces, ARGV[14])
@@ -477,6 +517,7 @@ def record_command(layout: Layout, session_id: str, update: TurnUpdate, *, now: 
         layout.key_history, layout.summary_lines, layout.recent_messages if update.recent else 0, layout.trace_entries,
         layout.turn_ids, session_id, cutoff, update.summary_line, trace, update.prompt,
         len(update.context), *(part for pair in update.context for part in pair), len(recent), *recent,
+        layout.tool_window, len(update.tools) if layout.tool_window else 0, *(update.tools if layout.tool_window else ()),
     )  # fmt: skip
 
 

@@ -260,6 +260,9 @@ class SessionState:
     # The long-term notes of the session's (user, agent), when it has an owner.
     notes: str = ""
     owner: tuple[str, str] | None = None  # (user_id, agent) for sessions made by resolve_session
+    # Tools the session called recently (disclosure): name -> (the order in which it was
+    # first sent in its current run of use, the last turn that called it).
+    tool_uses: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Set by the store's decoder: the recent window as validated (user, assistant) pairs
     # with their counts, so composing does not check and rebuild it again.
     pairs: tuple[StoredMessage, ...] | None = field(default=None, repr=False, compare=False)
@@ -286,6 +289,8 @@ class TurnUpdate:
     traces: tuple[dict[str, Any], ...] = ()
     # The prompt the model was sent for this turn (JSON), when the manager composed it.
     prompt: str = ""
+    # The names of the tools the turn called, in order, once each (disclosure keeps them sent).
+    tools: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
