@@ -58,13 +58,15 @@ class Billing:
 
     def __init__(self, config: Config, tokenizer: Tokenizer) -> None:
         self.kind = config.caching.rules
+        self.price_as = config.caching.price_as
         self.ttl = config.caching.ttl_seconds
         self.tokenizer = tokenizer
         self.counting_model = config.tokens.model  # whose tokenizer counts schemas, as for every figure
         self._caches: Lru[_Caches] = Lru(4_096)
 
     def rules(self, model: str) -> Rules:
-        return llm.cache_rules(model, self.kind)
+        """The caching rules and prices the figures use for calls to ``model``."""
+        return llm.cache_rules(self.price_as or model, self.kind)
 
     def call(
         self,

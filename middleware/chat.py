@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import llm
-from .core.caching import with_breakpoints
+from .core.caching import per_call_cost, with_breakpoints
 from .core.disclosure import DisclosedTools, baseline_messages
 from .core.effects import END, Abandoned, Emit, Io, Next, Program
 from .core.replies import as_dict, interpret_reply
@@ -137,6 +137,8 @@ class ChatTurn:
         self.prompt = yield from self.engine.prepare(
             self.session_id, self.user_message, model=self.model, schemas_for=self._choose
         )
+        if self.disclosed is not None and self.engine.config.disclosure.cache_aware and self._whole_is_cheaper():
+            self.disclosed = None
         self.loop = TurnLoop(self.prompt.messages, max_rounds=self.engine.config.max_tool_rounds)
         texts: list[str] = []
         try:
@@ -164,6 +166,20 @@ class ChatTurn:
                 yield from self._record(self._failed(error))
             raise
         return self._result((yield from self._record()))
+
+    def _whole_is_cheaper(self) -> bool:
+        """Whether every schema costs less per call than the disclosed ones with this model's
+        prompt caching (a model that caches nothing shorter than the disclosed prompt, say):
+        both prompts' stable parts read from a warm cache, the rest billed in full."""
+        rules, engine, disclosed = self.engine.billing.rules(self.model), self.engine, self.disclosed
+        if disclosed is None or rules.kind == "none" or (rules.explicit and not self.breakpoints):
+            return False
+        messages, static, count = self.prompt.tokens.total, engine.composer.static_tokens, engine.config.tokens.model
+        kept = llm.tools_tokens(count, disclosed.schemas()[: disclosed.stable_tools])
+        ours = per_call_cost(rules, total=self.tools_tokens + messages, stable=kept + static)
+        whole = per_call_cost(rules, total=self.full_tools_tokens + messages, stable=self.full_tools_tokens + static)
+        budget = engine.budget(self.model)
+        return whole < ours and (budget is None or self.full_tools_tokens + messages <= budget)
 
     def _request(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, float]:
         """The next call's messages and schemas, with Anthropic breakpoints when asked for."""

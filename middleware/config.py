@@ -297,6 +297,9 @@ class DisclosureConfig(_Section):
     always: tuple[str, ...] = ()
     # The loader's name: a tool of this name in a chat's tools is an error.
     loader_name: str = Field(default="load_tools", pattern=r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
+    # Send every schema instead when, with the model's prompt caching, that costs less per
+    # call (a model whose minimum cached prefix is longer than the disclosed prompt).
+    cache_aware: bool = True
 
 
 class CachingConfig(_Section):
@@ -310,6 +313,9 @@ class CachingConfig(_Section):
     # Anthropic models: mark the stable prefix (tools, static system text) and the last
     # message with cache_control breakpoints, so the provider caches them.
     anthropic_breakpoints: bool = False
+    # Price the figures (and choose the caching rules) as this model instead of the one
+    # called: for aliases, proxies and self-hosted names litellm has no price for.
+    price_as: str | None = None
 
 
 class UsageLogConfig(_Section):

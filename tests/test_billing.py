@@ -75,3 +75,10 @@ def test_rules_follow_the_model_or_the_setting() -> None:
     assert claude["rules"] == "anthropic" and claude["sent"]["read"] == 0 and claude["full_history"]["read"] == 2997  # type: ignore[index]
     assert call(billing(rules="none"), messages, 3000, now=0)["rules"] == "none"
     assert call(billing(), messages, 3000, now=0, model="acme/unknown-model")["saved_pct"] is None
+
+
+def test_price_as_prices_an_alias_like_a_known_model() -> None:
+    """caching.price_as: a name litellm has no price for is priced, and its rules chosen, as the named model."""
+    messages = [{"role": "system", "content": STATIC}, {"role": "user", "content": "hi"}]
+    aliased = call(billing(price_as="gpt-4o-mini"), messages, 3000, now=0, model="acme/my-proxy")
+    assert aliased["rules"] == "openai" and aliased["saved_pct"] is not None

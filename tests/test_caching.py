@@ -184,3 +184,16 @@ def test_litellm_passes_the_breakpoints_on_to_anthropic() -> None:
     assert request["tools"][0]["cache_control"] == {"type": "ephemeral"}
     assert [block.get("cache_control") for block in request["system"]] == [{"type": "ephemeral"}, None]
     assert request["messages"][-1]["content"][0]["cache_control"] == {"type": "ephemeral"}
+
+
+def test_per_call_cost_reads_the_stable_part_once_it_is_long_enough() -> None:
+    """In input-token units, warm cache: OpenAI reads whole 128-token steps of the stable part
+    at its discount; Anthropic writes the changing rest at 1.25x; below the minimum nothing is read."""
+    from middleware.core.caching import per_call_cost
+
+    assert per_call_cost(GPT_4O_MINI, total=3000, stable=2000) == pytest.approx(1920 * 0.5 + 1080)
+    assert per_call_cost(SONNET, total=3000, stable=2000) == pytest.approx(2000 * 0.1 + 1000 * 1.25)
+    haiku = rules_for(
+        "anthropic", {"input_cost_per_token": 1e-06, "cache_read_input_token_cost": 1e-07, "prompt_cache_min_tokens": 4096}
+    )
+    assert per_call_cost(haiku, total=3000, stable=2800) == 3000  # under 4,096: nothing cached

@@ -208,7 +208,7 @@ class Needs:
         names = [t["function"]["name"] for t in tools or ()]
         self.requests.append(names)
         self.raw.append([dict(t) for t in tools or ()])
-        request = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+        request = next(_text(m["content"]) for m in reversed(messages) if m["role"] == "user")
         needed = self.needs.get(request, ())
         last = messages[-1]
         if last["role"] == "tool" and not last["content"].startswith(("Loaded", "Already", "The schema")):
@@ -219,6 +219,11 @@ class Needs:
         if not needed:
             return {"role": "assistant", "content": "nothing to do", "tool_calls": None}
         return _calls(*needed)
+
+
+def _text(content: Any) -> str:
+    """A message's text, also when breakpoints made its content a list of parts."""
+    return "".join(part["text"] for part in content) if isinstance(content, list) else str(content)
 
 
 def _calls(*calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
@@ -378,3 +383,24 @@ def test_usage_lines_count_what_was_sent_against_every_schema(managers: ManagerF
     first = lines(log_path)[0]
     assert first["tokens"]["tools"] < first["tools"]["full_tokens"]
     assert first["full_history_tokens"] == first["tokens"]["total"] - first["tokens"]["tools"] + first["tools"]["full_tokens"]
+
+
+def test_every_schema_is_sent_when_that_caches_and_the_disclosed_prompt_cannot(managers: ManagerFactory, log_path: Path) -> None:
+    """Priced as Claude Haiku 4.5 (nothing under 4,096 tokens is cached) with breakpoints on:
+    eight pinned schemas (about 3,000 tokens, under the minimum) would be paid in full on
+    every call, while every schema (over 4,096 tokens) is read at a tenth, so every schema
+    is sent. With nothing pinned the small disclosed prompt is cheaper and is sent;
+    disclosure.cache_aware false always discloses."""
+    big = [Tool(lambda **_: "ok", schema={"type": "function", "function": {
+        "name": f"tool_{i}", "description": f"Tool {i}. " + "It does one careful thing with the records. " * 40,
+        "parameters": {"type": "object", "properties": {}}}}) for i in range(12)]  # fmt: skip
+    model = Needs({"hi": []})
+    caching = {"price_as": "claude-haiku-4-5", "anthropic_breakpoints": True, "rules": "anthropic"}
+    config = disclosing(log_path, match_tools=0).with_overrides(caching=caching)
+    pinned = config.with_overrides(disclosure={"always": [f"tool_{i}" for i in range(8)]})
+    managers(pinned).chat("s", "hi", model=model.model, tools=big)
+    assert model.requests[-1] == [f"tool_{i}" for i in range(12)]
+    managers(config).chat("s", "hi", model=model.model, tools=big)
+    assert model.requests[-1] == ["load_tools"]
+    managers(pinned.with_overrides(disclosure={"cache_aware": False})).chat("s", "hi", model=model.model, tools=big)
+    assert model.requests[-1] == ["load_tools"] + [f"tool_{i}" for i in range(8)]

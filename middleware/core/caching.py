@@ -47,6 +47,7 @@ __all__ = [
     "Split",
     "blocks",
     "growing_blocks",
+    "per_call_cost",
     "request_blocks",
     "rules_for",
     "split",
@@ -218,6 +219,20 @@ def split(prompt: Sequence[Block], state: CacheState, rules: Rules, *, now: floa
     entries.update(new)
     kept = {key: value for key, value in entries.items() if value[1] > calls - _REMEMBERED_CALLS}
     return Split(read=read, written=written, uncached=total - read - written), CacheState(entries=kept, calls=calls, at=now)
+
+
+def per_call_cost(rules: Rules, *, total: int, stable: int) -> float:
+    """What a call of ``total`` tokens costs once the cache is warm, in input-token units,
+    when its first ``stable`` tokens are the same on every call: the stable part is read (if
+    long enough), the rest billed in full, at Anthropic's write price when breakpoints
+    cache it (it changes every call, so it is written every call)."""
+    cached = stable - stable % rules.step if stable >= rules.min_tokens and rules.kind != "none" else 0
+    price = rules.input_price or 0.0
+    if not price:
+        return float(total)
+    read = (rules.read_price if rules.read_price is not None else price) / price
+    rest = (rules.write_price or price) / price if rules.explicit and total >= rules.min_tokens else 1.0
+    return cached * read + (total - cached) * rest
 
 
 # --- requests ----------------------------------------------------------------------
