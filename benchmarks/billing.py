@@ -23,6 +23,7 @@ cache holds more.
 from __future__ import annotations
 
 import json
+import pickle
 import statistics
 import sys
 import time
@@ -142,6 +143,7 @@ class Played:
     needed: int = 0  # needed values the conversation's earlier turns hold
     kept: int = 0  # of those, present in the turn's first prompt
     schemas_sent: list[int] = field(default_factory=list)  # schemas per call
+    whole: int = 0  # turns whose first call carried every schema and no loader (disclosure.cache_aware)
 
 
 class Model:
@@ -202,11 +204,9 @@ def _ask(calls: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
 
 
 def middleware_config(**disclosure: Any) -> Config:
-    """The benchmark's middleware (auto context keys, a neutral prompt), Anthropic breakpoints
-    on, so every request carries them (the OpenAI and Gemini rules ignore them)."""
-    return bench_config(auto=True).with_overrides(
-        disclosure=disclosure, caching={"rules": "anthropic", "anthropic_breakpoints": True}
-    )
+    """The benchmark's middleware (auto context keys, a neutral prompt) with Anthropic
+    breakpoints on: replayed priced as a Claude model, its requests carry them."""
+    return bench_config(auto=True).with_overrides(disclosure=disclosure, caching={"anthropic_breakpoints": True})
 
 
 def play(
@@ -229,7 +229,9 @@ def play(
                     result = mgr.chat(sid, turn.user, model=f"scripted/{model.name}", tools=tools)
                     requests = model.requests[before:]
                     played.turns += 1
-                    played.sent_up_front += all(c.name in [t["function"]["name"] for t in requests[0][1]] for c in turn.calls)
+                    first_names = [t["function"]["name"] for t in requests[0][1]]
+                    played.sent_up_front += all(c.name in first_names for c in turn.calls)
+                    played.whole += LOADER not in first_names and len(first_names) == len(tools)
                     extra = [line["full_history_tokens"] == 0 for line in result.calls]
                     for index, (messages, schemas_sent) in enumerate(requests):
                         own_calls.append(Call(schemas_sent, messages, index == 0, counterpart=not extra[index]))
@@ -335,40 +337,49 @@ def price(played: Played, model: str) -> Priced:
 # --- running and reporting ---------------------------------------------------------------------
 
 
-VARIANTS = [
-    ("every_schema", "middleware, every schema (disclosure off)", {"enabled": False}),
-    ("disclosure", "middleware, tool disclosure (defaults)", {}),
-    ("disclosure_10", "middleware, tool disclosure, recent_turns 10", {"recent_turns": 10}),
+# (name, label, disclosure settings, played once per priced model): with disclosure on, what
+# a turn sends depends on the model's caching (disclosure.cache_aware), so each model's
+# figures come from a replay priced as that model (caching.price_as).
+VARIANTS: list[tuple[str, str, dict[str, Any], bool]] = [
+    ("every_schema", "middleware, every schema (disclosure off)", {"enabled": False}, False),
+    ("disclosure", "middleware, tool disclosure (defaults)", {}, True),
+    ("match_2", "middleware, tool disclosure, match_tools 2", {"match_tools": 2}, True),
 ]
+RAW_MODEL = MODELS[0]  # whose replay the token table shows: the library's default model
 
 
 def run(
     progress: Callable[[str, int], None] = lambda scope, n: None,
     *,
     quick: bool = False,
-    variants: Sequence[tuple[str, str, dict[str, Any]]] = VARIANTS,
+    variants: Sequence[tuple[str, str, dict[str, Any], bool]] = VARIANTS,
     scopes: Sequence[str] = ("single", "chains"),
 ) -> dict[str, Any]:
     conversations = load(limit=40 if quick else None)
     every_scope = {"single": [[c] for c in conversations], "chains": chains(conversations, min_turns=30 if quick else 100)}
-    scopes_played = {scope: every_scope[scope] for scope in scopes}
     data: dict[str, Any] = {"conversations": len(conversations), "turns": sum(len(c.turns) for c in conversations)}
     started = time.monotonic()
-    for scope, sessions in scopes_played.items():
+    for scope in scopes:
+        sessions = every_scope[scope]
         tick = lambda n, scope=scope: progress(scope, n)  # noqa: E731
-        played = [full_history(sessions, tick)]
-        played += [play(name, label, sessions, middleware_config(**settings), tick) for name, label, settings in variants]
-        every = [
-            s for session in sessions for s in [sum(llm.tools_tokens(COUNTING, schemas(c)) for c in session_classes(session))]
-        ]
-        rows = []
-        for result in played:
-            priced = {model: price(result, model) for model in MODELS}
-            rows.append({"name": result.name, "label": result.label, "played": result, "priced": priced})
+        baseline = full_history(sessions, tick)
+        rows = [{"name": "full", "label": baseline.label, "played": baseline, "by_model": {},
+                 "priced": {model: price(baseline, model) for model in MODELS}}]  # fmt: skip
+        baseline.sessions = []
+        for name, label, settings, per_model in variants:
+            by_model: dict[str, Played] = {}
+            for model in MODELS if per_model else (RAW_MODEL,):
+                config = middleware_config(**settings).with_overrides(caching={"price_as": model})
+                by_model[model] = play(name, label, sessions, config, tick)
+            priced = {model: price(by_model.get(model, by_model[RAW_MODEL]), model) for model in MODELS}
+            for replay in by_model.values():
+                replay.sessions = []  # priced: the requests are not needed any more
+            rows.append({"name": name, "label": label, "played": by_model[RAW_MODEL], "by_model": by_model, "priced": priced})
+        tools = [sum(llm.tools_tokens(COUNTING, schemas(c)) for c in session_classes(session)) for session in sessions]
         data[scope] = {
             "sessions": len(sessions),
             "session_turns": sorted(sum(len(c.turns) for c in s) for s in sessions),
-            "schema_tokens": statistics.median(every),
+            "schema_tokens": statistics.median(tools),
             "rows": rows,
         }
     data["seconds"] = time.monotonic() - started
@@ -438,6 +449,11 @@ def section(data: dict[str, Any], command: str = COMMAND) -> str:
                 cost, base_cost = row["priced"][model].cost, full["priced"][model].cost
                 cells.append(f"${cost:.3f}" if row["name"] == "full" else f"${cost:.3f} (−{_pct(1 - cost / base_cost)})")
             lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
+        lines += ["", "Turns on which `disclosure.cache_aware` sent every schema instead (it is cheaper with that model's caching):", ""]
+        lines += ["| strategy | " + " | ".join(MODELS) + " |", "|---|" + "---:|" * len(MODELS)]
+        for row in part["rows"]:
+            if row["by_model"] and len(row["by_model"]) > 1:
+                lines.append(f"| {row['label']} | " + " | ".join(_pct(row['by_model'][m].whole / row['by_model'][m].turns) for m in MODELS) + " |")
         lines += ["", "Share of each turn's first call read from the provider's cache (mean):", ""]
         lines += ["| strategy | " + " | ".join(MODELS) + " |", "|---|" + "---:|" * len(MODELS)]
         for row in part["rows"]:
@@ -502,7 +518,7 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
     off = _row(single["rows"], "every_schema")["priced"][MODELS[0]]
     played = _row(single["rows"], "disclosure")["played"]
     long_ours, long_full = _row(chained["rows"], "disclosure"), _row(chained["rows"], "full")
-    ten = _row(chained["rows"], "disclosure_10")
+    ten = _row(chained["rows"], "match_2")
     return [
         "### Where the targets are missed, and why",
         "",
@@ -542,6 +558,11 @@ def replace_section(report: str, text: str) -> str:
 
 def main() -> None:
     quick = "--quick" in sys.argv[1:]
+    saved = next((arg.split("=", 1)[1] for arg in sys.argv[1:] if arg.startswith("--from=")), None)
+    if saved:  # re-render a run kept with --keep= (to edit the text without replaying)
+        data = pickle.loads(Path(saved).read_bytes())
+        REPORT.write_text(replace_section(REPORT.read_text(encoding="utf-8"), section(data)), encoding="utf-8")
+        return
     counts: dict[str, int] = {}
 
     def progress(scope: str, n: int) -> None:
@@ -550,6 +571,9 @@ def main() -> None:
             print(f"… {scope}: {counts[scope]} turns", file=sys.stderr)
 
     data = run(progress, quick=quick)
+    keep = next((arg.split("=", 1)[1] for arg in sys.argv[1:] if arg.startswith("--keep=")), None)
+    if keep:
+        Path(keep).write_bytes(pickle.dumps(data))
     text = section(data, COMMAND + (" --quick" if quick else ""))
     print(text)
     if not quick:

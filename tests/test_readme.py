@@ -131,3 +131,8 @@ def test_every_config_key_is_documented() -> None:
     assert len(keys) > 40 and [key for key in [*keys, "skills_dir"] if key not in named] == []
     example = (REPO / "config.yaml").read_text()
     assert [key for key in keys if key.split(".")[-1] + ":" not in example] == []
+
+
+def test_disclosure_snippet_loads_the_tool_it_was_not_sent(run_snippet: Callable[[str], list[str]]) -> None:
+    """The disclosure snippet's model sees only the loader, loads cat, and the next calls carry it."""
+    assert run_snippet('model="scripted/reader"') == ["It says hello. ('cat',) [1, 2, 2]"]
