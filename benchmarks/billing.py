@@ -337,11 +337,11 @@ def price(played: Played, model: str) -> Priced:
 # --- running and reporting ---------------------------------------------------------------------
 
 
-# (name, label, disclosure settings, played once per priced model): with disclosure on, what
-# a turn sends depends on the model's caching (disclosure.cache_aware), so each model's
-# figures come from a replay priced as that model (caching.price_as).
+# (name, label, disclosure settings, played once per priced model): what a turn sends depends
+# on the model (Anthropic breakpoints; disclosure.cache_aware), so each model's figures come
+# from a replay priced as that model (caching.price_as).
 VARIANTS: list[tuple[str, str, dict[str, Any], bool]] = [
-    ("every_schema", "middleware, every schema (disclosure off)", {"enabled": False}, False),
+    ("every_schema", "middleware, every schema (disclosure off)", {"enabled": False}, True),
     ("disclosure", "middleware, tool disclosure (defaults)", {}, True),
     ("match_2", "middleware, tool disclosure, match_tools 2", {"match_tools": 2}, True),
 ]
@@ -449,11 +449,19 @@ def section(data: dict[str, Any], command: str = COMMAND) -> str:
                 cost, base_cost = row["priced"][model].cost, full["priced"][model].cost
                 cells.append(f"${cost:.3f}" if row["name"] == "full" else f"${cost:.3f} (−{_pct(1 - cost / base_cost)})")
             lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
-        lines += ["", "Turns on which `disclosure.cache_aware` sent every schema instead (it is cheaper with that model's caching):", ""]
+        lines += [
+            "",
+            "Turns on which `disclosure.cache_aware` sent every schema instead (it is cheaper with that model's caching):",
+            "",
+        ]
         lines += ["| strategy | " + " | ".join(MODELS) + " |", "|---|" + "---:|" * len(MODELS)]
         for row in part["rows"]:
             if row["by_model"] and len(row["by_model"]) > 1:
-                lines.append(f"| {row['label']} | " + " | ".join(_pct(row['by_model'][m].whole / row['by_model'][m].turns) for m in MODELS) + " |")
+                lines.append(
+                    f"| {row['label']} | "
+                    + " | ".join(_pct(row["by_model"][m].whole / row["by_model"][m].turns) for m in MODELS)
+                    + " |"
+                )
         lines += ["", "Share of each turn's first call read from the provider's cache (mean):", ""]
         lines += ["| strategy | " + " | ".join(MODELS) + " |", "|---|" + "---:|" * len(MODELS)]
         for row in part["rows"]:
@@ -467,6 +475,11 @@ def section(data: dict[str, Any], command: str = COMMAND) -> str:
     lines += _shortfalls(data)
     lines.append(END)
     return "\n".join(lines)
+
+
+def target_rows(data: dict[str, Any]) -> list[str]:
+    """The rows of the targets table (also in the report's summary), without its head."""
+    return _targets(data)[2:-1]
 
 
 def _targets(data: dict[str, Any]) -> list[str]:

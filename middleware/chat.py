@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import llm
-from .core.caching import per_call_cost, with_breakpoints
+from .core.caching import prefer_whole, with_breakpoints
 from .core.disclosure import DisclosedTools, baseline_messages
 from .core.effects import END, Abandoned, Emit, Io, Next, Program
 from .core.replies import as_dict, interpret_reply
@@ -168,18 +168,19 @@ class ChatTurn:
         return self._result((yield from self._record()))
 
     def _whole_is_cheaper(self) -> bool:
-        """Whether every schema costs less per call than the disclosed ones with this model's
-        prompt caching (a model that caches nothing shorter than the disclosed prompt, say):
-        both prompts' stable parts read from a warm cache, the rest billed in full."""
+        """Whether every schema costs less than the disclosed ones with this model's prompt
+        caching: when the disclosed prompt's stable part is too short to be cached and every
+        schema's is not (a model that caches nothing under 4,096 tokens, say), comparing both
+        per call with a warm cache (see core.caching.prefer_whole)."""
         rules, engine, disclosed = self.engine.billing.rules(self.model), self.engine, self.disclosed
         if disclosed is None or rules.kind == "none" or (rules.explicit and not self.breakpoints):
             return False
         messages, static, count = self.prompt.tokens.total, engine.composer.static_tokens, engine.config.tokens.model
         kept = llm.tools_tokens(count, disclosed.schemas()[: disclosed.stable_tools])
-        ours = per_call_cost(rules, total=self.tools_tokens + messages, stable=kept + static)
-        whole = per_call_cost(rules, total=self.full_tools_tokens + messages, stable=self.full_tools_tokens + static)
-        budget = engine.budget(self.model)
-        return whole < ours and (budget is None or self.full_tools_tokens + messages <= budget)
+        whole, budget = self.full_tools_tokens + messages, engine.budget(self.model)
+        cheaper = prefer_whole(rules, disclosed=self.tools_tokens + messages, disclosed_stable=kept + static, whole=whole,
+                               whole_stable=self.full_tools_tokens + static)  # fmt: skip
+        return cheaper and (budget is None or whole <= budget)
 
     def _request(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, float]:
         """The next call's messages and schemas, with Anthropic breakpoints when asked for."""

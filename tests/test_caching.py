@@ -197,3 +197,18 @@ def test_per_call_cost_reads_the_stable_part_once_it_is_long_enough() -> None:
         "anthropic", {"input_cost_per_token": 1e-06, "cache_read_input_token_cost": 1e-07, "prompt_cache_min_tokens": 4096}
     )
     assert per_call_cost(haiku, total=3000, stable=2800) == 3000  # under 4,096: nothing cached
+
+
+def test_every_schema_is_preferred_only_when_it_alone_can_be_cached_and_costs_less() -> None:
+    """Haiku 4.5: a 2,800-token disclosed prefix is never cached, every schema (5,000) is, and
+    costs less. Sonnet: both can be cached, so the disclosed prompt stays (no switching back
+    and forth, each switch rewriting the cache). gpt-4o-mini: every schema can be cached but,
+    at half price, costs more than a small disclosed prompt."""
+    from middleware.core.caching import prefer_whole
+
+    haiku = rules_for("anthropic", {"input_cost_per_token": 1e-06, "cache_read_input_token_cost": 1e-07,
+                                    "cache_creation_input_token_cost": 1.25e-06, "prompt_cache_min_tokens": 4096})  # fmt: skip
+    sizes = {"disclosed": 3100, "disclosed_stable": 2800, "whole": 5300, "whole_stable": 5000}
+    assert prefer_whole(haiku, **sizes)
+    assert not prefer_whole(SONNET, **sizes)
+    assert not prefer_whole(GPT_4O_MINI, disclosed=800, disclosed_stable=250, whole=2600, whole_stable=2300)

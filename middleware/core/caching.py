@@ -48,6 +48,7 @@ __all__ = [
     "blocks",
     "growing_blocks",
     "per_call_cost",
+    "prefer_whole",
     "request_blocks",
     "rules_for",
     "split",
@@ -233,6 +234,17 @@ def per_call_cost(rules: Rules, *, total: int, stable: int) -> float:
     read = (rules.read_price if rules.read_price is not None else price) / price
     rest = (rules.write_price or price) / price if rules.explicit and total >= rules.min_tokens else 1.0
     return cached * read + (total - cached) * rest
+
+
+def prefer_whole(rules: Rules, *, disclosed: int, disclosed_stable: int, whole: int, whole_stable: int) -> bool:
+    """Whether sending every schema (``whole`` tokens, ``whole_stable`` of them the same on
+    every call) beats the disclosed prompt: only when the disclosed prompt's stable part is
+    too short for the cache and every schema's is not, and the warm-cache cost per call is
+    lower. When both can be cached, switching between them would rewrite the cache on each
+    switch, which the per-call comparison does not see, so the disclosed prompt stays."""
+    if not (disclosed_stable < rules.min_tokens <= whole_stable):
+        return False
+    return per_call_cost(rules, total=whole, stable=whole_stable) < per_call_cost(rules, total=disclosed, stable=disclosed_stable)
 
 
 # --- requests ----------------------------------------------------------------------
