@@ -28,9 +28,9 @@ from .core.text import CUT_MARKER, redact_secrets
 from .core.turnloop import PendingCall, ToolOutcome, TurnLoop
 from .engine import Engine, ToolsArg
 from .events import log
-from .exceptions import LLMError
+from .exceptions import InvalidToolCallError, LLMError
 from .runner import ASend, Send, adrive, drive
-from .tools import ToolList, Toolset, as_tools
+from .tools import Tool, ToolList, Toolset, as_tools
 from .usage import usage_record
 
 __all__ = ["AsyncChatStream", "ChatResult", "ChatStream", "ChatTurn", "wrapped_turn"]
@@ -382,6 +382,20 @@ def _loader_only(reply: Any, loader: str) -> list[dict[str, Any]] | None:
     return calls if calls and all(name == loader for name in names) else None
 
 
+def _readable_tools(given: Any) -> list[Tool]:
+    """The tools a wrapped chatbot is handed, when the middleware can read them (a list of
+    schemas, Tools or callables with distinct names); otherwise none, and ``tools`` reaches
+    the chatbot as given."""
+    if not isinstance(given, (list, tuple)) or not given:
+        return []
+    try:
+        tools = as_tools(given)
+        Toolset(tools)  # distinct names
+    except InvalidToolCallError:
+        return []
+    return tools
+
+
 class WrappedTurn:
     """A turn of the chatbot ``fn(messages, *args, **kwargs) -> reply``: compose, call,
     record, log. Tools it is handed (``tools=``) are disclosed like chat()'s: it gets a
@@ -392,7 +406,7 @@ class WrappedTurn:
         self.engine, self.fn, self.args, self.kwargs = engine, fn, args, dict(kwargs)
         self.session_id = engine.session_id(session_id)
         given = kwargs.get("tools")
-        self.tools = as_tools(given) if isinstance(given, (list, tuple)) and given else []
+        self.tools = _readable_tools(given)
         self.catalog = engine.catalog(Toolset(self.tools)) if self.tools else None
         self.originals = dict(zip((tool.name for tool in self.tools), given or (), strict=False))
         self.callables = bool(self.tools) and not all(isinstance(item, Mapping) for item in given or ())

@@ -404,3 +404,37 @@ def test_every_schema_is_sent_when_that_caches_and_the_disclosed_prompt_cannot(m
     assert model.requests[-1] == ["load_tools"]
     managers(pinned.with_overrides(disclosure={"cache_aware": False})).chat("s", "hi", model=model.model, tools=big)
     assert model.requests[-1] == ["load_tools"] + [f"tool_{i}" for i in range(8)]
+
+
+def test_a_huge_index_lists_the_largest_groups_by_size_and_keeps_every_tool_reachable() -> None:
+    """Past ~12,000 characters, big groups are named with their size; loading one opens it."""
+    entries = [
+        entry_of({"type": "function", "function": {"name": f"{g}_tool_number_{i}"}}, f"group{g}")
+        for g in range(5)
+        for i in range(150)
+    ]
+    entries.append(entry_of({"type": "function", "function": {"name": "lonely"}}, "small"))
+    catalog = Catalog(entries)
+    index = catalog.index()
+    assert len(index) <= 12_000 and "- small: lonely" in index and "150 tools (load the group to see them)" in index
+    chosen = catalog.select({}, 1, "", policy(match_tools=0))
+    chosen.load({"names": ["group0"]})
+    assert "0_tool_number_149" in chosen
+
+
+def test_a_wrapped_chatbot_handed_tools_the_middleware_cannot_read_gets_them_as_given(
+    managers: ManagerFactory, log_path: Path
+) -> None:
+    """Tools that are not schemas, Tools or callables (or repeat a name) are passed through untouched."""
+    seen: list[Any] = []
+
+    def bot(messages: list[dict[str, Any]], tools: Any) -> str:
+        seen.append(tools)
+        return "ok"
+
+    mgr = managers(disclosing(log_path))
+    odd = ["search", "browse"]
+    assert mgr.wrap(bot)("w", "hi", tools=odd) == "ok" and seen[-1] is odd
+    twice = [{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "a"}}]
+    mgr.wrap(bot)("w", "hi", tools=twice)
+    assert seen[-1] is twice

@@ -285,10 +285,15 @@ class Catalog:
         return name in self.entries
 
     def index(self) -> str:
-        """One line per group: its name and its tools' names (cut past ~12,000 characters)."""
-        lines = [f"- {group}: {', '.join(names)}" for group, names in self.groups.items()]
-        text = "\n".join(lines)
-        return text if len(text) <= _INDEX_CHARS else one_line(text, _INDEX_CHARS)
+        """One line per group: its name and its tools' names. Past ~12,000 characters the
+        largest groups are listed by name and size only (loading a group opens all of its
+        tools), so every tool stays reachable."""
+        lines = {group: f"- {group}: {', '.join(names)}" for group, names in self.groups.items()}
+        for group in sorted(self.groups, key=lambda g: -len(lines[g])):
+            if sum(map(len, lines.values())) + len(lines) <= _INDEX_CHARS:
+                break
+            lines[group] = f"- {group}: {len(self.groups[group])} tools (load the group to see them)"
+        return "\n".join(lines.values())
 
     def _loader_schema(self) -> dict[str, Any]:
         return {
