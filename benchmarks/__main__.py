@@ -2,7 +2,7 @@
 
     pip install -e ".[bench]"
     pip install --no-deps bfcl-eval==2026.3.23
-    python -m benchmarks                 # about 5 minutes here; --quick for a smoke run
+    python -m benchmarks                 # about 20 minutes here; --quick for a smoke run
 
 Medians and ratios measured in the same run; the machine and versions are
 recorded in the report.
@@ -234,7 +234,7 @@ def _row_for(rows: list[Any], system: str, history: int) -> list[Any]:
 
 
 def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
-    from benchmarks import recall, reliability
+    from benchmarks import billing, recall, reliability
 
     savings, overhead, faults, example, facts = (
         data["savings"],
@@ -274,6 +274,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         f"{_pct(auto_long['kept_of_full'])} with large tool outputs | {'met' if min(auto_chain['kept_of_full'], auto_single['kept_of_full']) >= 0.97 else 'not met'} with the dataset's outputs; "
         f"{'met' if auto_long['kept_of_full'] >= 0.97 else 'not met'} with large outputs (see 1.4) |",
         f"| prompt flat (within 10%) from turn 20 to turn 100 | {auto_chain['turn20']:,.0f} → {auto_chain['turn100']:,.0f} tokens ({growth:+.1%}) | {'met' if abs(growth) <= 0.10 else 'not met'} |",
+        *billing.target_rows(data["billing"]),
     ]
     ratio_rows = [r for r in overhead["rows"] if r.system == "middleware"]
     build_ratio = statistics.median(r.paired_build_ratio for r in ratio_rows)
@@ -445,6 +446,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         ],
         "",
         recall.section(data["recall"], "python -m benchmarks.recall"),
+        billing.section(data["billing"]),
         "",
         reliability.section(*data["reliability"]),
         "",
@@ -463,6 +465,15 @@ def run_recall(progress: Any, quick: bool) -> dict[str, Any]:
         progress.advance(tasks[stage], n)
 
     return recall.run(quick, tick)
+
+
+def run_billing(progress: Any, quick: bool) -> dict[str, Any]:
+    from benchmarks import billing
+
+    task = progress.add_task("billed tokens: schemas and caching", total=None)
+    result = billing.run(lambda scope, n: progress.update(task, description=f"billed tokens: {scope}"), quick=quick)
+    progress.update(task, total=1, completed=1)
+    return result
 
 
 def run_reliability(progress: Any) -> tuple[str, Any]:
@@ -487,6 +498,7 @@ def main() -> None:
         data["savings"] = run_savings(progress, args.quick)
         data["overhead"] = run_overhead(progress, args.quick)
         data["faults"] = run_faults(progress)
+        data["billing"] = run_billing(progress, args.quick)
         data["reliability"] = run_reliability(progress)
         data["recall"] = run_recall(progress, args.quick)
     data["example"] = run_example()

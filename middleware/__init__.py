@@ -39,7 +39,7 @@ from .exceptions import (
 from .loader import load_config
 from .manager import AsyncSessionManager, SessionManager
 from .store import AsyncRedisStore, AsyncSessionStore, RedisStore, SessionStore
-from .tools import Tool, Toolset
+from .tools import Tool, ToolList, Toolset
 
 __version__ = "0.1.0"
 
@@ -75,6 +75,7 @@ __all__ = [
     "TokenBudgetError",
     "Tool",
     "ToolCall",
+    "ToolList",
     "Toolset",
     "Turn",
     "TurnUpdate",

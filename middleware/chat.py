@@ -10,22 +10,27 @@ run these programs in the calling thread or awaited; ``ChatStream`` and
 
 from __future__ import annotations
 
+import functools
 import inspect
+import json
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import llm
+from .core.caching import prefer_whole, with_breakpoints
+from .core.disclosure import DisclosedTools, baseline_messages
 from .core.effects import END, Abandoned, Emit, Io, Next, Program
-from .core.replies import interpret_reply
-from .core.state import Prompt, ToolCall
+from .core.replies import as_dict, interpret_reply
+from .core.state import Prompt, SessionState, ToolCall
 from .core.text import CUT_MARKER, redact_secrets
-from .core.turnloop import TurnLoop
+from .core.turnloop import PendingCall, ToolOutcome, TurnLoop
 from .engine import Engine, ToolsArg
 from .events import log
-from .exceptions import LLMError
+from .exceptions import InvalidToolCallError, LLMError
 from .runner import ASend, Send, adrive, drive
+from .tools import Tool, ToolList, Toolset, as_tools
 from .usage import usage_record
 
 __all__ = ["AsyncChatStream", "ChatResult", "ChatStream", "ChatTurn", "wrapped_turn"]
@@ -42,6 +47,10 @@ class ChatResult:
     prompt: Prompt
     calls: tuple[dict[str, Any], ...]  # the usage lines written, one per LLM call
     stopped_early: bool = False
+    # The tools whose schemas the turn sent, in order (the loader aside): what it started
+    # with, then what it loaded. Every tool, when disclosure is off.
+    tools_sent: tuple[str, ...] = ()
+    loaded: tuple[str, ...] = ()  # the tools the turn loaded (by the loader, or by calling them unsent)
 
     @property
     def recorded(self) -> bool:
@@ -67,6 +76,18 @@ class ChatResult:
         return self.text
 
 
+def _arguments(text: str) -> Any:
+    try:
+        return json.loads(text) if text else {}
+    except ValueError:
+        return None
+
+
+def _answer(call: PendingCall, text: str) -> ToolOutcome:
+    """A tool message the turn answers itself, not remembered as a tool call."""
+    return ToolOutcome(message={"role": "tool", "tool_call_id": call.id, "content": text}, record=None)
+
+
 def _cut_reply(texts: list[str]) -> str:
     """What a stream said before it ended early, marked as cut, so nothing is lost."""
     partial = "".join(texts).strip()
@@ -85,30 +106,57 @@ class ChatTurn:
         self.engine, self.stream, self.kind = engine, stream, "stream" if stream else "chat"
         self.session_id, self.user_message = engine.session_id(session_id), engine.user_message(user_message)
         self.model, self.toolset = model or engine.config.model, engine.toolset(tools)
-        self.schemas = self.toolset.schemas or None  # sent on every call
-        self.tools_tokens = llm.tools_tokens(engine.config.tokens.model, self.schemas)  # what they add to every call
+        self.catalog = engine.catalog(self.toolset)  # None: every schema on every call
+        self.every_schema = self.toolset.schemas or None  # what a full-history chatbot sends
+        self.full_tools_tokens = llm.tools_tokens(engine.config.tokens.model, self.every_schema)
+        self.disclosed: DisclosedTools | None = None
+        self.breakpoints = engine.config.caching.anthropic_breakpoints and engine.billing.rules(self.model).explicit
         self.lines: list[dict[str, Any]] = []  # the usage lines written, one per LLM call
+        self.extra = False  # the next call is one a full-history chatbot would not make (after a loader round)
+
+    @property
+    def schemas(self) -> list[dict[str, Any]] | None:
+        """The tool schemas of the next call: the disclosed ones, or every one."""
+        return self.disclosed.schemas() if self.disclosed is not None else self.every_schema
+
+    @property
+    def tools_tokens(self) -> int:
+        """What the next call's schemas add to its prompt."""
+        return llm.tools_tokens(self.engine.config.tokens.model, self.schemas)
+
+    def _choose(self, state: SessionState) -> int:
+        """Given the session, choose what the turn discloses up front; its schemas' tokens."""
+        if self.catalog is not None:
+            self.disclosed = self.catalog.select(
+                state.tool_uses, state.turns + 1, self.user_message, self.engine.config.disclosure
+            )
+        return self.tools_tokens
 
     def program(self, litellm_kwargs: Mapping[str, Any]) -> Program[ChatResult]:
         stream = self.stream
         self.prompt = yield from self.engine.prepare(
-            self.session_id, self.user_message, model=self.model, extra_tokens=self.tools_tokens
+            self.session_id, self.user_message, model=self.model, schemas_for=self._choose
         )
+        if self.disclosed is not None and self.engine.config.disclosure.cache_aware and self._whole_is_cheaper():
+            self.disclosed = None
         self.loop = TurnLoop(self.prompt.messages, max_rounds=self.engine.config.max_tool_rounds)
         texts: list[str] = []
         try:
             while not self.loop.done:
-                sent, started = list(self.loop.messages), time.perf_counter()
+                sent, schemas, started = self._request()
                 message, usage = yield from (
-                    self._streamed(sent, litellm_kwargs, texts) if stream else self._called(sent, litellm_kwargs)
+                    self._streamed(sent, schemas, litellm_kwargs, texts)
+                    if stream
+                    else self._called(sent, schemas, litellm_kwargs)
                 )
                 pending = self.loop.take(message)
-                self._log_call(sent, message, usage, time.perf_counter() - started)
+                self._log_call(sent, schemas, message, usage, time.perf_counter() - started)
                 if pending:
                     outcomes = []
                     for call in pending:
-                        outcomes.append((yield from self.toolset.call(call.id, call.name, call.arguments)))
+                        outcomes.append((yield from self._run(call)))
                     self.loop.give(outcomes)
+                    self.extra = all(outcome.record is None for outcome in outcomes)
                     self._fit_loop()
         except (LLMError, Abandoned) as error:
             # Tools that ran had their effects, and a streamed reply was read: record them.
@@ -119,17 +167,56 @@ class ChatTurn:
             raise
         return self._result((yield from self._record()))
 
-    def _called(self, sent: list[dict[str, Any]], kwargs: Mapping[str, Any]) -> Program[tuple[dict[str, Any], Any]]:
-        model, schemas = self.model, self.schemas
+    def _whole_is_cheaper(self) -> bool:
+        """Whether every schema costs less than the disclosed ones with this model's prompt
+        caching: when the disclosed prompt's stable part is too short to be cached and every
+        schema's is not (a model that caches nothing under 4,096 tokens, say), comparing both
+        per call with a warm cache (see core.caching.prefer_whole)."""
+        rules, engine, disclosed = self.engine.billing.rules(self.model), self.engine, self.disclosed
+        if disclosed is None or rules.kind == "none" or (rules.explicit and not self.breakpoints):
+            return False
+        messages, static, count = self.prompt.tokens.total, engine.composer.static_tokens, engine.config.tokens.model
+        kept = llm.tools_tokens(count, disclosed.schemas()[: disclosed.stable_tools])
+        whole, budget = self.full_tools_tokens + messages, engine.budget(self.model)
+        cheaper = prefer_whole(rules, disclosed=self.tools_tokens + messages, disclosed_stable=kept + static, whole=whole,
+                               whole_stable=self.full_tools_tokens + static)  # fmt: skip
+        return cheaper and (budget is None or whole <= budget)
+
+    def _request(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, float]:
+        """The next call's messages and schemas, with Anthropic breakpoints when asked for."""
+        sent, schemas = list(self.loop.messages), self.schemas
+        if self.breakpoints:
+            stable = self.disclosed.stable_tools if self.disclosed is not None else len(schemas or ())
+            sent, schemas = with_breakpoints(sent, schemas, static_prefix=self.engine.composer.static_prefix, stable_tools=stable)
+        return sent, schemas, time.perf_counter()
+
+    def _run(self, call: PendingCall) -> Program[ToolOutcome]:
+        """Run one call the model asked for. Disclosure answers its loader, and a known tool
+        called without its schema is run when its arguments fit (and sent from then on), or
+        loaded with a one-line answer when they do not: never an opaque error."""
+        disclosed = self.disclosed
+        if disclosed is not None and call.name == disclosed.catalog.loader_name:
+            return _answer(call, disclosed.load(_arguments(call.arguments)))
+        if disclosed is not None and call.name in disclosed.catalog and call.name not in disclosed:
+            _, prepared = self.toolset.prepare(call.name, call.arguments)
+            if isinstance(prepared, str):
+                return _answer(call, disclosed.unsent(call.name, prepared[:300]))
+            disclosed.add([call.name])
+        return (yield from self.toolset.call(call.id, call.name, call.arguments))
+
+    def _called(
+        self, sent: list[dict[str, Any]], schemas: list[dict[str, Any]] | None, kwargs: Mapping[str, Any]
+    ) -> Program[tuple[dict[str, Any], Any]]:
+        model = self.model
         response = yield Io(
             lambda: llm.complete(model, sent, schemas, **kwargs), lambda: llm.acomplete(model, sent, schemas, **kwargs)
         )
         return llm.message_of(response), response
 
     def _streamed(
-        self, sent: list[dict[str, Any]], kwargs: Mapping[str, Any], texts: list[str]
+        self, sent: list[dict[str, Any]], schemas: list[dict[str, Any]] | None, kwargs: Mapping[str, Any], texts: list[str]
     ) -> Program[tuple[dict[str, Any], Any]]:
-        model, schemas = self.model, self.schemas
+        model = self.model
         chunks = yield Io(lambda: llm.stream(model, sent, schemas, **kwargs), lambda: llm.astream(model, sent, schemas, **kwargs))
         streamed = llm.StreamedMessage()
         while (chunk := (yield Next(chunks))) is not END:
@@ -162,8 +249,20 @@ class ChatTurn:
             largest["content"] = tokenizer.cut_middle(largest["content"], max(size - over, 64), CUT_MARKER)
             results.remove(largest)
 
-    def _log_call(self, sent: Sequence[Mapping[str, Any]], reply: Mapping[str, Any], usage: Any, latency: float) -> None:
-        provider = llm.usage_of(usage)
+    def _log_call(
+        self, sent: Sequence[Mapping[str, Any]], schemas: list[dict[str, Any]] | None, reply: Mapping[str, Any], usage: Any,
+        latency: float,
+    ) -> None:  # fmt: skip
+        provider, engine, count = llm.usage_of(usage), self.engine, self.engine.tokenizer.count_message
+        tools_tokens = llm.tools_tokens(engine.config.tokens.model, schemas)
+        loop = sent[len(self.prompt.messages) :]
+        # The full-history chatbot sends every schema and the same tool messages, less the
+        # loader's; it makes no call after a round that only loaded schemas.
+        baseline = [] if self.disclosed is None else baseline_messages(loop, [call.id for call in self.loop.calls])
+        full_loop = sum(map(count, loop)) if self.disclosed is None else sum(map(count, baseline))
+        full = None if self.extra else self.prompt.full_history_tokens + full_loop + self.full_tools_tokens
+        cache = engine.billing.call(self.session_id, self.model, tools=schemas, messages=sent, full_tokens=full, now=time.time(),
+                                    static_prefix=engine.composer.static_prefix, static_tokens=engine.composer.static_tokens)  # fmt: skip
         record = usage_record(
             kind=self.kind,
             session=self.session_id,
@@ -171,19 +270,34 @@ class ChatTurn:
             step=len(self.lines),
             model=self.model,
             prompt=self.prompt,
-            loop_tokens=sum(self.engine.tokenizer.count_message(m) for m in sent[len(self.prompt.messages) :]),
-            tools_tokens=self.tools_tokens,
+            loop_tokens=sum(map(count, loop)),
+            tools_tokens=tools_tokens,
+            full_history_tokens=full or 0,
             provider=provider,
             cost_usd=llm.cost_of(self.model, provider),
             price_per_token=llm.input_price(self.model),
             latency_ms=latency * 1000,
             tool_calls=len(reply.get("tool_calls") or ()),
+            cache=cache,
+            tools=self._tools_line(schemas),
         )
-        self.lines.append(self.engine.usage_log.write(record, content={"messages": list(sent), "reply": dict(reply)}))
+        if not self.lines:
+            engine.note_billed(self.session_id, {"tools": record["tools"], "cache": cache})
+        self.lines.append(engine.usage_log.write(record, content={"messages": list(sent), "reply": dict(reply)}))
+
+    def _tools_line(self, schemas: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """The ``tools`` field of a usage line: what the call carried, against every schema."""
+        line: dict[str, Any] = {"sent": len(schemas or ()), "of": len(self.toolset), "full_tokens": self.full_tools_tokens}
+        if self.disclosed is not None:
+            line["loaded"] = len(self.disclosed.loaded)
+        return line
 
     def _result(self, turn: int) -> ChatResult:
+        disclosed = self.disclosed
+        sent = tuple(disclosed.names) if disclosed is not None else tuple(tool.name for tool in self.toolset)
         return ChatResult(text=self.loop.final or "", tool_calls=tuple(self.loop.calls), turn=turn, model=self.model,
-                          prompt=self.prompt, calls=tuple(self.lines), stopped_early=self.loop.stopped_early)  # fmt: skip
+                          prompt=self.prompt, calls=tuple(self.lines), stopped_early=self.loop.stopped_early,
+                          tools_sent=sent, loaded=tuple(disclosed.loaded) if disclosed is not None else ())  # fmt: skip
 
     def _failed(self, error: BaseException) -> str:
         """Text recorded when the model fails after tools already ran (their effects happened)."""
@@ -248,7 +362,7 @@ class AsyncChatStream:
 # --- wrapping an existing chatbot -------------------------------------------
 
 
-def _call_blocking(fn: Callable[..., Any], messages: list[dict[str, str]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _call_blocking(fn: Callable[..., Any], messages: list[dict[str, Any]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     reply = fn(messages, *args, **kwargs)
     if inspect.isawaitable(reply):
         if inspect.iscoroutine(reply):
@@ -257,25 +371,109 @@ def _call_blocking(fn: Callable[..., Any], messages: list[dict[str, str]], args:
     return reply
 
 
+def _loader_only(reply: Any, loader: str) -> list[dict[str, Any]] | None:
+    """The assistant message of a reply that only asks for the loader (a chatbot that makes
+    one LLM call and hands tool calls back), else None."""
+    if isinstance(reply, str) or (isinstance(reply, Sequence) and not isinstance(reply, Mapping)):
+        return None
+    message = as_dict(reply.choices[0].message) if hasattr(reply, "choices") else dict(reply)
+    calls = [as_dict(call) for call in message.get("tool_calls") or ()]
+    names = [(call.get("function") or {}).get("name") for call in calls]
+    return calls if calls and all(name == loader for name in names) else None
+
+
+def _readable_tools(given: Any) -> list[Tool]:
+    """The tools a wrapped chatbot is handed, when the middleware can read them (a list of
+    schemas, Tools or callables with distinct names); otherwise none, and ``tools`` reaches
+    the chatbot as given."""
+    if not isinstance(given, (list, tuple)) or not given:
+        return []
+    try:
+        tools = as_tools(given)
+        Toolset(tools)  # distinct names
+    except InvalidToolCallError:
+        return []
+    return tools
+
+
+class WrappedTurn:
+    """A turn of the chatbot ``fn(messages, *args, **kwargs) -> reply``: compose, call,
+    record, log. Tools it is handed (``tools=``) are disclosed like chat()'s: it gets a
+    ``ToolList``; a reply that only asks for the loader is answered here and the chatbot
+    called again with the loaded schemas, within the turn."""
+
+    def __init__(self, engine: Engine, fn: Callable[..., Any], session_id: Any, args: tuple[Any, ...], kwargs: dict[str, Any]):
+        self.engine, self.fn, self.args, self.kwargs = engine, fn, args, dict(kwargs)
+        self.session_id = engine.session_id(session_id)
+        given = kwargs.get("tools")
+        self.tools = _readable_tools(given)
+        self.catalog = engine.catalog(Toolset(self.tools)) if self.tools else None
+        self.originals = dict(zip((tool.name for tool in self.tools), given or (), strict=False))
+        self.callables = bool(self.tools) and not all(isinstance(item, Mapping) for item in given or ())
+        self.every_schema = [dict(tool.schema or {}) for tool in self.tools] or None
+        self.handed: ToolList | None = None
+
+    def _choose(self, state: SessionState) -> int:
+        if self.catalog is None:
+            return llm.tools_tokens(self.engine.config.tokens.model, self.every_schema) if self.tools else 0
+        disclosed = self.catalog.select(state.tool_uses, state.turns + 1, self.message, self.engine.config.disclosure)
+        self.handed = ToolList(disclosed, self.originals, callables=self.callables)
+        self.kwargs["tools"] = self.handed
+        return llm.tools_tokens(self.engine.config.tokens.model, disclosed.schemas())
+
+    def program(self, user_message: Any) -> Program[Any]:
+        engine, fn, args = self.engine, self.fn, self.args
+        self.message = engine.user_message(user_message)
+        prompt = yield from engine.prepare(self.session_id, self.message, schemas_for=self._choose if self.tools else None)
+        messages: list[dict[str, Any]] = list(prompt.messages)
+        rounds, extra = 0, False
+        while True:
+            sent = list(messages)
+            started = time.perf_counter()
+            reply = yield Io(
+                functools.partial(_call_blocking, fn, sent, args, self.kwargs), functools.partial(fn, sent, *args, **self.kwargs)
+            )
+            self._log(prompt, sent, reply, time.perf_counter() - started, extra)
+            asked = _loader_only(reply, self.handed.loader_name) if self.handed is not None else None
+            if asked is None or rounds >= engine.config.max_tool_rounds:
+                break
+            assert self.handed is not None
+            answers = [{"role": "tool", "tool_call_id": call.get("id"), "content": self.handed.load(call["function"].get("arguments"))}
+                       for call in asked]  # fmt: skip
+            messages += [{"role": "assistant", "content": None, "tool_calls": asked}, *answers]
+            rounds, extra = rounds + 1, True
+        text, calls, _, _ = interpret_reply(reply)
+        loader = self.handed.loader_name if self.handed is not None else None
+        calls = [call for call in calls if call.name != loader]
+        yield from engine.record_turn(self.session_id, user=self.message, assistant=text, tool_calls=calls)
+        return reply
+
+    def _log(self, prompt: Prompt, sent: list[dict[str, Any]], reply: Any, latency: float, extra: bool) -> None:
+        engine = self.engine
+        text, calls, usage, model = interpret_reply(reply)
+        provider, name = llm.usage_of(usage), model or "wrapped"
+        schemas = self.handed.disclosed.schemas() if self.handed is not None else self.every_schema
+        tools_tokens = llm.tools_tokens(engine.config.tokens.model, schemas)
+        full_tools = llm.tools_tokens(engine.config.tokens.model, self.every_schema)
+        loop = sum(map(engine.tokenizer.count_message, sent[len(prompt.messages) :]))
+        full = None if extra else prompt.full_history_tokens + full_tools
+        cache = engine.billing.call(self.session_id, name, tools=schemas, messages=sent, full_tokens=full, now=time.time(),
+                                    static_prefix=engine.composer.static_prefix, static_tokens=engine.composer.static_tokens)  # fmt: skip
+        record = usage_record(
+            kind="wrap", session=self.session_id, turn=prompt.turn, step=0 if not extra else 1, model=name, prompt=prompt,
+            loop_tokens=loop, tools_tokens=tools_tokens, full_history_tokens=full or 0, provider=provider,
+            cost_usd=llm.cost_of(name, provider) if model else None,
+            price_per_token=llm.input_price(name) if model else None,
+            latency_ms=latency * 1000, tool_calls=len(calls), cache=cache,
+            tools={"sent": len(schemas or ()), "of": len(self.tools), "full_tokens": full_tools} if self.tools else None,
+        )  # fmt: skip
+        if not extra:
+            engine.note_billed(self.session_id, {"tools": record.get("tools"), "cache": cache})
+        engine.usage_log.write(record, content={"messages": sent, "reply": text})
+
+
 def wrapped_turn(
     engine: Engine, fn: Callable[..., Any], session_id: Any, user_message: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Program[Any]:
     """A turn of the chatbot ``fn(messages, *args, **kwargs) -> reply``: compose, call, record, log."""
-    session_id = engine.session_id(session_id)
-    prompt = yield from engine.prepare(session_id, user_message)
-    started = time.perf_counter()
-    reply = yield Io(lambda: _call_blocking(fn, prompt.messages, args, kwargs), lambda: fn(prompt.messages, *args, **kwargs))
-    latency = time.perf_counter() - started
-    text, calls, usage, model = interpret_reply(reply)
-    provider = llm.usage_of(usage)
-    name = model or "wrapped"
-    record = usage_record(
-        kind="wrap", session=session_id, turn=prompt.turn, step=0, model=name, prompt=prompt,
-        loop_tokens=0, tools_tokens=0, provider=provider,
-        cost_usd=llm.cost_of(name, provider) if model else None,
-        price_per_token=llm.input_price(name) if model else None,
-        latency_ms=latency * 1000, tool_calls=len(calls),
-    )  # fmt: skip
-    engine.usage_log.write(record, content={"messages": prompt.messages, "reply": text})
-    yield from engine.record_turn(session_id, user=user_message, assistant=text, tool_calls=calls)
-    return reply
+    return WrappedTurn(engine, fn, session_id, args, kwargs).program(user_message)

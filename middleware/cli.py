@@ -161,32 +161,45 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
             ("tools", "left"),
             ("reply", "left"),
             ("sent", "right"),
+            ("cached", "right"),
             ("full history", "right"),
+            ("cached ", "right"),
             ("saved", "right"),
+            ("with caching", "right"),
         ]:
-            table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
-        firsts = Totals()  # the first LLM call of each turn
+            # The request and the tools stay on one line; the reply folds.
+            table.add_column(column, justify=justify, overflow="fold", no_wrap=column in {"user", "tools"})  # type: ignore[arg-type]
+        every = Totals()  # every LLM call, the tool loop's included
         with console.status("Loading litellm (the first call takes a few seconds)…"):
             llm.litellm()
         for number, request in enumerate(SCRIPT, start=1):
             result = mgr.chat(session, request, model=model, tools=device_tools)
-            first = result.calls[0]
-            firsts.add(first)
+            for line in result.calls:
+                every.add(line)
+            first, cache = result.calls[0], result.calls[0].get("cache") or {}
             tools = ", ".join(call.name for call in result.tool_calls) or "-"
+            effective = cache.get("saved_pct")
             table.add_row(
                 str(number),
                 _text(request),
                 _text(tools),
                 _text(result.text, lines=True),
                 f"{first['tokens']['total']:,}",
+                f"{(cache.get('sent') or {}).get('read', 0):,}",
                 f"{first['full_history_tokens']:,}",
+                f"{(cache.get('full_history') or {}).get('read', 0):,}",
                 f"{first['saved_pct']:.0f}%",
+                f"{effective:.0f}%" if effective is not None else "n/a",
             )
         console.print(table)
         state = mgr.get_state(session)
+        rules = mgr.config.caching.rules if mgr.config.caching.rules != "auto" else "the model provider's"
+        console.print(f"\n{len(SCRIPT)} turns, {every.calls} LLM calls: [bold]{_effective(every)}[/bold]")
         console.print(
-            f"\n{len(SCRIPT)} turns: {firsts.tokens_sent:,} prompt tokens sent against {firsts.full_history_tokens:,} with the full "
-            f"history, [bold]{firsts.saved_pct:.0f}% saved[/bold] (first call of each turn; tool schemas included on both sides)."
+            f"(prompt caching modelled on both sides with {rules} caching rules; tool schemas counted on both sides). "
+            f"Raw prompt tokens: {every.tokens_sent:,} against {every.full_history_tokens:,} with the full history, "
+            f"{every.saved_pct:.0f}% saved. Rows show each turn's first call; 'cached' is what the provider would read from "
+            "its prompt cache."
         )
         console.print(_joined("Remembered context: ", _text(state.context)))
         log_file = mgr.usage_log.path
@@ -197,6 +210,14 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
             console.print(
                 _joined("Session '", _text(session), "' is in ", _text(repr(mgr.store)), ": middleware inspect shows it.")
             )
+
+
+def _effective(totals: Any) -> str:
+    saved = totals.saved_effective_pct
+    if saved is None:
+        return "no price known for the model, so no effective saving"
+    return (f"{saved:.0f}% saved in effective prompt cost (${totals.effective_cost_usd:.4f} against "
+            f"${totals.full_effective_cost_usd:.4f} for the full history)")  # fmt: skip
 
 
 def _device_tool(name: str) -> Any:
@@ -346,34 +367,39 @@ def _print_report(result: Any) -> None:
         "name",
         "calls",
         "tokens sent",
+        "cached",
         "full history",
-        "saved",
+        "cached ",
         "saved %",
+        "saved % with caching",
+        "prompt cost $",
         "cost $",
-        "cost saved $",
         "p50",
         "p95",
     ]
     for column in columns:
-        table.add_column(column, justify="left" if column in {"scope", "name"} else "right")
+        table.add_column(column, justify="left" if column in {"scope", "name"} else "right", overflow="fold")
     for scope, name, row in report_rows(result):
         priced = row["calls_without_price"] < row["calls"]  # no price known at all: say so, not $0
         cost = f"{row['cost_usd']:.6f}" if priced else "n/a"
-        saved_cost = f"{row['cost_saved_usd']:.6f}" if priced else "n/a"
+        effective = row["saved_effective_pct"]
         table.add_row(
             scope,
             _text(name),
             f"{row['calls']:,}",
             f"{row['tokens_sent']:,}",
+            f"{row['cached_tokens_sent']:,}",
             f"{row['full_history_tokens']:,}",
-            f"{row['saved_tokens']:,}",
+            f"{row['cached_tokens_full_history']:,}",
             f"{row['saved_pct']:.1f}",
+            f"{effective:.1f}" if effective is not None else "n/a",
+            f"{row['effective_cost_usd']:.6f}" if effective is not None else "n/a",
             cost,
-            saved_cost,
             f"{row['p50_prompt_tokens']:,.0f}",
             f"{row['p95_prompt_tokens']:,.0f}",
         )
     console = _console()
+    console.print(f"[bold]{result.total.headline()}[/bold]")
     console.print(table)
     if result.bad_lines:
         console.print(f"{result.bad_lines} line(s) were not usage records and were skipped.")

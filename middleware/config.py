@@ -21,8 +21,10 @@ from .exceptions import ConfigError
 
 __all__ = [
     "AssistantConfig",
+    "CachingConfig",
     "Config",
     "ContextConfig",
+    "DisclosureConfig",
     "MemoryConfig",
     "NotesConfig",
     "PromptConfig",
@@ -315,6 +317,51 @@ class MemoryConfig(_Section):
         return self
 
 
+class DisclosureConfig(_Section):
+    """Progressive tool disclosure: which tool schemas each LLM call carries.
+
+    A call carries the loader (a small tool whose description indexes every tool by
+    group), the pinned tools, the tools the session called in its last ``recent_turns``
+    turns (in the order they were first sent: the list grows at its end, so its prefix
+    stays cacheable), and up to ``match_tools`` tools that match the current message;
+    the model opens others with the loader within the turn.
+    """
+
+    enabled: bool = True
+    # Tool sets whose schemas come to fewer tokens than this are sent whole: below it the
+    # loader and its index cost about what they save.
+    min_tokens: int = Field(default=1000, ge=0)
+    # Tools called within this many turns stay in every call (0: none stay).
+    recent_turns: int = Field(default=100, ge=0, le=1_000_000)
+    # "tool": the tools called stay; "skill": every tool of their skills (groups) stays.
+    recent_scope: Literal["tool", "skill"] = "tool"
+    # Tools whose names, descriptions and parameters best match the current message (0: none).
+    match_tools: int = Field(default=5, ge=0, le=1000)
+    # Tool or skill names sent on every call.
+    always: tuple[str, ...] = ()
+    # The loader's name: a tool of this name in a chat's tools is an error.
+    loader_name: str = Field(default="load_tools", pattern=r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
+    # Send every schema instead when, with the model's prompt caching, that costs less per
+    # call (a model whose minimum cached prefix is longer than the disclosed prompt).
+    cache_aware: bool = True
+
+
+class CachingConfig(_Section):
+    """Prompt caching: how the usage figures model it, and Anthropic cache breakpoints."""
+
+    # Whose caching rules the figures follow: auto (from the model's provider: OpenAI,
+    # Anthropic, Gemini, else none), or one of them for every model.
+    rules: Literal["auto", "openai", "anthropic", "gemini", "none"] = "auto"
+    # A session's cache counts as warm when its previous call came less than this long ago.
+    ttl_seconds: float = Field(default=300.0, gt=0, le=86_400)
+    # Anthropic models: mark the stable prefix (tools, static system text) and the last
+    # message with cache_control breakpoints, so the provider caches them.
+    anthropic_breakpoints: bool = False
+    # Price the figures (and choose the caching rules) as this model instead of the one
+    # called: for aliases, proxies and self-hosted names litellm has no price for.
+    price_as: str | None = None
+
+
 class UsageLogConfig(_Section):
     path: str | None = "middleware-usage.jsonl"
     include_content: bool = False
@@ -334,6 +381,8 @@ class Config(_Section):
     notes: NotesConfig = Field(default_factory=NotesConfig)
     traces: TracesConfig = Field(default_factory=TracesConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    disclosure: DisclosureConfig = Field(default_factory=DisclosureConfig)
+    caching: CachingConfig = Field(default_factory=CachingConfig)
     # The default LLM for chat(); any litellm model string.
     model: str = "gpt-4o-mini"
     # Tool rounds one chat turn may take before it stops with a note.

@@ -21,11 +21,13 @@ from typing import Any, TypeAlias
 import orjson
 
 from . import llm
+from .billing import Billing
 from .config import Config
 from .connectors import Connector, connector_lines, connector_observations
 from .core import plans
 from .core.archive import query_terms
 from .core.composer import Composer
+from .core.disclosure import Catalog, auto_groups, entry_of
 from .core.effects import Inline, Io, Program
 from .core.notes import WRITES, apply_operation, notes_tool_schema
 from .core.state import (
@@ -45,7 +47,7 @@ from .exceptions import InvalidToolCallError, LLMError, StoreError, StoreUnavail
 from .loader import import_tool
 from .lru import Lru
 from .tokens import context_window, get_tokenizer
-from .tools import Tool, Toolset
+from .tools import Tool, Toolset, origin_of
 from .usage import UsageLog
 
 __all__ = ["Engine", "ToolsArg"]
@@ -57,11 +59,12 @@ _PROMPT_CHARS = 64_000
 _PARTY_CHARS = 128
 
 
-def _prompt_json(prompt: Prompt) -> str:
-    """The prompt as the inspector shows it; long messages cut in the middle past 64 kB."""
+def _prompt_json(prompt: Prompt, billed: Mapping[str, Any] | None = None) -> str:
+    """The prompt as the inspector shows it; long messages cut in the middle past 64 kB.
+    ``billed``: what the first call of the turn also carried and cost (tool schemas, cache)."""
     record = {"messages": prompt.messages, "tokens": prompt.tokens.as_dict(), "full_history_tokens": prompt.full_history_tokens,
               "turn": prompt.turn, "trimmed": list(prompt.trimmed),
-              "recalled": [item.as_dict() for item in prompt.recalled]}  # fmt: skip
+              "recalled": [item.as_dict() for item in prompt.recalled], **(billed or {})}  # fmt: skip
     text = orjson.dumps(record)
     if len(text) > _PROMPT_CHARS:
         record["messages"] = [{**m, "content": cut_middle(m["content"], 2_000)} for m in prompt.messages]
@@ -98,6 +101,9 @@ class Engine:
         self._owners: Lru[tuple[str, str]] = Lru()
         self._skill_tools: list[Tool] | None = None
         self._budgets: dict[str | None, int | None] = {}  # by model
+        self.billing = Billing(config, self.tokenizer)
+        self._billed: Lru[dict[str, Any]] = Lru(4_096)  # a turn's first-call figures, until it is recorded
+        self._catalogs: Lru[tuple[Toolset, Catalog | None]] = Lru(256)
 
     # --- checks and helpers (no I/O) -----------------------------------------------
 
@@ -144,6 +150,39 @@ class Engine:
             return Toolset(self.skill_tools())
         return tools if isinstance(tools, Toolset) else Toolset(tools)
 
+    def catalog(self, toolset: Toolset) -> Catalog | None:
+        """The disclosure catalog of ``toolset``, or None when every schema is sent on every
+        call (disclosure off, or the schemas together under ``disclosure.min_tokens``)."""
+        settings = self.config.disclosure
+        if not settings.enabled or not toolset:
+            return None
+        if settings.loader_name in toolset:
+            raise InvalidToolCallError(
+                f"A tool is named '{settings.loader_name}', the name of the disclosure loader; "
+                "rename the tool or set disclosure.loader_name."
+            )
+        key = "\x00".join(f"{tool.name}:{id(tool)}" for tool in toolset)
+        cached = self._catalogs.get(key)
+        if cached is not None and list(cached[0]) == list(toolset):
+            return cached[1]
+        catalog = self._make_catalog(toolset)
+        self._catalogs.put(key, (toolset, catalog))
+        return catalog
+
+    def _make_catalog(self, toolset: Toolset) -> Catalog | None:
+        settings = self.config.disclosure
+        schemas = toolset.schemas
+        if llm.tools_tokens(self.config.tokens.model, schemas) < settings.min_tokens:
+            return None
+        skills = {ref.rsplit(":", 1)[1]: skill.name for skill in self.config.skills for ref in skill.tools}
+        groups = auto_groups([(tool.name, origin_of(tool.fn)) for tool in toolset], skills)
+        return Catalog([entry_of(schema, group) for schema, group in zip(schemas, groups, strict=True)],
+                       loader_name=settings.loader_name)  # fmt: skip
+
+    def note_billed(self, session_id: str, billed: dict[str, Any]) -> None:
+        """Keep what a turn's first call carried and cost beside its prompt, for the inspector."""
+        self._billed.put(session_id, billed)
+
     def notes_tool(self, user_id: str, agent: str) -> Tool:
         """The ``manage_long_term_memory`` tool for this (user, agent), for chat(tools=[...])."""
         user_id, agent = self.party(user_id, agent)
@@ -183,11 +222,20 @@ class Engine:
         session_id = self.session_id(session_id)
         return self._loaded(session_id, (yield from plans.load(self.layout, session_id, owner=self._owners.get(session_id))))
 
-    def prepare(self, session_id: str, user_message: str, *, model: str | None = None, extra_tokens: int = 0) -> Program[Prompt]:
+    def prepare(
+        self,
+        session_id: str,
+        user_message: str,
+        *,
+        model: str | None = None,
+        extra_tokens: int = 0,
+        schemas_for: Callable[[SessionState], int] | None = None,
+    ) -> Program[Prompt]:
         """Compose the prompt for ``user_message``, with its token figures.
 
         The prompt stays within ``budget(model)`` (default model: tokens.model), counting
-        ``extra_tokens`` sent beside the messages (tool schemas)."""
+        ``extra_tokens`` sent beside the messages (tool schemas). ``schemas_for``, given the
+        loaded state, chooses the tool schemas to send and returns their tokens instead."""
         session_id, user_message = self.session_id(session_id), self.user_message(user_message)
         try:
             if not self._server_checked:
@@ -206,6 +254,8 @@ class Engine:
                 raise
             log.warning("store.degraded", session=session_id, operation="load", error=redact_secrets(str(exc)))
             state, candidates = SessionState(session_id=session_id), ()
+        if schemas_for is not None:
+            extra_tokens = schemas_for(state)
         lines = (yield from connector_lines(self.connectors, session_id)) if self.connectors else ()
         prompt = self.composer.compose(state, user_message, budget=self.budget(model), extra_tokens=extra_tokens, checked=True,
                                        candidates=candidates, state_lines=lines)  # fmt: skip
@@ -223,14 +273,14 @@ class Engine:
         kept in ``pending_turns``, a warning is logged, 0 is returned, and the turn is
         written before anything else once the store answers again."""
         session_id = self.session_id(session_id)
-        prompt = self._prompts.pop(session_id)
+        prompt, billed = self._prompts.pop(session_id), self._billed.pop(session_id)
         turn = self.turn(user, assistant, tool_calls)
         observed = (yield from connector_observations(self.connectors, session_id, turn)) if self.connectors else ()
         update = self.composer.apply_turn(
             turn,
             # 128 random bits as 32 hex digits (what uuid4().hex gives, without the UUID object).
             turn_id=os.urandom(16).hex(),
-            prompt=_prompt_json(prompt) if prompt else "",
+            prompt=_prompt_json(prompt, billed) if prompt else "",
             observed=observed,
         )
         try:
@@ -355,6 +405,7 @@ class Engine:
         session_id = self.session_id(session_id)
         yield from plans.reset(self.layout, session_id)
         self._owners.forget(session_id)
+        self.billing.forget(session_id)
 
     def _resolve(self, user_id: str, agent: str, *, new: bool) -> Program[str]:
         user_id, agent = self.party(user_id, agent)

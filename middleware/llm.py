@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequen
 from pathlib import Path
 from typing import Any
 
+from .core.caching import KINDS, Kind, Rules, rules_for
 from .core.text import cut_middle, redact_secrets
 from .exceptions import LLMError, RedactedError
 from .scripted import get_embedder, get_responder
@@ -29,12 +30,15 @@ __all__ = [
     "StreamedMessage",
     "acomplete",
     "astream",
+    "cache_rules",
+    "caching_kind",
     "complete",
     "cost_of",
     "input_price",
     "litellm",
     "message_of",
     "stream",
+    "tool_sizes",
     "tools_tokens",
     "usage_of",
 ]
@@ -387,20 +391,25 @@ def message_of(response: Any) -> dict[str, Any]:
 
 
 def usage_of(response_or_usage: Any) -> dict[str, int | None]:
-    """Provider-reported usage: prompt, completion and cached prompt tokens."""
+    """Provider-reported usage: prompt, completion and cached prompt tokens (read from the
+    cache), and for Anthropic the tokens written to it (``cache_write_tokens``), as litellm
+    reports them."""
     usage = getattr(response_or_usage, "usage", response_or_usage)
+    empty: dict[str, int | None] = {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": None}
     if usage is None:
-        return {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": None}
+        return empty
     get = usage.get if isinstance(usage, Mapping) else lambda k, d=None: getattr(usage, k, d)
     details = get("prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) if details is not None else None
-    if isinstance(details, Mapping):
-        cached = details.get("cached_tokens")
-    return {
+    detail = details.get if isinstance(details, Mapping) else lambda k, d=None: getattr(details, k, d)
+    reported = {
         "prompt_tokens": get("prompt_tokens", None),
         "completion_tokens": get("completion_tokens", None),
-        "cached_tokens": cached,
+        "cached_tokens": detail("cached_tokens", None) if details is not None else None,
     }
+    written = detail("cache_write_tokens", None) if details is not None else None
+    if isinstance(written, int) and written:
+        reported["cache_write_tokens"] = written
+    return {key: value if isinstance(value, int) or value is None else None for key, value in reported.items()}
 
 
 def _model_info(model: str) -> Mapping[str, Any] | None:
@@ -425,10 +434,12 @@ def cost_of(model: str, usage: Mapping[str, int | None]) -> float | None:
     prompt_price, completion_price = info.get("input_cost_per_token"), info.get("output_cost_per_token")
     if prompt_price is None or completion_price is None or usage.get("prompt_tokens") is None:
         return None
-    cached = usage.get("cached_tokens") or 0
+    cached, written = usage.get("cached_tokens") or 0, usage.get("cache_write_tokens") or 0
     cached_price = info.get("cache_read_input_token_cost") or prompt_price
-    prompt = (usage["prompt_tokens"] or 0) - cached
-    return float(prompt * prompt_price + cached * cached_price + (usage.get("completion_tokens") or 0) * completion_price)
+    write_price = info.get("cache_creation_input_token_cost") or prompt_price
+    prompt = (usage["prompt_tokens"] or 0) - cached - written
+    return float(prompt * prompt_price + cached * cached_price + written * write_price
+                 + (usage.get("completion_tokens") or 0) * completion_price)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=256)
@@ -445,3 +456,49 @@ def tools_tokens(model: str, tools: Sequence[Mapping[str, Any]] | None) -> int:
         return 0
     # Key order matters to the count (litellm formats properties in order): keep it.
     return _tools_tokens(model, json.dumps(list(tools)))
+
+
+# litellm counts a list of tool schemas as one namespace: each schema alone costs this many
+# tokens more than it adds to a list (measured with litellm 1.106; used only to split a
+# list's exact count among its schemas, for the cache figures).
+_NAMESPACE_TOKENS = 12
+
+
+def tool_sizes(model: str, tools: Sequence[Mapping[str, Any]] | None) -> list[int]:
+    """What each schema adds to the prompt, summing to ``tools_tokens(model, tools)``: the
+    first carries the namespace's own tokens."""
+    if not tools:
+        return []
+    total = tools_tokens(model, tools)
+    sizes = [max(tools_tokens(model, [tool]) - _NAMESPACE_TOKENS, 1) for tool in tools]
+    sizes[0] += total - sum(sizes)
+    return sizes
+
+
+def _provider(model: str) -> str:
+    if model.startswith("scripted/"):
+        return "openai"  # priced like gpt-4o-mini
+    try:
+        return str(_litellm().get_llm_provider(model)[1])
+    except Exception:
+        return model.split("/", 1)[0] if "/" in model else ""
+
+
+def caching_kind(model: str) -> Kind:
+    """Whose prompt-caching rules apply to ``model``: OpenAI (and Azure OpenAI), Anthropic
+    (Claude models, wherever they are served), Gemini (Google AI and Vertex), else none."""
+    provider, name = _provider(model), model.rsplit("/", 1)[-1].lower()
+    if "claude" in name or provider == "anthropic":
+        return "anthropic"
+    if "gemini" in name or provider == "gemini":
+        return "gemini"
+    if provider in {"openai", "azure", "text-completion-openai"}:
+        return "openai"
+    return "none"
+
+
+@functools.lru_cache(maxsize=256)
+def cache_rules(model: str, kind: str = "auto") -> Rules:
+    """The caching rules and prices for ``model`` (``kind`` forces a provider's rules)."""
+    chosen: Kind = caching_kind(model) if kind == "auto" else next(k for k in KINDS if k == kind)
+    return rules_for(chosen, _model_info(model))

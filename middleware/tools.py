@@ -18,13 +18,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from .core.disclosure import DisclosedTools
 from .core.effects import Inline, Io, Program
 from .core.replies import succeeded
 from .core.state import ToolCall, to_text
@@ -32,7 +34,7 @@ from .core.text import one_line
 from .core.turnloop import ToolOutcome
 from .exceptions import InvalidToolCallError
 
-__all__ = ["Tool", "Toolset", "is_async_callable", "tool_schema"]
+__all__ = ["Tool", "ToolList", "Toolset", "as_tools", "is_async_callable", "origin_of", "tool_schema"]
 
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$", re.IGNORECASE)
 _ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
@@ -184,6 +186,12 @@ class Toolset:
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
     @property
     def schemas(self) -> list[dict[str, Any]]:
         return [dict(tool.schema or {}) for tool in self._tools.values()]
@@ -229,6 +237,70 @@ class Toolset:
         return self.outcome(
             call_id, name, arguments, result, ok=ok, observation=tool.observation(prepared, result) if ok else None
         )
+
+
+def origin_of(fn: Callable[..., Any]) -> str | None:
+    """Where a tool comes from, for grouping it: the class of a bound method, else the last
+    part of the function's module (None when neither says anything)."""
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not inspect.ismodule(owner):
+        return type(owner).__name__ if not isinstance(owner, type) else owner.__name__
+    module = getattr(fn, "__module__", None)
+    return module.rsplit(".", 1)[-1] if isinstance(module, str) and module not in {"__main__", "builtins"} else None
+
+
+def _schema_only(**_: Any) -> Any:
+    raise InvalidToolCallError("This tool was given as a schema only: the chatbot runs it, not the middleware.")
+
+
+def as_tools(items: Iterable[Any]) -> list[Tool]:
+    """What a wrapped chatbot was handed as ``tools``: OpenAI schemas (run by the chatbot),
+    ``Tool`` objects or callables."""
+    return [
+        item if isinstance(item, Tool) else Tool(_schema_only, schema=item) if isinstance(item, Mapping) else Tool(item)
+        for item in items
+    ]
+
+
+class ToolList(list):  # type: ignore[type-arg]
+    """The ``tools`` a wrapped chatbot is handed with disclosure on: a plain list (the loader,
+    then the disclosed tools, each as it was given: a schema dict, a ``Tool`` or a
+    callable) that also runs the loader. A chatbot that runs its own tool loop answers a
+    call of the loader with ``tools.load(arguments)``, which appends the loaded tools to
+    this same list for its next LLM call; with callables, the loader is a callable too."""
+
+    def __init__(self, disclosed: DisclosedTools, originals: Mapping[str, Any], *, callables: bool) -> None:
+        self.disclosed, self.originals, self.callables = disclosed, originals, callables
+        self.loader_name = disclosed.catalog.loader_name
+        super().__init__([self._loader_item(), *(originals[name] for name in disclosed.names)])
+
+    def _loader_item(self) -> Any:
+        if not self.callables:
+            return dict(self.disclosed.catalog.loader_schema)
+
+        def load(names: list[str]) -> str:
+            return self.load({"names": names})
+
+        # A callable like the others: frameworks that derive schemas from signatures and
+        # docstrings see the loader's name, its one parameter and the index.
+        load.__name__ = load.__qualname__ = self.loader_name
+        load.__doc__ = (
+            f"{self.disclosed.catalog.loader_schema['function']['description']}\n\nArgs:\n    names: tool or group names"
+        )
+        return load
+
+    def load(self, arguments: Any) -> str:
+        """Answer a call of the loader (its arguments as a dict or JSON text); the tools it
+        loads are appended to this list."""
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments else {}
+            except ValueError:
+                arguments = None
+        before = len(self.disclosed.names)
+        answer = self.disclosed.load(arguments)
+        self.extend(self.originals[name] for name in self.disclosed.names[before:])
+        return answer
 
 
 def _call_blocking(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:

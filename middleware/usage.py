@@ -1,10 +1,11 @@
 """The token usage log: one JSON line per LLM call, written through structlog.
 
 A line holds when and for whom (time, session, turn, step within the turn's tool
-loop, model, kind), what was sent (prompt tokens by layer), what the full
-history would have cost, the saving, what the provider reported (prompt,
-completion, cached tokens), the cost in USD from litellm's local price map, the
-latency and the number of tool calls. Message content appears only when
+loop, model, kind), what was sent (prompt tokens by layer, tool schemas included),
+what the full history with every schema would have cost, the saving, what the
+provider reported (prompt, completion, cached tokens), the cost in USD from litellm's
+local price map, the latency, the number of tool calls, the schemas sent, and the
+prompt-cache split of both sides with their effective costs (``cache``). Message content appears only when
 ``usage_log.include_content`` is true; keys and passwords never do (only the
 fields below are written, never call options).
 """
@@ -32,19 +33,24 @@ def usage_record(
     prompt: Prompt,
     loop_tokens: int,
     tools_tokens: int,
+    full_history_tokens: int,
     provider: dict[str, int | None],
     cost_usd: float | None,
     price_per_token: float | None,
     latency_ms: float,
     tool_calls: int,
+    cache: dict[str, Any] | None = None,
+    tools: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The fields of one line. Tool schemas and in-turn tool messages cost the same
-    with or without the middleware, so they are added to both sides."""
+    """The fields of one line. ``full_history_tokens`` is the whole prompt a chatbot that
+    resends its full history with every tool schema would send for this call (0 for a call
+    it would not make: one after a round that only loaded schemas). ``cache`` splits both
+    sides into what the provider reads from its cache, writes and bills in full, with the
+    effective costs (see ``middleware.billing``); ``tools`` says how many schemas were sent."""
     layers = prompt.tokens.as_dict()
     sent = prompt.tokens.total + loop_tokens + tools_tokens
-    full = prompt.full_history_tokens + loop_tokens + tools_tokens
-    saved = full - sent
-    return {
+    saved = full_history_tokens - sent
+    line = {
         "kind": kind,
         "session": session,
         "turn": turn,
@@ -56,15 +62,20 @@ def usage_record(
             "tools": tools_tokens,
             "total": sent,
         },
-        "full_history_tokens": full,
+        "full_history_tokens": full_history_tokens,
         "saved_tokens": saved,
-        "saved_pct": round(100 * saved / full, 1) if full else 0.0,
+        "saved_pct": round(100 * saved / full_history_tokens, 1) if full_history_tokens else 0.0,
         "provider": provider,
         "cost_usd": cost_usd,
         "cost_saved_usd": saved * price_per_token if price_per_token is not None else None,
         "latency_ms": round(latency_ms, 2),
         "tool_calls": tool_calls,
     }
+    if tools is not None:
+        line["tools"] = tools
+    if cache is not None:
+        line["cache"] = cache
+    return line
 
 
 class UsageLog:

@@ -58,7 +58,9 @@ def test_demo_plays_twelve_turns_offline_and_writes_the_log(demo_log: tuple[Path
     log, stdout = demo_log
     assert "take control of device1 on sunri-pi1" in stdout and "what have we done so far?" in stdout
     assert "% saved" in stdout and "middleware report" in stdout
+    assert "saved in effective prompt cost" in stdout  # the headline: caching modelled on both sides
     records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert all(r["cache"]["rules"] == "openai" and r["cache"]["saved_pct"] is not None for r in records)
     first_calls = [r for r in records if r["step"] == 0]
     assert len(first_calls) == 12 and {r["model"] for r in records} == {"scripted/atlas"}
     assert first_calls[-1]["saved_pct"] > 60  # the prompt stays flat while the history grows
@@ -254,7 +256,8 @@ def test_report_prints_logged_names_as_text(tmp_path: Path) -> None:
               "event": "llm.call", "time": "2026-11-21T19:32:53.518633Z"}  # fmt: skip
     log.write_text(json.dumps(record) + "\n")
     for fmt in ("table", "csv", "json"):
-        result = CliRunner().invoke(main, ["report", str(log), "--format", fmt])
+        # Wide enough that the table's name column does not fold the names across lines.
+        result = CliRunner().invoke(main, ["report", str(log), "--format", fmt], env={"COLUMNS": "250"})
         assert result.exit_code == 0, result.output
         assert shown_raw(result.output) == [], fmt
         assert LINK_ID in result.output and MARKUP_ID in result.output, fmt

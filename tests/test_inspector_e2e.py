@@ -59,6 +59,8 @@ def test_browse_search_and_open_a_session(populated: tuple[SessionManager, str],
 
         tokens = page.inner_text("#prompt-tokens")
         assert "tokens sent" in tokens and "with the full history" in tokens and "% saved" in tokens
+        cache = page.inner_text("#prompt-cache")  # the first call as billed: schemas and the provider's cache
+        assert "openai caching rules" in cache and "tool schemas: 5 of 5 sent" in cache and "read from cache" in cache
         layers = page.locator(".legend span").evaluate_all("spans => spans.map(s => s.dataset.layer)")
         assert {"system", "context", "summary", "recent", "current", "notes"} <= set(layers)
         assert page.locator("#last-prompt .msg.user").last.inner_text().endswith("go to network")

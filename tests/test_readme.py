@@ -138,3 +138,8 @@ def test_the_recall_snippet_finds_the_order_number(run_snippet: Callable[[str], 
     lines = run_snippet("order number A-48213")
     assert lines[0].startswith("turn 1: The supplier gave me order number A-48213") and "order" in lines[0]
     assert lines[-1].startswith("recall tokens:") and int(lines[-1].split()[-1]) > 0
+
+
+def test_disclosure_snippet_loads_the_tool_it_was_not_sent(run_snippet: Callable[[str], list[str]]) -> None:
+    """The disclosure snippet's model sees only the loader, loads cat, and the next calls carry it."""
+    assert run_snippet('model="scripted/reader"') == ["It says hello. ('cat',) [1, 2, 2]"]

@@ -132,3 +132,32 @@ def test_empty_log_renders_without_error() -> None:
     report = build_report([])
     assert "No turns" in render_html(report)
     assert json.loads(render_json(report))["total"]["calls"] == 0
+
+
+def cached_line(turn: int, sent: int, full: int, sent_read: int, full_read: int, sent_cost: float, full_cost: float) -> str:
+    record = json.loads(line("c", turn, sent, full))
+    record["cache"] = {
+        "rules": "openai",
+        "sent": {"read": sent_read, "written": 0, "uncached": sent - sent_read, "cost_usd": sent_cost},
+        "full_history": {"read": full_read, "written": 0, "uncached": full - full_read, "cost_usd": full_cost},
+        "saved_usd": full_cost - sent_cost,
+        "saved_pct": 0.0,
+    }
+    return json.dumps(record)
+
+
+def test_the_headline_is_the_effective_saving_with_caching_on_both_sides() -> None:
+    """Lines with a cache field add up to effective costs; the headline puts their saving
+    first and raw tokens beside it; lines without one count toward raw tokens only."""
+    records, _ = read_log([cached_line(1, 1000, 1000, 0, 0, 0.001, 0.001), cached_line(2, 1000, 3000, 0, 2048, 0.001, 0.002),
+                           line("c", 3, 500, 900)])  # fmt: skip
+    report = build_report(records)
+    row = report.total.row()
+    assert (row["cached_tokens_sent"], row["cached_tokens_full_history"]) == (0, 2048)
+    assert row["saved_effective_pct"] == pytest.approx(33.3, abs=0.05) and row["saved_pct"] == pytest.approx(49.0, abs=0.05)
+    assert report.total.headline().startswith("Saved 33.3% in effective prompt cost with prompt caching on both sides")
+    assert "raw prompt tokens 2,500 against 4,900 (49.0% saved)" in report.total.headline()
+    assert report.per_turn_cached()[1] == (2, 1000.0, 3000.0, 0.0, 2048.0)
+    page = render_html(report)
+    assert "33.3%" in page and "saved in effective cost, prompt caching on both sides" in page and 'class="sent-cached"' in page
+    assert build_report(read_log([line("x", 1, 1, 2)])[0]).total.saved_effective_pct is None

@@ -399,3 +399,43 @@ def test_every_driver_runs_a_whole_plan_with_execute(manager: Manager) -> None:
     else:
         loaded = manager._wait(store.execute(load(layout, "s")))
     assert loaded.state.turns == 1 and loaded.state.context == {"userinterface_name": "google_tv"}
+
+
+def test_tools_called_are_remembered_in_the_order_first_sent_while_in_use(
+    atlas: Config, managers: ManagerFactory, raw: Any
+) -> None:
+    """Each turn's tools are kept in the meta hash: the order a tool was first sent stays
+    while it is called within disclosure.recent_turns turns; past that it is dropped, and a
+    tool called again later goes to the end."""
+    mgr = managers(atlas.with_overrides(disclosure={"recent_turns": 2}))
+    calls = [nav("a"), ToolCall(name="take_control", arguments={"device_id": "d1"}), nav("b")]
+    mgr.record_turn("s", user="one", assistant="ok", tool_calls=calls)
+    assert mgr.get_state("s").tool_uses == {"navigate_to_node": (1001, 1), "take_control": (1002, 1)}
+    mgr.record_turn("s", user="two", assistant="ok", tool_calls=[ToolCall(name="click_element")])
+    mgr.record_turn("s", user="three", assistant="ok", tool_calls=[nav("c")])
+    # take_control (last called in turn 1) is two turns old: gone; navigate_to_node keeps its order.
+    assert mgr.get_state("s").tool_uses == {"navigate_to_node": (1001, 3), "click_element": (2001, 2)}
+    for turn in range(4, 7):
+        mgr.record_turn("s", user=f"turn {turn}", assistant="ok")
+    assert mgr.get_state("s").tool_uses == {}
+    mgr.record_turn("s", user="seven", assistant="ok", tool_calls=[nav("d")])
+    assert mgr.get_state("s").tool_uses == {"navigate_to_node": (7001, 7)}
+    fields = {k for k in raw.hkeys(session_keys("mw", "s").meta) if k.startswith(b"t:")}
+    assert fields == {b"t:navigate_to_node"}
+
+
+def test_tools_are_not_remembered_when_disclosure_keeps_none(atlas: Config, managers: ManagerFactory) -> None:
+    """recent_turns 0 (or disclosure off) stores no tool names at all."""
+    for overrides in ({"recent_turns": 0}, {"enabled": False}):
+        mgr = managers(atlas.with_overrides(disclosure=overrides))
+        mgr.record_turn("s", user="one", assistant="ok", tool_calls=[nav("a")])
+        assert mgr.get_state("s").tool_uses == {}
+
+
+def test_a_corrupt_tool_field_is_skipped_with_a_warning(manager: Manager, raw: Any) -> None:
+    """A ``t:`` field that is not '<order> <turn>' is left out of the state and named."""
+    manager.record_turn("s", user="one", assistant="ok", tool_calls=[nav("a")])
+    raw.hset(session_keys("mw", "s").meta, "t:bogus", "not numbers")
+    with capture_events() as events:
+        assert manager.get_state("s").tool_uses == {"navigate_to_node": (1001, 1)}
+    assert any(e["event"] == "store.corrupt_record" and "t:bogus" in e["reason"] for e in events)

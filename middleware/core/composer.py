@@ -42,6 +42,8 @@ from .text import CUT_MARKER, cut_middle, one_line, squeeze_blank_lines
 
 __all__ = ["REPLY_PRIMING", "TOKENS_PER_MESSAGE", "Composer", "Tokenizer", "is_valid_chat", "render_skills", "turn_messages"]
 
+# Tool names a turn records for disclosure, at most (the store orders them within a turn by index).
+MAX_TOOLS_RECORDED = 999
 # litellm's message arithmetic: 3 tokens per message, 3 more priming the reply.
 TOKENS_PER_MESSAGE = 3
 REPLY_PRIMING = 3
@@ -405,6 +407,7 @@ class Composer:
             turn_id=turn_id,
             prompt=prompt,
             pieces=pieces_of(turn, turn.assistant, tokenizer, observed) if config.memory.archive_turns else (),
+            tools=tuple(dict.fromkeys(call.name for call in turn.tool_calls))[:MAX_TOOLS_RECORDED],
         )
 
 

@@ -8,7 +8,8 @@ in one Redis Cluster slot)::
     <prefix>:{<sid>}:ctx      zset   member "key=value", score = turn * 1000 + position: each key's newest values
     <prefix>:{<sid>}:sum      list   summary lines, oldest first
     <prefix>:{<sid>}:recent   list   JSON {"role","content","tokens","turn"}: the recent window
-    <prefix>:{<sid>}:meta     hash   turns, full_tokens, created, updated, last_turn, user, agent
+    <prefix>:{<sid>}:meta     hash   turns, full_tokens, created, updated, last_turn, user, agent,
+                                     and "t:<tool>" = "<order> <last turn>" for the tools called recently
     <prefix>:{<sid>}:traces   list   JSON turn records for the inspector
     <prefix>:{<sid>}:prompt   string JSON of the prompt sent on the last recorded turn
     <prefix>:{<sid>}:ids      zset   ids of the last turns written, score = turn number
@@ -123,6 +124,7 @@ class Layout:
     recall: bool  # a load asks the archive for what the current message needs
     cluster: bool
     notes_shown: bool  # notes.max_tokens > 0: a load reads the notes
+    tool_window: int = 0  # turns a called tool is remembered for disclosure (0: none are)
 
     @classmethod
     def of(cls, config: Config) -> Layout:
@@ -142,6 +144,7 @@ class Layout:
             recall=bool(config.memory.archive_turns and config.memory.recall_tokens),
             cluster=config.store.cluster,
             notes_shown=config.notes.max_tokens > 0,
+            tool_window=config.disclosure.recent_turns if config.disclosure.enabled else 0,
         )
 
     def session(self, session_id: str) -> SessionKeys:
@@ -285,6 +288,20 @@ def _meta_number(meta: Mapping[bytes, bytes], name: str, kind: type, bad: list[C
         return None
 
 
+def _tool_uses(meta: Mapping[bytes, bytes], bad: list[Corrupt]) -> dict[str, tuple[int, int]]:
+    """The ``t:<tool>`` fields of the meta hash: tool name -> (order first sent, last turn)."""
+    uses = {}
+    for field, value in meta.items():
+        if not field.startswith(b"t:"):
+            continue
+        order, _, last = value.partition(b" ")
+        if not (order.isdigit() and last.isdigit()):
+            bad.append(Corrupt("meta", f"{field[:80]!r}={value[:40]!r} is not '<order> <turn>'"))
+            continue
+        uses[field[2:].decode("utf-8", "replace")] = (int(order), int(last))
+    return uses
+
+
 def _owner(meta: Mapping[bytes, bytes]) -> tuple[str, str] | None:
     user, agent = meta.get(b"user"), meta.get(b"agent")
     if isinstance(user, bytes) and isinstance(agent, bytes):
@@ -349,6 +366,7 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
         owner=_owner(meta),
         notes="",
         facts=facts,
+        tool_uses=_tool_uses(meta, bad),
     )
     missing = _missing((ctx, summary, recent_records, meta), state.turns, config, bad)
     if "meta" in missing:  # no count: what is left tells at least how many turns there were
@@ -611,7 +629,7 @@ def nearest(reply: Any) -> tuple[Candidate, ...]:
 #       trace_entries turn_ids session_id index_cutoff summary_line trace prompt
 #       archive_turns postings vector_prefix vector_tag
 #       n_context (key value)*n_context  n_recent record*n_recent
-#       n_pieces (kind tokens terms facts text vector)*n_pieces
+#       n_pieces (kind tokens terms facts text vector)*n_pieces  tool_window n_tools tool*n_tools
 # With semantic recall each piece with a vector also gets a hash of its own,
 # <vector_prefix><turn>.<n> = {s: vector_tag, turn, vec, rec}, which the server's vector
 # index covers (declared keys aside: semantic recall runs only outside a cluster).
@@ -771,6 +789,29 @@ if archive > 0 then
   end
 end
 
+at = at + 1 + 6 * n_pieces  -- past the pieces
+local window, n_tools = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+if window > 0 then
+  -- Tools called ("t:<name>" = "<order> <last turn>"): the order a tool was first sent in
+  -- stays while it is called within `window` turns; fields older than that are dropped.
+  for i = 1, n_tools do
+    local field = 't:' .. ARGV[at + 1 + i]
+    local old, order = call('HGET', meta, field), nil
+    if old then
+      local first, last = string.match(old, '^(%d+) (%d+)$')
+      if first and turns - tonumber(last) <= window then order = first end
+    end
+    call('HSET', meta, field, (order or tostring(turns * 1000 + i)) .. ' ' .. turns)
+  end
+  local fields = call('HGETALL', meta)
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, 2) == 't:' then
+      local last = tonumber(string.match(fields[i + 1], ' (%d+)$') or '0')
+      if turns - last >= window then call('HDEL', meta, fields[i]) end
+    end
+  end
+end
+
 for i = 1, 9 do
   if ttl > 0 then call('PEXPIRE', KEYS[i], ttl) else call('PERSIST', KEYS[i]) end
 end
@@ -810,6 +851,7 @@ def record_command(layout: Layout, session_id: str, update: TurnUpdate, *, now: 
         len(update.context), *(part for pair in update.context for part in pair), len(recent), *recent,
         len(pieces), *(part for p, blob in zip(pieces, blobs, strict=True)
                        for part in (p.kind, p.tokens, " ".join(p.terms), " ".join(p.facts), p.text, blob)),
+        layout.tool_window, len(update.tools) if layout.tool_window else 0, *(update.tools if layout.tool_window else ()),
     )  # fmt: skip
 
 

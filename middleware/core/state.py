@@ -279,6 +279,9 @@ class SessionState:
     owner: tuple[str, str] | None = None  # (user_id, agent) for sessions made by resolve_session
     # Earlier values of context keys, newest first, each with the turn that set it (0: unknown).
     facts: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    # Tools the session called recently (disclosure): name -> (the order in which it was
+    # first sent in its current run of use, the last turn that called it).
+    tool_uses: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Set by the store's decoder: the recent window as validated (user, assistant) pairs
     # with their counts, so composing does not check and rebuild it again.
     pairs: tuple[StoredMessage, ...] | None = field(default=None, repr=False, compare=False)
@@ -307,6 +310,8 @@ class TurnUpdate:
     prompt: str = ""
     # The turn as recallable pieces, for the episodic archive (see middleware.core.archive).
     pieces: tuple[Piece, ...] = ()
+    # The names of the tools the turn called, in order, once each (disclosure keeps them sent).
+    tools: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

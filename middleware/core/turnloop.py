@@ -21,10 +21,11 @@ __all__ = ["PendingCall", "ToolOutcome", "TurnLoop", "valid_tool_sequence"]
 
 @dataclass(frozen=True, slots=True)
 class ToolOutcome:
-    """What running one requested call gave: the message for the model and the record."""
+    """What running one requested call gave: the message for the model and the record
+    (None for what the turn does not remember as a tool call: the disclosure loader's answer)."""
 
     message: dict[str, Any]
-    record: ToolCall
+    record: ToolCall | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +102,8 @@ class TurnLoop:
         """The outcomes of the calls ``take()`` returned, in the same order."""
         for outcome in outcomes:
             self.messages.append(outcome.message)
-            self.calls.append(outcome.record)
+            if outcome.record is not None:
+                self.calls.append(outcome.record)
         self.rounds += 1
 
 

@@ -16,7 +16,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["respond"]
+__all__ = ["LOADER", "respond"]
+
+LOADER = "load_tools"  # the disclosure loader's default name (disclosure.loader_name)
 
 _CONTEXT_LINE = re.compile(r"^- ([A-Za-z_][\w.\-]*): (.+)$")
 _TAKE_CONTROL = re.compile(r"take control of (?P<device>[\w-]+) on (?P<host>[\w.-]+)", re.I)
@@ -154,11 +156,22 @@ def respond(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, 
     if not messages:
         return _reply("Hello, I am Atlas.")
     last = messages[-1]
-    if last.get("role") == "tool":
+    if last.get("role") == "tool" and not _loaded(messages):
         return _finish(messages)
     names = {t.get("function", {}).get("name") for t in tools or ()}
-    plan = _plan(str(last.get("content") or ""), messages)
+    request = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
+    plan = _plan(request, messages)
     missing = [c["function"]["name"] for c in plan.get("tool_calls") or () if c["function"]["name"] not in names]
+    if missing and LOADER in names:  # tool disclosure: open the tool's schema first (its name is in the index)
+        return _ask(_call(messages, LOADER, names=missing))
     if missing:
         return _reply(f"I would use {', '.join(missing)}, but that tool is not available to me here.")
     return plan
+
+
+def _loaded(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the last tool round only answered the disclosure loader."""
+    for message in reversed(messages):
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            return all(c["function"]["name"] == LOADER for c in message["tool_calls"])
+    return False

@@ -1,0 +1,638 @@
+"""What providers bill: tool schemas and prompt caching, with and without tool disclosure.
+
+    python -m benchmarks.billing        # about 7 minutes; rewrites its section of BENCHMARKS.md
+
+The BFCL multi-turn conversations (``benchmarks.dataset``) are played through the real
+``SessionManager.chat()`` and litellm, with a scripted model that does what the dataset's
+reference says: for each user turn it calls the reference tools in one round (loading
+through the disclosure loader, first, those whose schemas it was not sent and whose names
+the loader's index shows), then gives the turn's final reply. Its tools return BFCL's own
+outputs. The baseline is a chatbot that resends its full history with every schema of the
+involved classes on every call, for the same calls (one, plus one after the tool results).
+
+Every call's prompt is counted as the provider bills it (tool schemas included), then
+priced under each provider's caching rules (``middleware.core.caching``) from litellm's
+local price map: the baseline caches what it can (OpenAI and Gemini automatically; for
+Anthropic, cache_control breakpoints on its tools and its last message, as Anthropic
+advises for conversations), and so does the middleware (Anthropic breakpoints on its
+stable prefix and last message: ``caching.anthropic_breakpoints``). Every call of a
+session is assumed to come within the cache's lifetime, which favours the baseline, whose
+cache holds more.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import statistics
+import sys
+import time
+import types
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from middleware import Config, SessionManager, Tool, llm
+from middleware.core.caching import CacheState, Rules, request_blocks, split, with_breakpoints
+from middleware.scripted import register
+from middleware.tokens import get_tokenizer
+
+from .dataset import Conversation, Turn, chains, load
+from .savings import bench_config, needed_values, prompt_text, turn_messages
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORT = ROOT / "BENCHMARKS.md"
+START, END = "<!-- billing:start -->", "<!-- billing:end -->"
+COMMAND = "python -m benchmarks.billing"
+# Models whose caching rules and prices are applied to the same prompts.
+MODELS = ("gpt-4o-mini", "gpt-5-mini", "claude-sonnet-4-5", "claude-haiku-4-5", "gemini/gemini-2.5-flash")
+HEADLINE = {"OpenAI": "gpt-4o-mini", "Anthropic": "claude-sonnet-4-5"}  # the library's default model; Anthropic's mid model
+LOADER = "load_tools"
+COUNTING = "gpt-4o-mini"  # whose tokenizer counts, as in the rest of the benchmarks
+
+
+# --- BFCL's tools --------------------------------------------------------------------------
+
+
+def _openai_types(properties: dict[str, Any], mapping: Mapping[str, str]) -> None:
+    """BFCL's own conversion of its types for OpenAI-style models (model_handler.utils)."""
+    for spec in properties.values():
+        kind = spec.get("type", "string")
+        spec["type"] = mapping.get(kind, "string")
+        if kind == "float":
+            spec["format"] = "float"
+            spec["description"] = spec.get("description", "") + " This is a float type value."
+        if spec["type"] in ("array", "object"):
+            if "properties" in spec:
+                _openai_types(spec["properties"], mapping)
+            elif "items" in spec:
+                spec["items"]["type"] = mapping.get(spec["items"].get("type", "string"), "string")
+
+
+def schemas(class_name: str) -> list[dict[str, Any]]:
+    """One BFCL class's tool schemas as an OpenAI-compatible chatbot sends them: BFCL's type
+    mapping applied; its response schemas, which OpenAI-style requests leave out, dropped."""
+    from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
+    from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI
+
+    text = (files("bfcl_eval") / "data" / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name]).read_text()
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        doc = json.loads(line)
+        doc.pop("response", None)
+        doc["parameters"]["type"] = "object"
+        _openai_types(doc["parameters"].get("properties", {}), GORILLA_TO_OPENAPI)
+        out.append({"type": "function", "function": doc})
+    return out
+
+
+class Outputs:
+    """BFCL's recorded outputs of the current turn, handed out in call order."""
+
+    def __init__(self) -> None:
+        self.queue: list[str] = []
+
+    def next(self, **_: Any) -> str:
+        return self.queue.pop(0) if self.queue else "{}"
+
+
+def tools_of(classes: Sequence[str], outputs: Outputs) -> list[Tool]:
+    """The classes' tools as methods of objects named after the classes, so the middleware
+    groups them by class, as it would a real API client's methods."""
+    tools = []
+    for class_name in classes:
+        owner = type(class_name, (), {})()
+        for schema in schemas(class_name):
+            method = types.MethodType(lambda self, **kw: outputs.next(**kw), owner)
+            tools.append(Tool(method, schema=schema))
+    return tools
+
+
+def session_classes(session: Sequence[Conversation]) -> list[str]:
+    return list(dict.fromkeys(name for conversation in session for name in conversation.classes))
+
+
+# --- the replay --------------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """One LLM call as sent: schemas and messages (with any cache_control), and whether a
+    full-history chatbot would make it too."""
+
+    tools: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+    first: bool
+    counterpart: bool = True
+
+
+@dataclass
+class Played:
+    name: str
+    label: str
+    sessions: list[list[Call]] = field(default_factory=list)
+    turns: int = 0
+    loader_calls: int = 0
+    covered: int = 0  # turns on which every reference tool was sent or loaded when called
+    sent_up_front: int = 0  # turns on which every reference tool was in the first call
+    needed: int = 0  # needed values the conversation's earlier turns hold
+    kept: int = 0  # of those, present in the turn's first prompt
+    schemas_sent: list[int] = field(default_factory=list)  # schemas per call
+    whole: int = 0  # turns whose first call carried every schema and no loader (disclosure.cache_aware)
+    schema_tokens: int = 0  # the schemas' tokens, over every call
+    loader_tokens: int = 0  # of which the loader's (with its index)
+
+
+class Model:
+    """The scripted BFCL model: the reference calls, after loading what it was not sent."""
+
+    def __init__(self, played: Played) -> None:
+        self.played = played
+        self.turn: Turn | None = None
+        self.loaded = False
+        self.requests: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
+        self.name = f"bench-{uuid.uuid4().hex[:8]}"
+        register(self.name, self)
+
+    def start(self, turn: Turn) -> None:
+        self.turn, self.loaded = turn, False
+
+    def __call__(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+        assert self.turn is not None
+        self.requests.append(([dict(m) for m in messages], [dict(t) for t in tools or ()]))
+        names = [t["function"]["name"] for t in tools or ()]
+        last = messages[-1]
+        if last["role"] == "tool" and not self._after_loader(messages):
+            return {"role": "assistant", "content": self.turn.reply, "tool_calls": None}
+        needed = list(dict.fromkeys(call.name for call in self.turn.calls))
+        if not needed:
+            self.played.covered += 1
+            return {"role": "assistant", "content": self.turn.reply, "tool_calls": None}
+        index = _index(tools or ())
+        missing = [name for name in needed if name not in names and name in index]
+        if missing and not self.loaded:
+            self.loaded = True
+            self.played.loader_calls += 1
+            return _ask([(LOADER, {"names": missing})])
+        self.played.covered += all(name in names for name in needed)
+        return _ask([(call.name, call.arguments) for call in self.turn.calls])
+
+    @staticmethod
+    def _after_loader(messages: Sequence[Mapping[str, Any]]) -> bool:
+        for message in reversed(messages):
+            if message.get("role") == "assistant" and message.get("tool_calls"):
+                return all(c["function"]["name"] == LOADER for c in message["tool_calls"])
+        return False
+
+
+def _index(tools: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The tool names the loader's description lists ("- group: a, b, c" lines)."""
+    loader = next((t for t in tools if t["function"]["name"] == LOADER), None)
+    if loader is None:
+        return set()
+    lines = str(loader["function"].get("description") or "").splitlines()
+    return {name.strip() for line in lines if line.startswith("- ") for name in line.split(": ", 1)[-1].split(",")}
+
+
+def _ask(calls: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    made = [{"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+            for n, a in calls]  # fmt: skip
+    return {"role": "assistant", "content": None, "tool_calls": made}
+
+
+def middleware_config(**disclosure: Any) -> Config:
+    """The benchmark's middleware (auto context keys, a neutral prompt) with Anthropic
+    breakpoints on: replayed priced as a Claude model, its requests carry them."""
+    return bench_config(auto=True).with_overrides(disclosure=disclosure, caching={"anthropic_breakpoints": True})
+
+
+def play(
+    name: str, label: str, sessions: Sequence[Sequence[Conversation]], config: Config, progress: Callable[[int], None]
+) -> Played:
+    """Every session through chat(): the calls as the model received them."""
+    played = Played(name, label)
+    model = Model(played)
+    with SessionManager(config) as mgr:
+        for number, session in enumerate(sessions):
+            outputs = Outputs()
+            tools = tools_of(session_classes(session), outputs)
+            sid, own_calls = f"bench-{number}-{uuid.uuid4().hex[:6]}", []
+            for conversation in session:
+                own: list[dict[str, Any]] = []
+                for turn in conversation.turns:
+                    model.start(turn)
+                    outputs.queue = [call.result for call in turn.calls]
+                    before = len(model.requests)
+                    result = mgr.chat(sid, turn.user, model=f"scripted/{model.name}", tools=tools)
+                    requests = model.requests[before:]
+                    played.turns += 1
+                    first_names = [t["function"]["name"] for t in requests[0][1]]
+                    played.sent_up_front += all(c.name in first_names for c in turn.calls)
+                    played.whole += LOADER not in first_names and len(first_names) == len(tools)
+                    extra = [line["full_history_tokens"] == 0 for line in result.calls]
+                    for index, (messages, schemas_sent) in enumerate(requests):
+                        own_calls.append(Call(schemas_sent, messages, index == 0, counterpart=not extra[index]))
+                        played.schemas_sent.append(len(schemas_sent))
+                        sizes = llm.tool_sizes(COUNTING, schemas_sent)
+                        played.schema_tokens += sum(sizes)
+                        played.loader_tokens += sum(
+                            n for n, t in zip(sizes, schemas_sent, strict=True) if t["function"]["name"] == LOADER
+                        )
+                    _count_kept(played, turn, own, requests[0][0])
+                    own += turn_messages(turn, played.turns)
+                    progress(1)
+            played.sessions.append(own_calls)
+    return played
+
+
+def _count_kept(played: Played, turn: Turn, own: list[dict[str, Any]], first: list[dict[str, Any]]) -> None:
+    """Needed values (see benchmarks.savings) the conversation's earlier turns hold, and how
+    many of them the turn's first prompt keeps."""
+    needed = needed_values(turn)
+    held = prompt_text([*own, {"role": "user", "content": turn.user}])
+    in_history = {value for value in needed if value in held}
+    text = prompt_text([{**m, "content": _text(m.get("content"))} for m in first])
+    played.needed += len(in_history)
+    played.kept += len({value for value in in_history if value in text})
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
+    return content if isinstance(content, str) else ""
+
+
+def full_history(sessions: Sequence[Sequence[Conversation]], progress: Callable[[int], None]) -> Played:
+    """The baseline: the whole history with tool details and every schema on every call,
+    with Anthropic breakpoints on its last tool, its system text and its last message."""
+    played = Played("full", "full history, every schema of the involved classes")
+    static = _static_prefix()
+    for session in sessions:
+        every = [s for name in session_classes(session) for s in schemas(name)]
+        history: list[dict[str, Any]] = []
+        calls: list[Call] = []
+        for conversation in session:
+            for turn in conversation.turns:
+                played.turns += 1
+                played.covered += 1
+                played.sent_up_front += 1
+                base = [{"role": "system", "content": static}, *history, {"role": "user", "content": turn.user}]
+                added = turn_messages(turn, played.turns)
+                requests = [base] + ([base + added[1:-1]] if turn.calls else [])
+                for index, messages in enumerate(requests):
+                    marked, marked_tools = with_breakpoints(messages, every, static_prefix=static, stable_tools=len(every))
+                    calls.append(Call(marked_tools or [], marked, index == 0))
+                    played.schemas_sent.append(len(every))
+                    played.schema_tokens += llm.tools_tokens(COUNTING, every)
+                history += added
+                progress(1)
+        played.sessions.append(calls)
+    return played
+
+
+def _static_prefix() -> str:
+    from middleware.compose import composer_for
+
+    return composer_for(bench_config(auto=True)).static_prefix
+
+
+# --- pricing ------------------------------------------------------------------------------
+
+
+@dataclass
+class Priced:
+    tokens: int = 0
+    first_tokens: int = 0
+    calls: int = 0
+    read: int = 0
+    written: int = 0
+    uncached: int = 0
+    cost: float = 0.0
+    first_read_share: list[float] = field(default_factory=list)  # per turn: cached share of the first call
+    first_read: int = 0  # over the turns' first calls: read from the cache, and written to it
+    first_written: int = 0
+
+
+def price(played: Played, model: str) -> Priced:
+    """Every call of ``played`` billed under ``model``'s caching rules and prices."""
+    rules: Rules = llm.cache_rules(model)
+    tokenizer = get_tokenizer(COUNTING)
+    static = _static_prefix()
+    static_tokens = tokenizer.count_chat("system", static)
+    out = Priced()
+    for calls in played.sessions:
+        state = CacheState()
+        for number, call in enumerate(calls):
+            sizes = llm.tool_sizes(COUNTING, call.tools)
+            prompt = request_blocks(call.tools, sizes, call.messages, tokenizer.count_message, static_prefix=static,
+                                    static_tokens=static_tokens, priming=3)  # fmt: skip
+            billed, state = split(prompt, state, rules, now=float(number), ttl=1e9)
+            out.calls += 1
+            out.tokens += billed.total
+            out.read += billed.read
+            out.written += billed.written
+            out.uncached += billed.uncached
+            out.cost += billed.cost(rules) or 0.0
+            if call.first:
+                out.first_tokens += billed.total
+                out.first_read += billed.read
+                out.first_written += billed.written
+                out.first_read_share.append(billed.read / billed.total if billed.total else 0.0)
+    return out
+
+
+# --- running and reporting ---------------------------------------------------------------------
+
+
+# (name, label, disclosure settings, played once per priced model): what a turn sends depends
+# on the model (Anthropic breakpoints; disclosure.cache_aware), so each model's figures come
+# from a replay priced as that model (caching.price_as).
+VARIANTS: list[tuple[str, str, dict[str, Any], bool]] = [
+    ("every_schema", "middleware, every schema (disclosure off)", {"enabled": False}, True),
+    ("disclosure", "middleware, tool disclosure (defaults)", {}, True),
+    ("match_2", "middleware, tool disclosure, match_tools 2", {"match_tools": 2}, True),
+]
+RAW_MODEL = MODELS[0]  # whose replay the token table shows: the library's default model
+
+
+def run(
+    progress: Callable[[str, int], None] = lambda scope, n: None,
+    *,
+    quick: bool = False,
+    variants: Sequence[tuple[str, str, dict[str, Any], bool]] = VARIANTS,
+    scopes: Sequence[str] = ("single", "chains"),
+) -> dict[str, Any]:
+    conversations = load(limit=40 if quick else None)
+    every_scope = {"single": [[c] for c in conversations], "chains": chains(conversations, min_turns=30 if quick else 100)}
+    data: dict[str, Any] = {"conversations": len(conversations), "turns": sum(len(c.turns) for c in conversations)}
+    started = time.monotonic()
+    for scope in scopes:
+        sessions = every_scope[scope]
+        tick = lambda n, scope=scope: progress(scope, n)  # noqa: E731
+        baseline = full_history(sessions, tick)
+        rows = [{"name": "full", "label": baseline.label, "played": baseline, "by_model": {},
+                 "priced": {model: price(baseline, model) for model in MODELS}}]  # fmt: skip
+        baseline.sessions = []
+        for name, label, settings, per_model in variants:
+            by_model: dict[str, Played] = {}
+            for model in MODELS if per_model else (RAW_MODEL,):
+                config = middleware_config(**settings).with_overrides(caching={"price_as": model})
+                by_model[model] = play(name, label, sessions, config, tick)
+            priced = {model: price(by_model.get(model, by_model[RAW_MODEL]), model) for model in MODELS}
+            for replay in by_model.values():
+                replay.sessions = []  # priced: the requests are not needed any more
+            rows.append({"name": name, "label": label, "played": by_model[RAW_MODEL], "by_model": by_model, "priced": priced})
+        # What disclosure.cache_aware is for: Claude Haiku 4.5 with the check off.
+        haiku = "claude-haiku-4-5"
+        unchecked = play(
+            "unchecked", "", sessions, middleware_config(cache_aware=False).with_overrides(caching={"price_as": haiku}), tick
+        )
+        tools = [sum(llm.tools_tokens(COUNTING, schemas(c)) for c in session_classes(session)) for session in sessions]
+        data[scope] = {
+            "sessions": len(sessions),
+            "session_turns": sorted(sum(len(c.turns) for c in s) for s in sessions),
+            "schema_tokens": statistics.median(tools),
+            "rows": rows,
+            "haiku_unchecked": price(unchecked, haiku).cost,
+        }
+    data["seconds"] = time.monotonic() - started
+    data["rules"] = {model: llm.cache_rules(model) for model in MODELS}
+    return data
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _less(saved: float) -> str:
+    """A saving as a change: −12.3% for less than the full history, +4.8% for more."""
+    return f"−{_pct(saved)}" if saved >= 0 else f"+{_pct(-saved)}"
+
+
+def _row(rows: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(row for row in rows if row["name"] == name)
+
+
+def section(data: dict[str, Any], command: str = COMMAND) -> str:
+    single, chained = data["single"], data["chains"]
+    lines = [START, "## Billed tokens: tool schemas and prompt caching", ""]
+    lines += [
+        f"`{command}` ({data['seconds'] / 60:.1f} minutes; also part of `python -m benchmarks`). The BFCL multi-turn conversations "
+        f"({data['conversations']} conversations, {data['turns']} turns) played through `SessionManager.chat()` and litellm with a "
+        "scripted model that follows the dataset's reference: per user turn it calls the reference tools in one round (first "
+        "loading, with the disclosure loader, those whose schemas it was not sent and whose names the loader's index lists), "
+        "then gives the turn's final reply; the tools return BFCL's own outputs. Every call is counted as the provider bills it, "
+        "**tool schemas included** (BFCL's schemas converted as BFCL converts them for OpenAI-style models: median "
+        f"{single['schema_tokens']:,.0f} tokens per conversation's classes, {chained['schema_tokens']:,.0f} per long session), "
+        "against a chatbot that resends its full history with every schema of the involved classes on every call, for the "
+        "same calls (one per turn, one more after the tool results). Effective cost prices each call under the provider's "
+        "caching rules from litellm's local price map, caching on both sides: the baseline caches its growing history "
+        "(automatically for OpenAI and Gemini; with cache_control on its tools and last message for Anthropic), the middleware "
+        "its stable prefix (loader, kept tools, static system text) and, for Anthropic, its last message "
+        "(`caching.anthropic_breakpoints`). Every call of a session is assumed warm (within the cache's lifetime), which "
+        "favours the baseline, whose cache holds more.",
+        "",
+    ]
+    lines += _targets(data)
+    for scope, title in (("single", "The dataset's conversations as they are"), ("chains", "Sessions of 100+ turns")):
+        part = data[scope]
+        lines += [
+            f"### {title} ({part['sessions']} sessions of {min(part['session_turns'])}–{max(part['session_turns'])} turns)",
+            "",
+            "| strategy | billed prompt tokens (all calls) | vs full history | first calls only | LLM calls | loader calls per turn | "
+            "tool coverage | tools sent up front | schemas per call | needed values kept |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        full = _row(part["rows"], "full")
+        base = full["priced"][MODELS[0]]
+        for row in part["rows"]:
+            played, priced = row["played"], row["priced"][MODELS[0]]
+            kept = played.kept / played.needed if played.needed else 1.0
+            vs = "—" if row["name"] == "full" else _less(1 - priced.tokens / base.tokens)
+            lines.append(
+                f"| {row['label']} | {priced.tokens:,} | {vs} | {priced.first_tokens:,} | {priced.calls:,} | "
+                f"{played.loader_calls / played.turns:.2f} | {_pct(played.covered / played.turns)} | "
+                f"{_pct(played.sent_up_front / played.turns)} | {statistics.mean(played.schemas_sent):.1f} | "
+                f"{'—' if row['name'] == 'full' else _pct(kept)} |"
+            )
+        lines += [
+            "",
+            "Effective prompt cost with caching on both sides (USD for all calls; saving against the full history):",
+            "",
+        ]
+        lines += ["| strategy | " + " | ".join(MODELS) + " |", "|---|" + "---:|" * len(MODELS)]
+        for row in part["rows"]:
+            cells = []
+            for model in MODELS:
+                cost, base_cost = row["priced"][model].cost, full["priced"][model].cost
+                cells.append(f"${cost:.3f}" if row["name"] == "full" else f"${cost:.3f} ({_less(1 - cost / base_cost)})")
+            lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
+        lines += [
+            "",
+            "Turns on which `disclosure.cache_aware` sent every schema instead (it is cheaper with that model's caching):",
+            "",
+        ]
+        lines += ["| strategy | " + " | ".join(MODELS) + " |", "|---|" + "---:|" * len(MODELS)]
+        for row in part["rows"]:
+            if len(row["by_model"]) > 1 and row["name"] != "every_schema":
+                lines.append(
+                    f"| {row['label']} | "
+                    + " | ".join(_pct(row["by_model"][m].whole / row["by_model"][m].turns) for m in MODELS)
+                    + " |"
+                )
+        lines += ["", "Share of each turn's first call read from the provider's cache (mean):", ""]
+        lines += ["| strategy | " + " | ".join(MODELS) + " |", "|---|" + "---:|" * len(MODELS)]
+        for row in part["rows"]:
+            lines.append(
+                f"| {row['label']} | "
+                + " | ".join(_pct(statistics.mean(row["priced"][m].first_read_share)) for m in MODELS)
+                + " |"
+            )
+        lines.append("")
+    lines += _rules(data)
+    lines += _shortfalls(data)
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def target_rows(data: dict[str, Any]) -> list[str]:
+    """The rows of the targets table (also in the report's summary), without its head."""
+    return _targets(data)[2:-1]
+
+
+def _targets(data: dict[str, Any]) -> list[str]:
+    single, chained = data["single"], data["chains"]
+    ours, full = _row(single["rows"], "disclosure"), _row(single["rows"], "full")
+    off = _row(single["rows"], "every_schema")
+    played, tokens = ours["played"], ours["priced"][MODELS[0]].tokens
+    saving = 1 - tokens / full["priced"][MODELS[0]].tokens
+    coverage, loads = played.covered / played.turns, played.loader_calls / played.turns
+    kept_on, kept_off = played.kept / played.needed, off["played"].kept / off["played"].needed
+    lines = ["| target | measured | |", "|---|---|---|"]
+    lines.append(f"| dataset's conversations: ≥70% fewer billed prompt tokens (schemas included) than full history with every schema | "
+                 f"**{_less(saving)}** (all calls; first calls only {_less(1 - ours['priced'][MODELS[0]].first_tokens / full['priced'][MODELS[0]].first_tokens)}) | "
+                 f"{'met' if saving >= 0.70 else f'not met, by {100 * (0.70 - saving):.1f} points (see below)'} |")  # fmt: skip
+    lines.append(f"| tool coverage ≥99% | {_pct(coverage)} | {'met' if coverage >= 0.99 else 'not met'} |")
+    lines.append(f"| ≤0.3 loader calls per turn | {loads:.2f} | {'met' if loads <= 0.3 else 'not met'} |")
+    lines.append(f"| needed-value survival unchanged | {_pct(kept_on)} with disclosure, {_pct(kept_off)} without | "
+                 f"{'met' if abs(kept_on - kept_off) < 1e-9 else 'not met'} |")  # fmt: skip
+    ours_long, full_long = _row(chained["rows"], "disclosure"), _row(chained["rows"], "full")
+    for provider, model in HEADLINE.items():
+        saved = 1 - ours_long["priced"][model].cost / full_long["priced"][model].cost
+        lines.append(f"| 100+ turns, {provider} ({model}): effective cost with caching ≥60% below the full history with caching | "
+                     f"**{_less(saved)}** | {'met' if saved >= 0.60 else f'not met, by {100 * (0.60 - saved):.1f} points (see below)'} |")  # fmt: skip
+    others = [m for m in MODELS if m not in HEADLINE.values()]
+    cells = "; ".join(f"{m} {_less(1 - ours_long['priced'][m].cost / full_long['priced'][m].cost)}" for m in others)
+    lines.append(f"| 100+ turns, the other models priced | {cells} | (not targets; see below) |")
+    return [*lines, ""]
+
+
+def _rules(data: dict[str, Any]) -> list[str]:
+    lines = ["Caching rules and prices applied (litellm's local price map; USD per million tokens):", "",
+             "| model | rules | input | cache read | cache write | minimum cached prefix |", "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    for model, rules in data["rules"].items():
+
+        def per_million(value: float | None) -> str:
+            return f"{value * 1e6:.3f}" if value is not None else "—"
+
+        write = per_million(rules.write_price) if rules.explicit else "(no premium)"
+        step = ", in 128-token steps" if rules.kind == "openai" else ""
+        lines.append(f"| {model} | {rules.kind} | {per_million(rules.input_price)} | {per_million(rules.read_price)} | {write} | "
+                     f"{rules.min_tokens:,} tokens{step} |")  # fmt: skip
+    return [*lines, ""]
+
+
+def _shortfalls(data: dict[str, Any]) -> list[str]:
+    single, chained = data["single"], data["chains"]
+    full, ours, off = (_row(single["rows"], name) for name in ("full", "disclosure", "every_schema"))
+    played, base, mine = ours["played"], full["priced"][RAW_MODEL], ours["priced"][RAW_MODEL]
+    per_call = lambda value: value / mine.calls  # noqa: E731
+    messages = mine.tokens - played.schema_tokens
+    long_full, long_ours, long_two = (_row(chained["rows"], name) for name in ("full", "disclosure", "match_2"))
+    sonnet = "claude-sonnet-4-5"
+    turns = chained["rows"][0]["played"].turns
+
+    def saved(row: dict[str, Any], model: str) -> str:
+        return _less(1 - row["priced"][model].cost / long_full["priced"][model].cost)
+
+    first_full, first_ours = long_full["priced"][sonnet], long_ours["priced"][sonnet]
+    return [
+        "### Where the targets are missed, and why",
+        "",
+        f"- **The dataset's conversations, billed tokens: {_less(1 - mine.tokens / base.tokens)} against the 70% target.** Without "
+        f"disclosure the middleware saves only {_less(1 - off['priced'][RAW_MODEL].tokens / base.tokens)} there: the schemas "
+        f"({single['schema_tokens']:,.0f} tokens a call) dwarf the 1–7-turn history it trims. With disclosure a call averages "
+        f"{per_call(mine.tokens):,.0f} tokens against the baseline's {base.tokens / base.calls:,.0f}: "
+        f"{per_call(played.loader_tokens):,.0f} for the loader and its index of every tool name, "
+        f"{per_call(played.schema_tokens - played.loader_tokens):,.0f} for the schemas sent (up to "
+        f"{bench_config(auto=True).disclosure.match_tools} matched to the message, plus those loaded), {per_call(messages):,.0f} for "
+        f"the messages; and the {played.loader_calls / played.turns:.2f} loader rounds per turn are whole extra calls "
+        f"({mine.calls - base.calls:,} of them). Lexical matching puts every reference tool in the first call on "
+        f"{_pct(played.sent_up_front / played.turns)} of the turns: BFCL's requests often need tools they do not name (`cd` before a "
+        "file operation, `pressBrakePedal` before `startEngine`, a login first). Fewer matches save tokens and cost loader rounds: "
+        f"with `match_tools: 2` the saving is {_less(1 - _row(single['rows'], 'match_2')['priced'][RAW_MODEL].tokens / base.tokens)} "
+        f"but {_row(single['rows'], 'match_2')['played'].loader_calls / played.turns:.2f} loader calls per turn, over the 0.3 target; "
+        "5, the default, is the fewest that meets it. What would close the gap: a ranker that knows which tools go together "
+        "(co-use learned across sessions, or embeddings), so that fewer and better schemas go up front.",
+        f"- **Sessions of 100+ turns, Claude Sonnet 4.5: {saved(long_ours, sonnet)} against the 60% target** (gpt-5-mini "
+        f"{saved(long_ours, 'gpt-5-mini')}, Gemini 2.5 Flash {saved(long_ours, 'gemini/gemini-2.5-flash')}; gpt-4o-mini, whose "
+        f"cache reads cost half, {saved(long_ours, 'gpt-4o-mini')}). Where reads cost a tenth, a full history that only grows is "
+        f"nearly free to resend: its first call of a turn reads {first_full.first_read / turns:,.0f} tokens from the cache and "
+        f"writes {first_full.first_written / turns:,.0f}, on average. The middleware's reads {first_ours.first_read / turns:,.0f} and "
+        f"writes {first_ours.first_written / turns:,.0f} at 1.25×: its summary, recent window, context and current message change every "
+        "turn (they are rewritten, not appended), and so do the matched schemas. Matching fewer tools keeps more of the prefix "
+        f"still: with `match_tools: 2` Sonnet saves {saved(long_two, sonnet)}, gpt-5-mini {saved(long_two, 'gpt-5-mini')}, Gemini "
+        f"{saved(long_two, 'gemini/gemini-2.5-flash')}, at the cost of the short conversations' loader target above; the default "
+        "keeps that target. What would close this gap: a memory layout whose per-turn part grows at its end (the summary as an "
+        "append-only log, compacted now and then) rather than being rewritten, so the provider reads most of it from its cache.",
+        f"- **Claude Haiku 4.5** caches nothing under 4,096 tokens, which the disclosed prompts rarely reach; `disclosure.cache_aware` "
+        f"then sends every schema (on {_pct(long_ours['by_model']['claude-haiku-4-5'].whole / turns)} of the long sessions' turns), "
+        f"which is cached: {saved(long_ours, 'claude-haiku-4-5')}. With the check off the same sessions cost "
+        f"{chained['haiku_unchecked'] / long_full['priced']['claude-haiku-4-5'].cost - 1:+.1%} against the full history. "
+        "On the short conversations models that read at a tenth get "
+        "every schema the same way and pay about what the full history pays (within 6%): there, a history of 1–7 turns costs "
+        "little to resend from the cache, and there is little to trim.",
+        "",
+    ]
+
+
+def replace_section(report: str, text: str) -> str:
+    if START in report and END in report:
+        return report[: report.index(START)] + text + report[report.index(END) + len(END) :]
+    marker = "<!-- reliability:start -->"
+    if marker in report:
+        return report.replace(marker, text + "\n\n" + marker, 1)
+    return report.rstrip("\n") + "\n\n" + text + "\n"
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv[1:]
+    saved = next((arg.split("=", 1)[1] for arg in sys.argv[1:] if arg.startswith("--from=")), None)
+    if saved:  # re-render a run kept with --keep= (to edit the text without replaying)
+        data = pickle.loads(Path(saved).read_bytes())
+        REPORT.write_text(replace_section(REPORT.read_text(encoding="utf-8"), section(data)), encoding="utf-8")
+        return
+    counts: dict[str, int] = {}
+
+    def progress(scope: str, n: int) -> None:
+        counts[scope] = counts.get(scope, 0) + n
+        if counts[scope] % 500 == 0:
+            print(f"… {scope}: {counts[scope]} turns", file=sys.stderr)
+
+    data = run(progress, quick=quick)
+    keep = next((arg.split("=", 1)[1] for arg in sys.argv[1:] if arg.startswith("--keep=")), None)
+    if keep:
+        Path(keep).write_bytes(pickle.dumps(data))
+    text = section(data, COMMAND + (" --quick" if quick else ""))
+    print(text)
+    if not quick:
+        REPORT.write_text(replace_section(REPORT.read_text(encoding="utf-8"), text), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

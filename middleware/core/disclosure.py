@@ -1,0 +1,424 @@
+"""Progressive tool disclosure: which tool schemas each LLM call carries. No I/O.
+
+Tool schemas are part of every prompt and often its largest part. Instead of every
+schema on every call, a call carries:
+
+1. the **loader**, a small built-in tool whose description is the index of every tool
+   by group (a configured skill, or a group made from the tools' module, class or name
+   prefix); the model calls it with tool or group names, it answers with one line, and
+   the next call of the same turn's tool loop carries their schemas;
+2. the tools pinned by ``disclosure.always``;
+3. the tools the session called in its last ``disclosure.recent_turns`` turns (or all
+   tools of their groups, with ``recent_scope: skill``), in the order they were first
+   sent, so the list only grows at its end while they stay in use;
+4. up to ``disclosure.match_tools`` tools whose names, descriptions and parameters share
+   words with the current message (BM25 over stemmed words), after the others: they change
+   from turn to turn, so they come last.
+
+The loader and the tools that stay (1-3) are the stable prefix a provider can cache; only
+the matched tools and what a turn loads vary. A model that calls a known tool whose schema
+it was not sent gets it run (its arguments checked against the schema) or, when the
+arguments do not fit, loaded with a one-line answer: never an opaque error.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import DisclosureConfig
+from .text import one_line
+
+__all__ = [
+    "LOADER_DESCRIPTION",
+    "Catalog",
+    "DisclosedTools",
+    "ToolEntry",
+    "Uses",
+    "auto_groups",
+    "baseline_messages",
+    "entry_of",
+]
+
+# Tool name -> (order key of when it was first sent in its current run of use, last turn used).
+Uses = Mapping[str, tuple[int, int]]
+
+LOADER_DESCRIPTION = (
+    "Load the schemas of more tools before you call them: pass tool names, or a group name for all "
+    "of its tools. Their schemas come with your next step; this returns nothing to show the user. "
+    "Tools by group:"
+)
+_INDEX_CHARS = 12_000  # the index in the loader's description, at most (names are cut past it)
+
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_STOP = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "could",
+        "do",
+        "does",
+        "for",
+        "from",
+        "has",
+        "have",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "our",
+        "please",
+        "should",
+        "so",
+        "some",
+        "than",
+        "that",
+        "the",
+        "their",
+        "then",
+        "there",
+        "these",
+        "this",
+        "those",
+        "to",
+        "up",
+        "us",
+        "was",
+        "we",
+        "what",
+        "when",
+        "where",
+        "which",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+    ]
+)
+# First words that name an action rather than a namespace: tools are not grouped by them.
+_VERBS = frozenset(
+    [
+        "add",
+        "book",
+        "buy",
+        "calculate",
+        "cancel",
+        "check",
+        "close",
+        "compute",
+        "convert",
+        "copy",
+        "create",
+        "delete",
+        "disable",
+        "display",
+        "do",
+        "download",
+        "edit",
+        "enable",
+        "fetch",
+        "find",
+        "get",
+        "has",
+        "is",
+        "list",
+        "load",
+        "lock",
+        "make",
+        "move",
+        "open",
+        "place",
+        "post",
+        "press",
+        "put",
+        "read",
+        "release",
+        "remove",
+        "run",
+        "save",
+        "search",
+        "sell",
+        "send",
+        "set",
+        "show",
+        "start",
+        "stop",
+        "turn",
+        "unlock",
+        "update",
+        "upload",
+        "view",
+        "write",
+    ]
+)
+_NAMESPACE = re.compile(r"^(.+?)(?:__|\.|/|:)")
+
+
+def _stem(word: str) -> str:
+    """A light English stemmer: enough that 'moving', 'moves' and 'moved' meet 'move'."""
+    for suffix in ("ations", "ation", "ings", "ing", "ies", "ied", "es", "ed", "s", "ly", "er"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+
+
+def words(text: str) -> list[str]:
+    """Stemmed words of ``text``, camelCase and snake_case split, stop words dropped."""
+    return [_stem(w.lower()) for w in _WORD.findall(text) if w.lower() not in _STOP]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEntry:
+    """One tool as disclosure sees it: its schema, its group, and the text matching reads."""
+
+    name: str
+    group: str
+    schema: Mapping[str, Any]
+    text: str
+
+
+def entry_of(schema: Mapping[str, Any], group: str) -> ToolEntry:
+    """The entry of an OpenAI tool schema in ``group``; matching reads its name twice (names
+    weigh most), its description and its parameters' names and descriptions."""
+    function = schema.get("function") or {}
+    name = str(function.get("name") or "")
+    parts = [name, name, str(function.get("description") or "")]
+    properties = (function.get("parameters") or {}).get("properties") or {}
+    if isinstance(properties, Mapping):
+        for key, spec in properties.items():
+            parts.append(str(key))
+            if isinstance(spec, Mapping):
+                parts.append(str(spec.get("description") or ""))
+    return ToolEntry(name=name, group=group, schema=schema, text=" ".join(parts))
+
+
+def _prefix(name: str) -> str | None:
+    """A namespace prefix of a tool name (``github__create_issue``, ``fs.read``, ``slack_post``)."""
+    match = _NAMESPACE.match(name)
+    if match:
+        return match.group(1)
+    first = _WORD.findall(name)
+    return first[0].lower() if first and first[0].lower() not in _VERBS and len(first) > 1 else None
+
+
+def auto_groups(tools: Sequence[tuple[str, str | None]], skills: Mapping[str, str]) -> list[str]:
+    """A group for each ``(name, origin)``: the skill that lists the tool (``skills``: tool
+    name -> skill name), else its origin (the class of a bound method, the module of a
+    function) when the other tools come from more than one, else a namespace prefix two or
+    more tools share, else ``tools``."""
+    rest = [(name, origin) for name, origin in tools if name not in skills]
+    origins = {origin for _, origin in rest if origin}
+    by_origin = len(origins) > 1
+    prefixes = Counter(p for name, _ in rest if (p := _prefix(name)))
+    groups = []
+    for name, origin in tools:
+        prefix = _prefix(name)
+        if name in skills:
+            groups.append(skills[name])
+        elif by_origin and origin:
+            groups.append(origin)
+        elif prefix and prefixes[prefix] > 1:
+            groups.append(prefix)
+        else:
+            groups.append("tools")
+    return groups
+
+
+class _Bm25:
+    """Okapi BM25 over the tools' texts: rare words that a tool and the message share score."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.docs = [Counter(words(text)) for text in texts]
+        self.lengths = [sum(doc.values()) for doc in self.docs]
+        self.average = sum(self.lengths) / len(self.lengths) if self.lengths else 0.0
+        frequency: Counter[str] = Counter()
+        for doc in self.docs:
+            frequency.update(doc.keys())
+        n = len(self.docs)
+        self.idf = {word: math.log(1 + (n - f + 0.5) / (f + 0.5)) for word, f in frequency.items()}
+
+    def scores(self, query: str, k1: float = 1.2, b: float = 0.75) -> list[float]:
+        terms = set(words(query)) & self.idf.keys()
+        out = []
+        for doc, length in zip(self.docs, self.lengths, strict=True):
+            norm = k1 * (1 - b + b * length / self.average) if self.average else k1
+            out.append(sum(self.idf[t] * doc[t] * (k1 + 1) / (doc[t] + norm) for t in terms if t in doc))
+        return out
+
+
+class Catalog:
+    """The tools a chat may use, grouped and indexed, and the loader that opens them."""
+
+    def __init__(self, entries: Sequence[ToolEntry], *, loader_name: str = "load_tools") -> None:
+        self.entries = {entry.name: entry for entry in entries}
+        self.loader_name = loader_name
+        self.groups: dict[str, list[str]] = {}
+        for entry in entries:
+            self.groups.setdefault(entry.group, []).append(entry.name)
+        self._bm25 = _Bm25([entry.text for entry in entries])
+        self._order = {name: index for index, name in enumerate(self.entries)}
+        self.loader_schema = self._loader_schema()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.entries
+
+    def index(self) -> str:
+        """One line per group: its name and its tools' names. Past ~12,000 characters the
+        largest groups are listed by name and size only (loading a group opens all of its
+        tools), so every tool stays reachable."""
+        lines = {group: f"- {group}: {', '.join(names)}" for group, names in self.groups.items()}
+        for group in sorted(self.groups, key=lambda g: -len(lines[g])):
+            if sum(map(len, lines.values())) + len(lines) <= _INDEX_CHARS:
+                break
+            lines[group] = f"- {group}: {len(self.groups[group])} tools (load the group to see them)"
+        return "\n".join(lines.values())
+
+    def _loader_schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.loader_name,
+                "description": f"{LOADER_DESCRIPTION}\n{self.index()}",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"names": {"type": "array", "items": {"type": "string"}, "description": "tool or group names"}},
+                    "required": ["names"],
+                },
+            },
+        }
+
+    def resolve(self, names: Iterable[str]) -> tuple[list[str], list[str]]:
+        """(tool names, in catalog order, that ``names`` denote: tools, or every tool of a
+        group; names that denote nothing)."""
+        found: set[str] = set()
+        unknown: list[str] = []
+        for name in names:
+            if name in self.entries:
+                found.add(name)
+            elif name in self.groups:
+                found.update(self.groups[name])
+            else:
+                unknown.append(name)
+        return sorted(found, key=self._order.__getitem__), unknown
+
+    def match(self, message: str, limit: int) -> list[str]:
+        """Up to ``limit`` tools sharing words with ``message``, best first (ties: catalog order)."""
+        if limit <= 0 or not self.entries:
+            return []
+        scored = [(score, -i, name) for i, (name, score) in enumerate(zip(self.entries, self._bm25.scores(message), strict=True))]
+        return [name for score, _, name in sorted(scored, reverse=True)[:limit] if score > 0]
+
+    def select(self, uses: Uses, turn: int, message: str, policy: DisclosureConfig) -> DisclosedTools:
+        """What turn number ``turn`` sends up front: pinned, then recently used, then matched tools."""
+        pinned, _ = self.resolve(policy.always)
+        recent = [name for name, (_, last) in sorted(uses.items(), key=lambda item: item[1][0])
+                  if name in self.entries and 0 < turn - last <= policy.recent_turns]  # fmt: skip
+        if policy.recent_scope == "skill":
+            groups = dict.fromkeys(self.entries[name].group for name in recent)
+            recent = [name for group in groups for name in self.groups[group]]
+        stable = list(dict.fromkeys([*pinned, *recent]))
+        # The best matches overall: those already sent add nothing, and the list stays put.
+        matched = sorted(
+            (name for name in self.match(message, policy.match_tools) if name not in stable), key=self._order.__getitem__
+        )
+        return DisclosedTools(self, names=[*stable, *matched], stable=len(stable))
+
+
+_MAX_ECHO = 20  # names echoed back in a loader answer
+
+
+@dataclass
+class DisclosedTools:
+    """The tools one turn has sent so far: what it started with, then what it loaded (appended)."""
+
+    catalog: Catalog
+    names: list[str]
+    stable: int  # the first ``stable`` names (after the loader) stay from turn to turn
+    loaded: list[str] = field(default_factory=list)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    @property
+    def stable_tools(self) -> int:
+        """Schemas at the head of ``schemas()`` that the next turn sends again: the loader and the stable names."""
+        return 1 + self.stable
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The loader first, then the disclosed tools in the order they were disclosed."""
+        return [self.catalog.loader_schema, *(dict(self.catalog.entries[name].schema) for name in self.names)]
+
+    def add(self, names: Iterable[str]) -> list[str]:
+        """Disclose ``names`` from the next call on (appended); returns those that were new."""
+        new = [name for name in names if name in self.catalog and name not in self.names]
+        self.names.extend(new)
+        self.loaded.extend(new)
+        return new
+
+    def load(self, arguments: Any) -> str:
+        """Run the loader with the model's arguments; the answer it gets (one line)."""
+        requested = arguments.get("names") if isinstance(arguments, Mapping) else None
+        if isinstance(requested, str):
+            requested = [requested]
+        if not isinstance(requested, list) or not all(isinstance(n, str) for n in requested):
+            return f'{self.catalog.loader_name} takes {{"names": [tool or group names]}}; see its description for the names.'
+        found, unknown = self.catalog.resolve(requested)
+        new = self.add(found)
+        already = [name for name in found if name not in new]
+        parts = []
+        if new:
+            parts.append(f"Loaded {_names(new)}: call them in your next step.")
+        if already:
+            parts.append(f"Already available: {_names(already)}.")
+        if unknown:
+            parts.append(f"Not found: {_names(unknown)}; the names are in {self.catalog.loader_name}'s description.")
+        return " ".join(parts) or "Nothing to load."
+
+    def unsent(self, name: str, problem: str) -> str:
+        """Disclose a known tool the model called without its schema, with what to tell the
+        model when its arguments did not fit (``problem``)."""
+        self.add([name])
+        return f"The schema of {name} had not been sent; it is loaded now ({problem}). Call {name} again."
+
+
+def _names(names: Sequence[str]) -> str:
+    shown = ", ".join(one_line(name, 80) for name in names[:_MAX_ECHO])
+    return shown + (f" and {len(names) - _MAX_ECHO} more" if len(names) > _MAX_ECHO else "")
+
+
+def baseline_messages(loop: Sequence[Mapping[str, Any]], ran: Iterable[str | None]) -> list[Mapping[str, Any]]:
+    """A turn's tool-loop messages as a chatbot that sends every schema would have them: only
+    the calls that ran (ids in ``ran``) and their results, without the loader's calls and
+    the answers about unsent schemas."""
+    ids = set(ran)
+    out: list[Mapping[str, Any]] = []
+    for message in loop:
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            kept = [call for call in message["tool_calls"] if call.get("id") in ids]
+            if kept or message.get("content"):
+                out.append({**message, "tool_calls": kept or None})
+        elif message.get("role") != "tool" or message.get("tool_call_id") in ids:
+            out.append(message)
+    return out

@@ -1,0 +1,214 @@
+"""Tests for the prompt-cache rules: hand-worked examples of each provider's rules, priced."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from middleware.core.caching import (
+    ANTHROPIC_LOOKBACK,
+    CacheState,
+    Rules,
+    Split,
+    blocks,
+    growing_blocks,
+    request_blocks,
+    rules_for,
+    split,
+    with_breakpoints,
+)
+
+# Prices as litellm's local price map has them (USD per token).
+GPT_4O_MINI = rules_for("openai", {"input_cost_per_token": 1.5e-07, "cache_read_input_token_cost": 7.5e-08})
+SONNET = rules_for(
+    "anthropic",
+    {"input_cost_per_token": 3e-06, "cache_creation_input_token_cost": 3.75e-06, "cache_read_input_token_cost": 3e-07,
+     "prompt_cache_min_tokens": 1024},
+)  # fmt: skip
+FLASH = rules_for("gemini", {"input_cost_per_token": 3e-07, "cache_read_input_token_cost": 3e-08})
+
+
+def run(rules: Rules, *prompts: list[tuple[str, int, bool]], gap: float = 1.0, ttl: float = 300.0) -> list[Split]:
+    """Bill ``prompts`` one after another in one session, ``gap`` seconds apart."""
+    state, out = CacheState(), []
+    for index, parts in enumerate(prompts):
+        result, state = split(blocks(parts), state, rules, now=index * gap, ttl=ttl)
+        out.append(result)
+    return out
+
+
+def test_openai_reads_the_shared_prefix_in_128_token_steps() -> None:
+    """1,300 shared tokens are read as 1,280 (10 x 128); the rest is billed in full, and the
+    cached part costs half (gpt-4o-mini)."""
+    first, second = run(GPT_4O_MINI, [("tools", 1300, False), ("m1", 200, False)], [("tools", 1300, False), ("m2", 400, False)])
+    assert first == Split(uncached=1500)
+    assert second == Split(read=1280, uncached=420)
+    assert second.cost(GPT_4O_MINI) == pytest.approx(1280 * 7.5e-08 + 420 * 1.5e-07)
+
+
+@pytest.mark.parametrize(("shared", "read"), [(1000, 0), (1023, 0), (1024, 1024), (1151, 1024), (1152, 1152), (5000, 4992)])
+def test_openai_caches_from_1024_tokens(shared: int, read: int) -> None:
+    """Below 1,024 shared tokens nothing is read; above, whole 128-token steps are."""
+    _, second = run(GPT_4O_MINI, [("a", shared, False), ("x", 50, False)], [("a", shared, False), ("y", 50, False)])
+    assert second.read == read
+
+
+def test_openai_reads_nothing_once_the_cache_went_cold() -> None:
+    """A call more than ttl after the last one finds nothing cached."""
+    parts = [("a", 2000, False)]
+    assert run(GPT_4O_MINI, parts, parts, gap=301.0)[1].read == 0
+    assert run(GPT_4O_MINI, parts, parts, gap=299.0)[1].read == 1920
+
+
+def test_openai_matches_any_recent_call_not_only_the_last() -> None:
+    """A prefix an earlier call sent is still cached after a call that changed it."""
+    a, b = [("tools", 1500, False), ("m", 10, False)], [("other", 1500, False)]
+    assert run(GPT_4O_MINI, a, b, a)[2].read == 1408
+
+
+def test_anthropic_writes_up_to_the_last_breakpoint_then_reads_it() -> None:
+    """Tools 1,200 (breakpoint), system 300, message 500 (breakpoint): the first call writes
+    2,000 at 1.25x; the next, one message longer, reads those 2,000 at 0.1x and writes 300."""
+    one = [("tools", 1200, True), ("system", 300, False), ("m1", 500, True)]
+    two = [("tools", 1200, True), ("system", 300, False), ("m1", 500, False), ("m2", 300, True)]
+    first, second = run(SONNET, one, two)
+    assert first == Split(written=2000)
+    assert first.cost(SONNET) == pytest.approx(2000 * 3.75e-06)
+    assert second == Split(read=2000, written=300)
+    assert second.cost(SONNET) == pytest.approx(2000 * 3e-07 + 300 * 3.75e-06)
+
+
+def test_anthropic_falls_back_to_an_earlier_breakpoint_when_later_text_changed() -> None:
+    """A new system text breaks the prefix after the tools: the tools' entry is read."""
+    one = [("tools", 1200, True), ("system", 300, True), ("m1", 500, True)]
+    two = [("tools", 1200, True), ("system 2", 300, True), ("m1", 500, True)]
+    assert run(SONNET, one, two)[1] == Split(read=1200, written=800)
+
+
+def test_anthropic_caches_nothing_below_the_minimum_or_without_breakpoints() -> None:
+    """Prefixes under 1,024 tokens are not cached; a request without cache_control caches nothing."""
+    short = [("tools", 500, True), ("m1", 300, True)]
+    assert run(SONNET, short, short) == [Split(uncached=800), Split(uncached=800)]
+    unmarked = [("tools", 3000, False), ("m1", 300, False)]
+    assert run(SONNET, unmarked, unmarked)[1] == Split(uncached=3300)
+
+
+def test_anthropic_looks_back_only_20_blocks_from_a_breakpoint() -> None:
+    """The earlier entry is found from a breakpoint at most 20 blocks after it, not 21."""
+    head = [("tools", 1100, True)]
+    near = head + [(f"m{i}", 10, False) for i in range(ANTHROPIC_LOOKBACK - 1)] + [("last", 10, True)]
+    far = head + [(f"m{i}", 10, False) for i in range(ANTHROPIC_LOOKBACK)] + [("last", 10, True)]
+    far[0] = ("tools", 1100, False)  # only the last block carries a breakpoint
+    near[0] = ("tools", 1100, False)
+    assert run(SONNET, head, near)[1].read == 1100
+    assert run(SONNET, head, far)[1].read == 0
+
+
+def test_gemini_reads_the_shared_prefix_without_steps() -> None:
+    """Gemini's implicit cache reads the shared 1,100 tokens exactly, at a tenth of the price."""
+    _, second = run(FLASH, [("a", 1100, False), ("x", 5, False)], [("a", 1100, False), ("y", 5, False)])
+    assert second == Split(read=1100, uncached=5)
+    assert second.cost(FLASH) == pytest.approx(1100 * 3e-08 + 5 * 3e-07)
+
+
+def test_no_rules_cache_nothing() -> None:
+    parts = [("a", 5000, True)]
+    assert run(rules_for("none", {}), parts, parts)[1] == Split(uncached=5000)
+
+
+def test_a_growing_prompt_reads_its_previous_call() -> None:
+    """A full history of 1,500 tokens then 2,000: OpenAI reads 1,408 of the 1,500; Anthropic,
+    with breakpoints at both ends, reads 1,500 and writes the new 500."""
+    for rules, expected in ((GPT_4O_MINI, Split(read=1408, uncached=595)), (SONNET, Split(read=1500, written=500, uncached=3))):
+        state = CacheState()
+        _, state = split(growing_blocks(0, 1500, priming=3, breakpoints=rules.explicit), state, rules, now=0, ttl=300)
+        second, _ = split(growing_blocks(1500, 2000, priming=3, breakpoints=rules.explicit), state, rules, now=1, ttl=300)
+        assert second == expected
+
+
+def test_rules_take_prices_and_minimum_from_the_price_map() -> None:
+    """A missing read price means no discount; Anthropic's write price defaults to 1.25x input;
+    prompt_cache_min_tokens sets the minimum; an unknown price gives no cost."""
+    assert rules_for("openai", {"input_cost_per_token": 1e-06}).read_price == 1e-06
+    haiku = rules_for("anthropic", {"input_cost_per_token": 1e-06, "prompt_cache_min_tokens": 4096})
+    assert (haiku.write_price, haiku.min_tokens) == (pytest.approx(1.25e-06), 4096)
+    assert Split(uncached=10).cost(rules_for("openai", None)) is None
+
+
+def count(message: Any) -> int:
+    content = message.get("content")
+    text = content if isinstance(content, str) else "".join(p["text"] for p in content or ())
+    return 3 + len(text.split())
+
+
+def test_breakpoints_mark_the_stable_tools_the_static_system_text_and_the_last_message() -> None:
+    """with_breakpoints marks three places, and request_blocks finds the same three."""
+    tools = [{"type": "function", "function": {"name": n}} for n in ("load_tools", "cd", "mv")]
+    messages = [
+        {"role": "system", "content": "You are terse.\n## Current Context\n- a: b"},
+        {"role": "user", "content": "hi there"},
+    ]
+    marked, marked_tools = with_breakpoints(messages, tools, static_prefix="You are terse.", stable_tools=2)
+    assert marked_tools is not None and ["cache_control" in t for t in marked_tools] == [False, True, False]
+    assert marked[0]["content"][0] == {"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}
+    assert marked[0]["content"][1] == {"type": "text", "text": "\n## Current Context\n- a: b"}
+    assert marked[1]["content"] == [{"type": "text", "text": "hi there", "cache_control": {"type": "ephemeral"}}]
+    assert messages[1]["content"] == "hi there"  # the caller's messages are left alone
+    found = request_blocks(marked_tools, [10, 10, 10], marked, count, static_prefix="You are terse.", static_tokens=6, priming=3)
+    assert [b.breakpoint for b in found] == [False, True, False, True, False, True, False]
+    assert found[-1].end == 30 + count(marked[0]) + count(marked[1]) + 3
+
+
+def test_litellm_passes_the_breakpoints_on_to_anthropic() -> None:
+    """Through litellm's own Anthropic request transformation (offline): cache_control lands
+    on the tool, the static system block and the last tool result."""
+    from middleware import llm
+
+    llm.litellm()
+    from litellm.llms.anthropic.chat.transformation import AnthropicConfig
+
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "load_tools", "description": "x", "parameters": {"type": "object", "properties": {}}},
+        }
+    ]
+    call = {"id": "c1", "type": "function", "function": {"name": "load_tools", "arguments": "{}"}}
+    messages = [{"role": "system", "content": "STATIC\n- a: b"}, {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]  # fmt: skip
+    marked, marked_tools = with_breakpoints(messages, tools, static_prefix="STATIC", stable_tools=1)
+    config = AnthropicConfig()
+    params = config.map_openai_params({"tools": marked_tools}, {}, "claude-sonnet-4-5", drop_params=False)
+    request = config.transform_request("claude-sonnet-4-5", marked, params, {}, {})
+    assert request["tools"][0]["cache_control"] == {"type": "ephemeral"}
+    assert [block.get("cache_control") for block in request["system"]] == [{"type": "ephemeral"}, None]
+    assert request["messages"][-1]["content"][0]["cache_control"] == {"type": "ephemeral"}
+
+
+def test_per_call_cost_reads_the_stable_part_once_it_is_long_enough() -> None:
+    """In input-token units, warm cache: OpenAI reads whole 128-token steps of the stable part
+    at its discount; Anthropic writes the changing rest at 1.25x; below the minimum nothing is read."""
+    from middleware.core.caching import per_call_cost
+
+    assert per_call_cost(GPT_4O_MINI, total=3000, stable=2000) == pytest.approx(1920 * 0.5 + 1080)
+    assert per_call_cost(SONNET, total=3000, stable=2000) == pytest.approx(2000 * 0.1 + 1000 * 1.25)
+    haiku = rules_for(
+        "anthropic", {"input_cost_per_token": 1e-06, "cache_read_input_token_cost": 1e-07, "prompt_cache_min_tokens": 4096}
+    )
+    assert per_call_cost(haiku, total=3000, stable=2800) == 3000  # under 4,096: nothing cached
+
+
+def test_every_schema_is_preferred_only_when_it_alone_can_be_cached_and_costs_less() -> None:
+    """Haiku 4.5: a 2,800-token disclosed prefix is never cached, every schema (5,000) is, and
+    costs less. Sonnet: both can be cached, so the disclosed prompt stays (no switching back
+    and forth, each switch rewriting the cache). gpt-4o-mini: every schema can be cached but,
+    at half price, costs more than a small disclosed prompt."""
+    from middleware.core.caching import prefer_whole
+
+    haiku = rules_for("anthropic", {"input_cost_per_token": 1e-06, "cache_read_input_token_cost": 1e-07,
+                                    "cache_creation_input_token_cost": 1.25e-06, "prompt_cache_min_tokens": 4096})  # fmt: skip
+    sizes = {"disclosed": 3100, "disclosed_stable": 2800, "whole": 5300, "whole_stable": 5000}
+    assert prefer_whole(haiku, **sizes)
+    assert not prefer_whole(SONNET, **sizes)
+    assert not prefer_whole(GPT_4O_MINI, disclosed=800, disclosed_stable=250, whole=2600, whole_stable=2300)

@@ -1,0 +1,440 @@
+"""Tests for progressive tool disclosure: the pure selection and loader, then chat(), achat(),
+streams and wrapped chatbots through litellm with scripted models."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from middleware import Config, InvalidToolCallError, Tool
+from middleware.config import DisclosureConfig
+from middleware.core.disclosure import Catalog, auto_groups, baseline_messages, entry_of
+from middleware.scripted import register
+from tests.conftest import ManagerFactory
+
+
+class Files:
+    """A small file system: the tools of one group (a class, so its methods group by class)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, str] = {"notes.txt": "hello"}
+
+    def ls(self) -> list[str]:
+        """List the files of the current directory."""
+        return sorted(self.files)
+
+    def cat(self, file_name: str) -> str:
+        """Display the contents of a file.
+
+        Args:
+            file_name: the file to show.
+        """
+        return self.files.get(file_name, "")
+
+    def mv(self, source: str, destination: str) -> str:
+        """Move a file to another name or directory.
+
+        Args:
+            source: the file to move.
+            destination: where it goes.
+        """
+        self.files[destination] = self.files.pop(source, "")
+        return f"moved {source}"
+
+    def touch(self, file_name: str) -> str:
+        """Create a new empty file.
+
+        Args:
+            file_name: the name of the new file.
+        """
+        self.files[file_name] = ""
+        return f"created {file_name}"
+
+
+class Mail:
+    """Another group: sending and reading messages."""
+
+    def send_message(self, receiver: str, body: str) -> str:
+        """Send a message to a user.
+
+        Args:
+            receiver: who gets it.
+            body: the text.
+        """
+        return f"sent to {receiver}"
+
+    def view_inbox(self) -> list[str]:
+        """Show the messages received."""
+        return ["hi"]
+
+
+def toolset() -> list[Any]:
+    files, mail = Files(), Mail()
+    return [files.ls, files.cat, files.mv, files.touch, mail.send_message, mail.view_inbox]
+
+
+CATALOG = Catalog(
+    [entry_of(Tool(fn).schema or {}, group) for fn, group in zip(toolset(), ["Files"] * 4 + ["Mail"] * 2, strict=True)]
+)
+
+
+def policy(**settings: Any) -> DisclosureConfig:
+    return DisclosureConfig(**settings)
+
+
+# --- the pure part ---------------------------------------------------------------------
+
+
+def test_groups_come_from_skills_then_classes_and_modules_then_name_prefixes() -> None:
+    """A skill's tools are its group; else the class or module when they differ; else a
+    namespace prefix two tools share (never a verb); else 'tools'."""
+    tools = [("navigate", "device"), ("ls", "Files"), ("cat", "Files"), ("send_message", "Mail")]
+    assert auto_groups(tools, {"navigate": "device-navigation"}) == ["device-navigation", "Files", "Files", "Mail"]
+    same_module = [("github__create_issue", "app"), ("github__list_prs", "app"), ("slack_post", "app"), ("slack_read", "app"),
+                   ("get_weather", "app"), ("get_time", "app")]  # fmt: skip
+    assert auto_groups(same_module, {}) == ["github", "github", "slack", "slack", "tools", "tools"]
+
+
+def test_matching_finds_tools_by_stemmed_words_of_their_names_descriptions_and_parameters() -> None:
+    """'moving' meets mv's 'Move'; 'receiver' is a parameter of send_message."""
+    assert CATALOG.match("please try moving notes.txt", 1) == ["mv"]
+    assert CATALOG.match("message the receiver Bob", 2)[0] == "send_message"
+    assert CATALOG.match("zzz qqq", 5) == []
+
+
+def test_a_turn_sends_pinned_then_recent_tools_in_first_sent_order_then_matches() -> None:
+    """Pinned tools lead; recent tools follow in the order they were first sent; matches
+    come last and never repeat a tool already sent."""
+    uses = {"touch": (2001, 2), "ls": (1001, 3)}
+    chosen = CATALOG.select(uses, 4, "move the file", policy(always=("view_inbox",), match_tools=1))
+    assert chosen.names == ["view_inbox", "ls", "touch", "mv"]
+    assert chosen.stable_tools == 4  # the loader and the three that stay
+    assert [s["function"]["name"] for s in chosen.schemas()] == ["load_tools", "view_inbox", "ls", "touch", "mv"]
+
+
+def test_recent_tools_expire_and_skill_scope_sends_their_whole_group() -> None:
+    uses = {"ls": (1001, 1), "send_message": (3001, 3)}
+    assert CATALOG.select(uses, 4, "", policy(recent_turns=2, match_tools=0)).names == ["send_message"]
+    assert CATALOG.select(uses, 4, "", policy(recent_scope="skill", match_tools=0)).names == ["ls", "cat", "mv", "touch",
+                                                                                                "send_message", "view_inbox"]  # fmt: skip
+
+
+def test_the_loader_appends_tools_and_groups_and_names_what_it_could_not_find() -> None:
+    chosen = CATALOG.select({}, 1, "", policy(match_tools=0))
+    before = json.dumps(chosen.schemas())
+    assert chosen.load({"names": ["cat", "Mail", "nope"]}) == (
+        "Loaded cat, send_message, view_inbox: call them in your next step. "
+        "Not found: nope; the names are in load_tools's description."
+    )
+    after = json.dumps(chosen.schemas())
+    assert after.startswith(before[:-1]) and chosen.loaded == ["cat", "send_message", "view_inbox"]
+    assert chosen.load({"names": ["cat"]}) == "Already available: cat."
+    assert "takes" in chosen.load(None) and "takes" in chosen.load({"names": 3})
+
+
+def test_the_index_names_every_tool_by_group() -> None:
+    description = CATALOG.loader_schema["function"]["description"]
+    assert "- Files: ls, cat, mv, touch\n- Mail: send_message, view_inbox" in description
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["ls", "cat", "mv", "touch", "send_message", "view_inbox"]), max_size=3), min_size=1, max_size=12),
+       st.lists(st.sampled_from(["move it", "show the file", "mail Bob", "", "new file"]), min_size=12, max_size=12))  # fmt: skip
+def test_the_stable_prefix_only_grows_at_its_end(calls: list[list[str]], messages: list[str]) -> None:
+    """Turn after turn (no tool expiring), the schemas a turn starts with begin with the
+    previous turn's stable schemas, byte for byte; within a turn, loading only appends."""
+    uses: dict[str, tuple[int, int]] = {}
+    previous = ""
+    for turn, (called, message) in enumerate(zip(calls, messages, strict=False), start=1):
+        chosen = CATALOG.select(uses, turn, message, policy(match_tools=2))
+        schemas = chosen.schemas()
+        assert json.dumps(schemas).startswith(previous)
+        start = json.dumps(schemas)[:-1]
+        chosen.load({"names": called})
+        assert json.dumps(chosen.schemas()).startswith(start)
+        previous = json.dumps(chosen.schemas()[: chosen.stable_tools])[:-1]
+        for index, name in enumerate(dict.fromkeys(called), start=1):  # what the record script does
+            order = uses[name][0] if name in uses else turn * 1000 + index
+            uses[name] = (order, turn)
+
+
+@given(st.sampled_from(["ls", "cat", "mv", "touch", "send_message", "view_inbox"]), st.sampled_from(["", "move", "mail", "list"]))
+def test_every_tool_is_reachable_by_name_from_any_turn(name: str, message: str) -> None:
+    """Whatever a turn sends up front, loading a tool by the name the index shows makes it sent."""
+    chosen = CATALOG.select({}, 1, message, policy(match_tools=1))
+    chosen.load({"names": [name]})
+    assert name in chosen and name in [s["function"]["name"] for s in chosen.schemas()]
+
+
+def test_baseline_messages_drop_the_loaders_calls_and_answers() -> None:
+    loop = [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "l1", "function": {"name": "load_tools"}}]},
+        {"role": "tool", "tool_call_id": "l1", "content": "Loaded cat."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "function": {"name": "cat"}}, {"id": "l2", "function": {}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "hello"},
+        {"role": "tool", "tool_call_id": "l2", "content": "Loaded ls."},
+    ]
+    kept = baseline_messages(loop, ["c1"])
+    assert [m.get("tool_call_id") or [c["id"] for c in m["tool_calls"]] for m in kept] == [["c1"], "c1"]
+
+
+# --- through chat() and litellm ---------------------------------------------------------
+
+
+class Needs:
+    """A scripted model that needs given tools for each request: it loads those it was not
+    sent (reading their names from the loader's index), then calls them, then answers. It
+    records the tool names of every request."""
+
+    def __init__(self, needs: Mapping[str, Sequence[tuple[str, dict[str, Any]]]], *, load: bool = True) -> None:
+        self.needs, self.load = needs, load
+        self.requests: list[list[str]] = []
+        self.raw: list[list[dict[str, Any]]] = []
+        self.model = f"scripted/needs-{uuid.uuid4().hex[:8]}"
+        register(self.model.split("/", 1)[1], self)
+
+    def __call__(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+        names = [t["function"]["name"] for t in tools or ()]
+        self.requests.append(names)
+        self.raw.append([dict(t) for t in tools or ()])
+        request = next(_text(m["content"]) for m in reversed(messages) if m["role"] == "user")
+        needed = self.needs.get(request, ())
+        last = messages[-1]
+        if last["role"] == "tool" and not last["content"].startswith(("Loaded", "Already", "The schema")):
+            return {"role": "assistant", "content": f"done: {last['content']}", "tool_calls": None}
+        missing = [name for name, _ in needed if name not in names]
+        if missing and self.load and "load_tools" in names:
+            return _calls(("load_tools", {"names": missing}))
+        if not needed:
+            return {"role": "assistant", "content": "nothing to do", "tool_calls": None}
+        return _calls(*needed)
+
+
+def _text(content: Any) -> str:
+    """A message's text, also when breakpoints made its content a list of parts."""
+    return "".join(part["text"] for part in content) if isinstance(content, list) else str(content)
+
+
+def _calls(*calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    made = [
+        {"id": f"c{uuid.uuid4().hex[:6]}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+        for n, a in calls
+    ]
+    return {"role": "assistant", "content": None, "tool_calls": made}
+
+
+def disclosing(log_path: Path, **disclosure: Any) -> Config:
+    """A neutral config with disclosure on for any tool set (no size threshold)."""
+    return Config().with_overrides(
+        usage_log={"path": str(log_path)}, disclosure={"min_tokens": 0, "match_tools": 1, **disclosure}
+    )
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_model_that_calls_the_loader_gets_the_schemas_on_its_next_call(managers: ManagerFactory, log_path: Path) -> None:
+    """Through litellm: the first call carries the loader and no 'cat'; the model loads it;
+    the next call of the same turn carries cat's schema; cat runs; the loader is neither
+    recorded nor counted for the full history, and cat is sent up front next turn."""
+    model = Needs({"show notes.txt": [("cat", {"file_name": "notes.txt"})], "again": [("cat", {"file_name": "notes.txt"})]})
+    mgr = managers(disclosing(log_path, match_tools=0))
+    result = mgr.chat("s", "show notes.txt", model=model.model, tools=toolset())
+    assert result.text == "done: hello"
+    assert model.requests == [["load_tools"], ["load_tools", "cat"], ["load_tools", "cat"]]
+    assert [c.name for c in result.tool_calls] == ["cat"] and result.loaded == ("cat",)
+    calls = lines(log_path)
+    assert [c["step"] for c in calls] == [0, 1, 2]
+    assert calls[1]["full_history_tokens"] == 0  # a full-history chatbot never makes the loader round
+    assert calls[0]["full_history_tokens"] > 0 and calls[2]["full_history_tokens"] > 0
+    assert calls[0]["tools"] == {"sent": 1, "of": 6, "full_tokens": calls[0]["tools"]["full_tokens"], "loaded": 0}
+    assert mgr.get_state("s").tool_uses == {"cat": (1001, 1)}
+    mgr.chat("s", "again", model=model.model, tools=toolset())
+    assert model.requests[3] == ["load_tools", "cat"]  # no loader round the second time
+
+
+def test_a_known_tool_called_without_its_schema_is_run_or_loaded(managers: ManagerFactory, log_path: Path) -> None:
+    """Arguments that fit: the tool runs and is sent from then on. Arguments that do not:
+    the model is told the schema is loaded now and nothing runs; its retry, with the schema
+    sent, is an ordinary call (here failing again, as a recorded error result)."""
+    fits = Needs({"list": [("ls", {})]}, load=False)
+    mgr = managers(disclosing(log_path, match_tools=0))
+    result = mgr.chat("s", "list", model=fits.model, tools=toolset())
+    assert result.text == 'done: ["notes.txt"]' and fits.requests[1] == ["load_tools", "ls"]
+    wrong = Needs({"move": [("mv", {"from": "a"})]}, load=False)
+    result = mgr.chat("s2", "move", model=wrong.model, tools=toolset())
+    assert wrong.requests[:2] == [["load_tools"], ["load_tools", "mv"]] and result.loaded == ("mv",)
+    answers = [line for line in lines(log_path) if line["session"] == "s2"]
+    assert len(answers) >= 2 and answers[1]["full_history_tokens"] == 0  # the unsent attempt: no counterpart
+    assert all(call.name == "mv" and not call.ok for call in result.tool_calls)
+    assert len(result.tool_calls) == len(wrong.requests) - 2  # every attempt but the unsent one is a recorded call
+
+
+def test_chat_achat_and_streams_disclose_alike(managers: ManagerFactory, log_path: Path) -> None:
+    """A streamed turn loads and runs the same way (both faces run this test)."""
+    model = Needs({"mail Bob": [("send_message", {"receiver": "Bob", "body": "hi"})]})
+    mgr = managers(disclosing(log_path, match_tools=0))
+    stream = mgr.chat("s", "mail Bob", model=model.model, tools=toolset(), stream=True)
+    assert "".join(stream) == "done: sent to Bob"
+    assert stream.result is not None and stream.result.loaded == ("send_message",)
+    assert model.requests[:2] == [["load_tools"], ["load_tools", "send_message"]]
+
+
+def test_the_stable_prefix_of_real_requests_stays_byte_identical_across_turns(managers: ManagerFactory, log_path: Path) -> None:
+    """Turn 2 starts with turn 1's loader and kept tools, byte for byte, and appends."""
+    model = Needs({"one": [("cat", {"file_name": "notes.txt"})], "two": [("touch", {"file_name": "b"})], "three": []})
+    mgr = managers(disclosing(log_path, match_tools=0))
+    for request in ("one", "two", "three"):
+        mgr.chat("s", request, model=model.model, tools=toolset())
+    firsts = [raw for raw, names in zip(model.raw, model.requests, strict=True) if names]
+    turn_starts = [firsts[0], firsts[3], firsts[6]]  # each turn: first call, loader round, final call
+    assert [[t["function"]["name"] for t in tools] for tools in turn_starts] == [["load_tools"], ["load_tools", "cat"],
+                                                                                  ["load_tools", "cat", "touch"]]  # fmt: skip
+    assert json.dumps(turn_starts[2]).startswith(json.dumps(turn_starts[1])[:-1])
+
+
+def test_one_setting_turns_disclosure_off(managers: ManagerFactory, log_path: Path) -> None:
+    """disclosure.enabled false: every schema on every call, no loader."""
+    model = Needs({"list": [("ls", {})]})
+    mgr = managers(disclosing(log_path, enabled=False))
+    mgr.chat("s", "list", model=model.model, tools=toolset())
+    assert model.requests[0] == ["ls", "cat", "mv", "touch", "send_message", "view_inbox"]
+    assert "loaded" not in lines(log_path)[0]["tools"]
+
+
+def test_small_tool_sets_are_sent_whole(managers: ManagerFactory, log_path: Path) -> None:
+    """Below disclosure.min_tokens the schemas are all sent (the loader would cost more)."""
+    model = Needs({"list": [("ls", {})]})
+    mgr = managers(disclosing(log_path, min_tokens=100_000))
+    mgr.chat("s", "list", model=model.model, tools=toolset())
+    assert "load_tools" not in model.requests[0]
+
+
+def test_a_tool_named_like_the_loader_is_refused(managers: ManagerFactory, log_path: Path) -> None:
+    def load_tools(names: list[str]) -> str:
+        """Mine."""
+        return ""
+
+    mgr = managers(disclosing(log_path))
+    with pytest.raises(InvalidToolCallError, match="'load_tools'"):
+        mgr.chat("s", "hi", model="scripted/echo", tools=[*toolset(), load_tools])
+
+
+def test_a_wrapped_single_call_chatbot_gets_its_loader_answered(managers: ManagerFactory, log_path: Path) -> None:
+    """A chatbot that makes one LLM call with the tools it is handed: when the reply only asks
+    for the loader, the middleware answers and calls the chatbot again with the schemas."""
+    from middleware import llm
+
+    model = Needs({"show notes.txt": [("cat", {"file_name": "notes.txt"})]})
+    schemas = [Tool(fn).schema for fn in toolset()]
+    seen: list[list[str]] = []
+
+    def bot(messages: list[dict[str, Any]], tools: list[Any]) -> Any:
+        seen.append([t["function"]["name"] for t in tools])
+        return llm.complete(model.model, messages, tools)
+
+    mgr = managers(disclosing(log_path, match_tools=0))
+    reply = mgr.wrap(bot)("w", "show notes.txt", tools=schemas)
+    assert seen == [["load_tools"], ["load_tools", "cat"]]
+    assert reply.choices[0].message.tool_calls[0].function.name == "cat"  # the chatbot's own loop runs it
+    assert [line["full_history_tokens"] > 0 for line in lines(log_path)] == [True, False]
+    assert mgr.get_state("w").tool_uses == {"cat": (1001, 1)}
+
+
+def test_a_wrapped_chatbot_with_its_own_loop_answers_the_loader_from_its_tool_list(
+    managers: ManagerFactory, log_path: Path
+) -> None:
+    """Handed callables, a chatbot running its own loop calls the loader like any tool: the
+    list it holds gains the loaded tools; its turn is recorded without the loader."""
+
+    def bot(messages: list[dict[str, Any]], tools: list[Any]) -> list[dict[str, Any]]:
+        by_name = {fn.__name__: fn for fn in tools}
+        answer = by_name["load_tools"](["ls"])
+        listed = {fn.__name__: fn for fn in tools}["ls"]()
+        load = {"id": "l", "type": "function", "function": {"name": "load_tools", "arguments": '{"names": ["ls"]}'}}
+        call = {"id": "c", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+        return [{"role": "assistant", "content": None, "tool_calls": [load]}, {"role": "tool", "tool_call_id": "l", "content": answer},
+                {"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "tool_call_id": "c", "content": json.dumps(listed)},
+                {"role": "assistant", "content": f"files: {listed}"}]  # fmt: skip
+
+    mgr = managers(disclosing(log_path, match_tools=0))
+    assert mgr.wrap(bot)("w", "what files?", tools=toolset())[-1]["content"] == "files: ['notes.txt']"
+    assert mgr.get_state("w").tool_uses == {"ls": (1001, 1)}
+
+
+def test_usage_lines_count_what_was_sent_against_every_schema(managers: ManagerFactory, log_path: Path) -> None:
+    """The sent side counts the schemas sent; the full side every schema (both sides of the
+    same call, so the difference is exactly the schemas left out plus the memory's saving)."""
+    model = Needs({"list": [("ls", {})]})
+    mgr = managers(disclosing(log_path, match_tools=0))
+    mgr.chat("s", "list", model=model.model, tools=toolset())
+    first = lines(log_path)[0]
+    assert first["tokens"]["tools"] < first["tools"]["full_tokens"]
+    assert first["full_history_tokens"] == first["tokens"]["total"] - first["tokens"]["tools"] + first["tools"]["full_tokens"]
+
+
+def test_every_schema_is_sent_when_that_caches_and_the_disclosed_prompt_cannot(managers: ManagerFactory, log_path: Path) -> None:
+    """Priced as Claude Haiku 4.5 (nothing under 4,096 tokens is cached) with breakpoints on:
+    eight pinned schemas (about 3,000 tokens, under the minimum) would be paid in full on
+    every call, while every schema (over 4,096 tokens) is read at a tenth, so every schema
+    is sent. With nothing pinned the small disclosed prompt is cheaper and is sent;
+    disclosure.cache_aware false always discloses."""
+    big = [Tool(lambda **_: "ok", schema={"type": "function", "function": {
+        "name": f"tool_{i}", "description": f"Tool {i}. " + "It does one careful thing with the records. " * 40,
+        "parameters": {"type": "object", "properties": {}}}}) for i in range(12)]  # fmt: skip
+    model = Needs({"hi": []})
+    caching = {"price_as": "claude-haiku-4-5", "anthropic_breakpoints": True, "rules": "anthropic"}
+    config = disclosing(log_path, match_tools=0).with_overrides(caching=caching)
+    pinned = config.with_overrides(disclosure={"always": [f"tool_{i}" for i in range(8)]})
+    managers(pinned).chat("s", "hi", model=model.model, tools=big)
+    assert model.requests[-1] == [f"tool_{i}" for i in range(12)]
+    managers(config).chat("s", "hi", model=model.model, tools=big)
+    assert model.requests[-1] == ["load_tools"]
+    managers(pinned.with_overrides(disclosure={"cache_aware": False})).chat("s", "hi", model=model.model, tools=big)
+    assert model.requests[-1] == ["load_tools"] + [f"tool_{i}" for i in range(8)]
+
+
+def test_a_huge_index_lists_the_largest_groups_by_size_and_keeps_every_tool_reachable() -> None:
+    """Past ~12,000 characters, big groups are named with their size; loading one opens it."""
+    entries = [
+        entry_of({"type": "function", "function": {"name": f"{g}_tool_number_{i}"}}, f"group{g}")
+        for g in range(5)
+        for i in range(150)
+    ]
+    entries.append(entry_of({"type": "function", "function": {"name": "lonely"}}, "small"))
+    catalog = Catalog(entries)
+    index = catalog.index()
+    assert len(index) <= 12_000 and "- small: lonely" in index and "150 tools (load the group to see them)" in index
+    chosen = catalog.select({}, 1, "", policy(match_tools=0))
+    chosen.load({"names": ["group0"]})
+    assert "0_tool_number_149" in chosen
+
+
+def test_a_wrapped_chatbot_handed_tools_the_middleware_cannot_read_gets_them_as_given(
+    managers: ManagerFactory, log_path: Path
+) -> None:
+    """Tools that are not schemas, Tools or callables (or repeat a name) are passed through untouched."""
+    seen: list[Any] = []
+
+    def bot(messages: list[dict[str, Any]], tools: Any) -> str:
+        seen.append(tools)
+        return "ok"
+
+    mgr = managers(disclosing(log_path))
+    odd = ["search", "browse"]
+    assert mgr.wrap(bot)("w", "hi", tools=odd) == "ok" and seen[-1] is odd
+    twice = [{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "a"}}]
+    mgr.wrap(bot)("w", "hi", tools=twice)
+    assert seen[-1] is twice

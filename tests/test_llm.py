@@ -1,0 +1,47 @@
+"""Tests for middleware.llm's accounting: provider usage, cost and caching rules by model."""
+
+from __future__ import annotations
+
+import pytest
+
+from middleware import llm
+
+
+def test_provider_cache_reads_and_writes_are_read_from_litellm_usage() -> None:
+    """litellm reports Anthropic's cache_read/cache_creation as prompt_tokens_details; both
+    are logged (writes only when there are some)."""
+    lib = llm.litellm()
+    usage = lib.Usage(prompt_tokens=3000, completion_tokens=20, total_tokens=3020,
+                      cache_read_input_tokens=2000, cache_creation_input_tokens=500)  # fmt: skip
+    assert llm.usage_of(usage) == {
+        "prompt_tokens": 3000,
+        "completion_tokens": 20,
+        "cached_tokens": 2000,
+        "cache_write_tokens": 500,
+    }
+    plain = lib.Usage(prompt_tokens=10, completion_tokens=2, total_tokens=12)
+    assert llm.usage_of(plain)["cached_tokens"] in (None, 0) and "cache_write_tokens" not in llm.usage_of(plain)
+    assert llm.usage_of(None) == {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": None}
+
+
+def test_cost_prices_cache_reads_and_writes_at_their_own_prices() -> None:
+    """Claude Sonnet 4.5: 500 tokens at input, 2,000 read at a tenth, 500 written at 1.25x."""
+    usage = {"prompt_tokens": 3000, "completion_tokens": 0, "cached_tokens": 2000, "cache_write_tokens": 500}
+    assert llm.cost_of("claude-sonnet-4-5", usage) == pytest.approx(500 * 3e-06 + 2000 * 3e-07 + 500 * 3.75e-06)
+
+
+@pytest.mark.parametrize(
+    ("model", "kind"),
+    [("gpt-4o-mini", "openai"), ("azure/gpt-4o", "openai"), ("scripted/atlas", "openai"), ("anthropic/claude-sonnet-4-5", "anthropic"),
+     ("bedrock/anthropic.claude-opus-4-7", "anthropic"), ("gemini/gemini-2.5-flash", "gemini"), ("acme/unknown", "none")],
+)  # fmt: skip
+def test_each_model_gets_its_providers_caching_rules(model: str, kind: str) -> None:
+    assert llm.cache_rules(model).kind == kind
+
+
+def test_tool_sizes_split_the_exact_count_among_the_schemas() -> None:
+    tools = [{"type": "function", "function": {"name": f"t{i}", "description": "does " * (i + 1), "parameters": {"type": "object", "properties": {}}}}
+             for i in range(5)]  # fmt: skip
+    sizes = llm.tool_sizes("gpt-4o-mini", tools)
+    assert sum(sizes) == llm.tools_tokens("gpt-4o-mini", tools) and all(size > 0 for size in sizes)
+    assert llm.tool_sizes("gpt-4o-mini", None) == []
