@@ -26,6 +26,7 @@ __all__ = [
     "NotesConfig",
     "PromptConfig",
     "RecentConfig",
+    "ServeConfig",
     "Skill",
     "StoreConfig",
     "SummaryConfig",
@@ -271,6 +272,32 @@ class UsageLogConfig(_Section):
     include_content: bool = False
 
 
+class ServeConfig(_Section):
+    """``middleware serve``: the OpenAI-compatible endpoint."""
+
+    host: str = "127.0.0.1"  # loopback by default: off loopback it needs api_keys
+    port: int = Field(default=8400, ge=1, le=65535)
+    # Bearer keys clients must send (Authorization: Bearer <key>); empty: no check. Keys for
+    # the upstream providers never come from here: litellm reads them from the environment.
+    api_keys: tuple[str, ...] = Field(default=(), repr=False)
+    # Model names clients may ask for -> the litellm model each stands for. Empty: any
+    # litellm model string is forwarded as it is.
+    models: dict[str, str] = Field(default_factory=dict)
+    # How long a finished turn waits for an earlier-arrived turn of its session to finish
+    # before it is recorded anyway (a crashed process, a client that never sent tool results).
+    order_wait_seconds: float = Field(default=30.0, ge=0, le=86_400)
+    # The longest request body accepted, in bytes.
+    max_body_bytes: int = Field(default=8_000_000, ge=1_000)
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, value: dict[str, str]) -> dict[str, str]:
+        for alias, model in value.items():
+            if not alias.strip() or not model.strip():
+                raise ValueError(f"alias {alias!r} -> {model!r}: expected non-empty names")
+        return value
+
+
 class Config(_Section):
     assistant: AssistantConfig = Field(default_factory=AssistantConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)
@@ -284,6 +311,7 @@ class Config(_Section):
     usage_log: UsageLogConfig = Field(default_factory=UsageLogConfig)
     notes: NotesConfig = Field(default_factory=NotesConfig)
     traces: TracesConfig = Field(default_factory=TracesConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
     # The default LLM for chat(); any litellm model string.
     model: str = "gpt-4o-mini"
     # Tool rounds one chat turn may take before it stops with a note.

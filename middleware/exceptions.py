@@ -15,6 +15,7 @@ __all__ = [
     "ConfigError",
     "InvalidInputError",
     "InvalidMessageError",
+    "InvalidRequestError",
     "InvalidSessionIdError",
     "InvalidToolCallError",
     "LLMError",
@@ -52,6 +53,16 @@ class InvalidMessageError(InvalidInputError):
 
 class InvalidToolCallError(InvalidInputError):
     """A tool call has no usable name or arguments of an unusable type."""
+
+
+class InvalidRequestError(InvalidInputError):
+    """A request to the OpenAI-compatible endpoint that cannot be served. The message names
+    the parameter and its bad value (cut short), never message content or keys; ``status``
+    is the HTTP status to answer with and ``param``/``code`` fill OpenAI's error fields."""
+
+    def __init__(self, message: str, *, param: str | None = None, status: int = 400, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param, self.status, self.code = param, status, code
 
 
 class NotesError(InvalidInputError):

@@ -29,6 +29,7 @@ __all__ = [
     "input_price",
     "litellm",
     "message_of",
+    "status_of",
     "stream",
     "tools_tokens",
     "usage_of",
@@ -215,6 +216,14 @@ async def astream(
         raise
     except Exception as exc:
         raise _llm_error(model, exc) from exc
+
+
+def status_of(error: BaseException) -> int:
+    """The HTTP status a provider failure came with (litellm's exceptions carry the
+    provider's own); 502 when it has none."""
+    cause = error.__cause__ if isinstance(error, LLMError) and error.__cause__ is not None else error
+    status = getattr(cause, "status_code", None)
+    return status if isinstance(status, int) and 400 <= status <= 599 else 502
 
 
 def message_of(response: Any) -> dict[str, Any]:

@@ -11,6 +11,7 @@ in one Redis Cluster slot)::
     <prefix>:{<sid>}:meta     hash   turns, full_tokens, created, updated, last_turn, user, agent
     <prefix>:{<sid>}:traces   list   JSON turn records for the inspector
     <prefix>:{<sid>}:prompt   string JSON of the prompt sent on the last recorded turn
+    <prefix>:{<sid>}:live     hash   the endpoint's turns in flight (see middleware.core.live)
     <prefix>:{u:<user>|<agent>}:active / :sessions / :notes   a (user, agent) pair
     <prefix>:sessions         zset   session id -> last update (seconds): the listing index
 
@@ -64,6 +65,7 @@ class SessionKeys(NamedTuple):
     meta: str
     traces: str
     prompt: str
+    live: str  # written by the endpoint only; here so that it expires and resets with the session
 
 
 class PairKeys(NamedTuple):
