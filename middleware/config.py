@@ -32,6 +32,7 @@ __all__ = [
     "SummaryConfig",
     "TokensConfig",
     "TracesConfig",
+    "UpstreamModel",
     "UsageLogConfig",
     "template_for",
     "validate_config",
@@ -272,6 +273,14 @@ class UsageLogConfig(_Section):
     include_content: bool = False
 
 
+class UpstreamModel(_Section):
+    """A model clients may ask for: the litellm model it stands for, and where that model
+    is served when it is not the provider's own address (a local OpenAI-compatible server)."""
+
+    model: str = Field(min_length=1)
+    api_base: str | None = None
+
+
 class ServeConfig(_Section):
     """``middleware serve``: the OpenAI-compatible endpoint."""
 
@@ -280,9 +289,9 @@ class ServeConfig(_Section):
     # Bearer keys clients must send (Authorization: Bearer <key>); empty: no check. Keys for
     # the upstream providers never come from here: litellm reads them from the environment.
     api_keys: tuple[str, ...] = Field(default=(), repr=False)
-    # Model names clients may ask for -> the litellm model each stands for. Empty: any
-    # litellm model string is forwarded as it is.
-    models: dict[str, str] = Field(default_factory=dict)
+    # Model names clients may ask for -> the litellm model each stands for (a string, or
+    # {model, api_base}). Empty: any litellm model string is forwarded as it is.
+    models: dict[str, str | UpstreamModel] = Field(default_factory=dict)
     # How long a finished turn waits for an earlier-arrived turn of its session to finish
     # before it is recorded anyway (a crashed process, a client that never sent tool results).
     order_wait_seconds: float = Field(default=30.0, ge=0, le=86_400)
@@ -291,11 +300,18 @@ class ServeConfig(_Section):
 
     @field_validator("models")
     @classmethod
-    def _models(cls, value: dict[str, str]) -> dict[str, str]:
+    def _models(cls, value: dict[str, str | UpstreamModel]) -> dict[str, str | UpstreamModel]:
         for alias, model in value.items():
-            if not alias.strip() or not model.strip():
+            if not alias.strip() or (isinstance(model, str) and not model.strip()):
                 raise ValueError(f"alias {alias!r} -> {model!r}: expected non-empty names")
         return value
+
+    def upstream(self, name: str) -> UpstreamModel | None:
+        """What the model a client named stands for; None when aliases are set and it is none of them."""
+        if not self.models:
+            return UpstreamModel(model=name)
+        target = self.models.get(name)
+        return UpstreamModel(model=target) if isinstance(target, str) else target
 
 
 class Config(_Section):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -118,15 +119,15 @@ class Endpoint:
         return JSONResponse({"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "middleware"}
                                                         for n in names]})  # fmt: skip
 
-    def upstream(self, model: str) -> str:
-        """The litellm model a client's model name stands for."""
-        aliases = self.serve.models
-        if not aliases:
-            return model
-        if model not in aliases:
-            raise InvalidRequestError(f"The model {model[:100]!r} does not exist; GET /v1/models lists the models served.",
+    def upstream(self, chat: Request) -> tuple[str, Request]:
+        """The litellm model a client's model name stands for, and the request with its options."""
+        target = self.serve.upstream(chat.model)
+        if target is None:
+            raise InvalidRequestError(f"The model {chat.model[:100]!r} does not exist; GET /v1/models lists the models served.",
                                       param="model", status=404, code="model_not_found")  # fmt: skip
-        return aliases[model]
+        if target.api_base:
+            chat = dataclasses.replace(chat, options={**chat.options, "api_base": target.api_base})
+        return target.model, chat
 
     async def _body(self, request: HttpRequest) -> bytes:
         limit = self.serve.max_body_bytes
@@ -138,8 +139,7 @@ class Endpoint:
         return body
 
     async def completions(self, request: HttpRequest) -> Response:
-        chat = read_request(await self._body(request), request.headers)
-        upstream = self.upstream(chat.model)
+        upstream, chat = self.upstream(read_request(await self._body(request), request.headers))
         if chat.session is None:
             log.info("serve.passthrough", model=chat.model)
             return await (self._passthrough_stream(chat, upstream) if chat.stream else self._passthrough(chat, upstream))
