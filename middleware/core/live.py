@@ -269,9 +269,13 @@ local function flush()
       redis.call('HDEL', live, name)
       queued = queued - 1
     else
-      local blocked = redis.call('HGET', live, 'blocked')
-      if not blocked then redis.call('HSET', live, 'blocked', ARGV[1]) break end
-      if now - tonumber(blocked) < wait then break end
+      -- the turn holding the line is passed over once the waiting ones waited long enough
+      local blocked = tonumber(redis.call('HGET', live, 'blocked') or '')
+      if not blocked then
+        blocked = now
+        redis.call('HSET', live, 'blocked', ARGV[1])
+      end
+      if now - blocked < wait then break end
       redis.call('HSET', live, 'blocked', ARGV[1])
     end
     applied = applied + 1
@@ -291,10 +295,12 @@ for i = 6, #ARGV do
   local value = redis.call('HGET', live, ARGV[i])
   if value then found = value break end
 end
+local before = number('arrived')
 local seq = 0
 if found == '' and ARGV[4] == '1' then seq = redis.call('HINCRBY', live, 'arrived', 1) end
+-- history may be imported once, by a request that found no turn arrived before it
 local first = 0
-if ARGV[5] == '1' then first = redis.call('HSETNX', live, 'imported', '1') end
+if ARGV[5] == '1' and redis.call('HSETNX', live, 'imported', '1') == 1 and before == 0 then first = 1 end
 if ttl > 0 then redis.call('PEXPIRE', live, ttl) end
 return {seq, found, first}
 """
@@ -339,7 +345,7 @@ class Arrival(NamedTuple):
     loaded: Loaded  # the session as it is now
     seq: int  # the arrival number given to a new turn (0 when none was asked for or one was open)
     open: OpenTurn | None  # the turn the request's tool results answer, when one is waiting
-    first: bool  # the first request that may import history into this session
+    first: bool  # the first request to arrive in this session, which may import the history it carries
 
 
 def arrive(
