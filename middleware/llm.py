@@ -26,6 +26,7 @@ __all__ = [
     "astream",
     "complete",
     "cost_of",
+    "custom_logger_class",
     "input_price",
     "litellm",
     "message_of",
@@ -123,6 +124,14 @@ def _litellm() -> Any:
 def litellm() -> Any:
     """The litellm module, imported and set up on first use."""
     return _litellm()
+
+
+def custom_logger_class() -> type[Any]:
+    """litellm's ``CustomLogger``, the base of callbacks and proxy hooks (for the litellm adapter)."""
+    _litellm()
+    from litellm.integrations.custom_logger import CustomLogger
+
+    return CustomLogger
 
 
 def _price_model(model: str) -> str:

@@ -189,7 +189,7 @@ def test_the_first_arrival_may_import_and_an_open_turn_is_found_by_its_call_ids(
     assert arrive(config, driver).first and not arrive(config, driver).first
     layout = plans.Layout.of(config)
     turn = OpenTurn(seq=7, turn_id="t", user="u").asked(asks("c1", "c2"))
-    run(live.keep_open(layout, "s", turn, drop=None), driver.send)
+    run(live.wait_for_results(layout, "s", turn, drop=None), driver.send)
     found = arrive(config, driver, waiting=("zz", "c1"))
     assert found.open == turn and found.seq == 0  # no new place for a continued turn
     with SessionManager(config) as mgr:

@@ -43,9 +43,10 @@ __all__ = [
     "arrive",
     "content_text",
     "finish",
-    "keep_open",
     "raw_command",
     "read_messages",
+    "wait_for_results",
+    "whole_turns",
 ]
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -113,7 +114,7 @@ class Conversation:
     waiting: tuple[str, ...]  # the call ids of the tool results the request ends with
 
 
-def _turns_before(body: Sequence[dict[str, Any]]) -> tuple[tuple[dict[str, Any], ...], ...]:
+def whole_turns(body: Sequence[dict[str, Any]]) -> tuple[tuple[dict[str, Any], ...], ...]:
     """The whole turns in ``body``: a user message, then messages up to a final assistant text."""
     turns: list[tuple[dict[str, Any], ...]] = []
     current: list[dict[str, Any]] = []
@@ -154,7 +155,7 @@ def read_messages(messages: Any) -> Conversation:
         return Conversation(system, None, None, tuple(tail), (), tuple(waiting))
     user = body[last_user]
     text = content_text(user.get("content"), f"messages[{lead + last_user}]")
-    earlier = _turns_before(body[:last_user])
+    earlier = whole_turns(body[:last_user])
     return Conversation(system, text, user.get("content"), tuple(tail), earlier, tuple(waiting))
 
 
@@ -364,7 +365,7 @@ def arrive(
     return Arrival(loaded, int(seq), OpenTurn.from_json(found) if found else None, bool(first))
 
 
-def keep_open(layout: Layout, session_id: str, turn: OpenTurn, *, drop: str | None) -> Plan[None]:
+def wait_for_results(layout: Layout, session_id: str, turn: OpenTurn, *, drop: str | None) -> Plan[None]:
     """Keep ``turn`` for the request that brings its tool results (and forget where it was)."""
     live, field = layout.session(session_id).live, turn.field
     commands: list[Command] = [("hset", live, field, turn.to_json())]

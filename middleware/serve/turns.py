@@ -60,8 +60,8 @@ def _prompt_json(prompt: Prompt, sent: Sequence[Mapping[str, Any]]) -> str:
 class Turns:
     """The endpoint's turn programs over one engine (config, composer, usage log)."""
 
-    def __init__(self, engine: Engine, *, wait: float) -> None:
-        self.engine, self.wait = engine, wait
+    def __init__(self, engine: Engine, *, wait: float, kind: str = "serve") -> None:
+        self.engine, self.wait, self.kind = engine, wait, kind  # kind: what usage lines call these calls
         self.layout = engine.layout
 
     # --- begin ------------------------------------------------------------------------------
@@ -150,7 +150,7 @@ class Turns:
         line = self.log(exchange, reply, usage, model=model, latency=latency)
         turn = exchange.turn
         if reply.get("tool_calls"):
-            yield from live.keep_open(self.layout, exchange.session_id, turn.asked(reply), drop=exchange.drop)
+            yield from live.wait_for_results(self.layout, exchange.session_id, turn.asked(reply), drop=exchange.drop)
             return line
         yield from self._record(exchange, str(reply.get("content") or ""))
         return line
@@ -184,7 +184,7 @@ class Turns:
     ) -> dict[str, Any]:
         """One usage line for an upstream call of a session's turn (``error``: the HTTP status it failed with)."""
         provider = llm.usage_of(usage)
-        record = usage_record(kind="serve", session=exchange.session_id, turn=exchange.prompt.turn, step=exchange.turn.steps,
+        record = usage_record(kind=self.kind, session=exchange.session_id, turn=exchange.prompt.turn, step=exchange.turn.steps,
                               model=model, prompt=exchange.prompt, loop_tokens=exchange.loop_tokens,
                               tools_tokens=exchange.tools_tokens, provider=provider, cost_usd=llm.cost_of(model, provider),
                               price_per_token=llm.input_price(model), latency_ms=latency * 1000,
