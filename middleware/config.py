@@ -293,7 +293,7 @@ class ServeConfig(_Section):
     # {model, api_base}). Empty: any litellm model string is forwarded as it is.
     models: dict[str, str | UpstreamModel] = Field(default_factory=dict)
     # How long a finished turn waits for an earlier-arrived turn of its session to finish
-    # before it is recorded anyway (a crashed process, a client that never sent tool results).
+    # before it is recorded anyway (the earlier one's process died during its upstream call).
     order_wait_seconds: float = Field(default=30.0, ge=0, le=86_400)
     # The longest request body accepted, in bytes.
     max_body_bytes: int = Field(default=8_000_000, ge=1_000)

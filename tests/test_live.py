@@ -188,10 +188,25 @@ def test_the_first_arrival_may_import_and_an_open_turn_is_found_by_its_call_ids(
     config, driver = store
     assert arrive(config, driver).first and not arrive(config, driver).first
     layout = plans.Layout.of(config)
-    turn = OpenTurn(seq=7, turn_id="t", user="u").asked(asks("c1", "c2"))
-    run(live.wait_for_results(layout, "s", turn, drop=None), driver.send)
+    turn = OpenTurn(seq=0, turn_id="t", user="u").asked(asks("c1", "c2"))
+    run(live.wait_for_results(layout, "s", turn, drop=None, now=time.time(), wait=3600), driver.send)
     found = arrive(config, driver, waiting=("zz", "c1"))
     assert found.open == turn and found.seq == 0  # no new place for a continued turn
     with SessionManager(config) as mgr:
         mgr.reset("s")  # the live hash goes with the session
     assert arrive(config, driver, waiting=("c1",)).open is None
+
+
+def test_a_turn_waiting_for_tool_results_lets_later_turns_through(store: Any, store_url: str) -> None:
+    """Waiting for the client's tools gives the turn's place up: a later turn is recorded at once,
+    and the tool turn when its results come."""
+    config, driver = store
+    layout = plans.Layout.of(config)
+    first, second = arrive(config, driver).seq, arrive(config, driver).seq
+    turn = OpenTurn(seq=first, turn_id="t", user="tools").asked(asks("c1"))
+    waiting = run(live.wait_for_results(layout, "s", turn, drop=None, now=time.time(), wait=3600), driver.send)
+    assert waiting.seq == 0
+    finish(config, driver, second, "second")
+    assert recorded(config, store_url) == ["second"]
+    finish(config, driver, waiting.seq, "tools")
+    assert recorded(config, store_url) == ["second", "tools"]

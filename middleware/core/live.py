@@ -17,9 +17,10 @@ session's ``live`` hash, under the session's hash tag (one cluster slot)::
 
 A finished turn is recorded by a server-side script that applies queued turns strictly in
 arrival order, so concurrent requests to one session from any number of processes are
-recorded once each, in the order they arrived. A turn that never finishes (its process
-died, its client never sent the tool results) holds the line for ``serve.order_wait_seconds``
-at most; if it finishes later, it is recorded then.
+recorded once each, in the order they arrived. A turn that waits for the client's tool
+results gives its place up (the client decides how long that takes) and is recorded when it
+ends; a turn whose process died mid-call holds the line for ``serve.order_wait_seconds`` at
+most (and is recorded whenever it does finish).
 """
 
 from __future__ import annotations
@@ -365,15 +366,22 @@ def arrive(
     return Arrival(loaded, int(seq), OpenTurn.from_json(found) if found else None, bool(first))
 
 
-def wait_for_results(layout: Layout, session_id: str, turn: OpenTurn, *, drop: str | None) -> Plan[None]:
-    """Keep ``turn`` for the request that brings its tool results (and forget where it was)."""
-    live, field = layout.session(session_id).live, turn.field
-    commands: list[Command] = [("hset", live, field, turn.to_json())]
-    if drop and drop != field:
+def wait_for_results(
+    layout: Layout, session_id: str, turn: OpenTurn, *, drop: str | None, now: float, wait: float
+) -> Plan[OpenTurn]:
+    """Keep ``turn`` for the request that brings its tool results (and forget where it was).
+    Its place in the session is given up: how long a client takes to run tools is up to
+    the client, and later turns should not wait on it. It is recorded when it ends."""
+    live, waiting = layout.session(session_id).live, dataclasses.replace(turn, seq=0)
+    commands: list[Command] = [("hset", live, waiting.field, waiting.to_json())]
+    if drop and drop != waiting.field:
         commands.append(("hdel", live, drop))
     if layout.ttl_ms:
         commands.append(("pexpire", live, layout.ttl_ms))
+    if turn.seq:
+        commands.append(_script(layout, session_id, FINISH, turn.seq, b"[]", "", now=now, wait=wait))
     _checked((yield Batch(commands, transaction=True)))
+    return waiting
 
 
 def finish(

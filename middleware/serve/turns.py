@@ -150,7 +150,8 @@ class Turns:
         line = self.log(exchange, reply, usage, model=model, latency=latency)
         turn = exchange.turn
         if reply.get("tool_calls"):
-            yield from live.wait_for_results(self.layout, exchange.session_id, turn.asked(reply), drop=exchange.drop)
+            yield from live.wait_for_results(self.layout, exchange.session_id, turn.asked(reply), drop=exchange.drop,
+                                             now=time.time(), wait=self.wait)  # fmt: skip
             return line
         yield from self._record(exchange, str(reply.get("content") or ""))
         return line
