@@ -28,6 +28,7 @@ from starlette.routing import Route
 
 from .. import llm
 from ..config import Config
+from ..core import plans
 from ..core.effects import Program
 from ..core.text import redact_secrets
 from ..engine import Engine
@@ -35,8 +36,8 @@ from ..events import log
 from ..exceptions import InvalidInputError, InvalidRequestError, InvalidSessionIdError, LLMError, StoreError
 from ..runner import arun
 from ..store import AsyncRedisStore, AsyncSessionStore
-from .openai import Request, error_body, read_request, sse
 from .turns import Exchange, Turns
+from .wire import Request, error_body, read_request, sse
 
 __all__ = ["Endpoint", "create_app"]
 
@@ -106,8 +107,6 @@ class Endpoint:
     # --- routes ---------------------------------------------------------------------------------
 
     async def health(self, request: HttpRequest) -> Response:
-        from ..core import plans
-
         try:
             await self._run(plans.ping(self.engine.layout))
         except StoreError:
