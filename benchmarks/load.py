@@ -268,6 +268,7 @@ def render(results: dict[str, Any], command: str) -> str:
             added99 = "" if run.system == "direct" or base is None else f"{run.percentile(0.99) - base.percentile(0.99):.2f}"
             lines.append(f"| {level} | {run.system} | {run.throughput:,.0f} | {run.percentile(0.5):.2f} | {run.percentile(0.99):.2f} "
                          f"| {added} | {added99} | {run.errors} |")  # fmt: skip
+    lines += ["", _verdict(runs, results["levels"])]
     turns = results.get("turns")
     if turns:
         lines += ["", f"**Turns.** The endpoint answered {turns['answered']:,} turns; Redis holds {turns['recorded']:,} turn records "
@@ -283,6 +284,24 @@ def render(results: dict[str, Any], command: str) -> str:
                   "| elapsed | requests | RSS MiB |", "|---:|---:|---:|",
                   *[f"| {elapsed:.0f} s | {done:,} | {rss:.1f} |" for elapsed, done, rss in samples]]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _verdict(runs: list[Run], levels: tuple[int, ...]) -> str:
+    """The issue's target, checked: more requests/s and less added latency than LiteLLM's proxy at every level."""
+    by = {(r.system, r.concurrency): r for r in runs}
+
+    def better(level: int, measure: Any, higher: bool) -> str:
+        ours, theirs = by.get(("middleware serve", level)), by.get(("LiteLLM proxy", level))
+        if ours is None or theirs is None:
+            return "n/a"
+        return "yes" if (measure(ours) > measure(theirs)) == higher else "no"
+
+    at = ", ".join(map(str, levels))
+    throughput = ", ".join(better(level, lambda r: r.throughput, True) for level in levels)
+    p50 = ", ".join(better(level, lambda r: r.percentile(0.5), False) for level in levels)
+    p99 = ", ".join(better(level, lambda r: r.percentile(0.99), False) for level in levels)
+    return (f"**Against LiteLLM's proxy** at {at} clients: higher throughput: {throughput}; lower added p50: {p50}; "
+            f"lower added p99: {p99}. Both forward through litellm, whose own per-call cost is most of the endpoint's.")  # fmt: skip
 
 
 def write_section(report: Path, section: str) -> None:
