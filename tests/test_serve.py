@@ -364,3 +364,11 @@ def test_an_upstream_behind_an_alias_serves_sessions(served: Callable[..., str],
 def test_health_says_whether_the_store_answers(client: openai.OpenAI) -> None:
     """GET /health is 200 while the store answers."""
     assert httpx.get(str(client.base_url).replace("/v1/", "/health")).json() == {"ok": True}
+
+
+def test_a_tool_call_reply_has_openai_s_fields(client: openai.OpenAI) -> None:
+    """A reply asking for tools carries "content": null and the calls, as OpenAI's own does."""
+    body = {"model": "scripted/weather", "messages": [{"role": "user", "content": "weather in Oslo?"}], "tools": TOOLS}
+    choice = httpx.post(f"{client.base_url}chat/completions", json=body, headers=sid("raw")).json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    assert choice["message"]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}

@@ -261,6 +261,9 @@ def _dumped(response: Any, model: str) -> dict[str, Any]:
     """A litellm response or chunk as OpenAI's JSON, named by the model the client asked for."""
     data: dict[str, Any] = response.model_dump(exclude_none=True)
     data["model"] = model
+    for choice in data.get("choices") or ():
+        if "message" in choice:  # OpenAI sends "content": null beside tool calls; strict clients expect the key
+            choice["message"].setdefault("content", None)
     return data
 
 
