@@ -235,6 +235,8 @@ def _row_for(rows: list[Any], system: str, history: int) -> list[Any]:
 
 
 def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
+    from benchmarks import reliability
+
     savings, overhead, faults, example, facts = (
         data["savings"],
         data["overhead"],
@@ -443,8 +445,19 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
             for r in example
         ],
         "",
+        reliability.section(*data["reliability"]),
+        "",
     ]
     return "\n".join(lines)
+
+
+def run_reliability(progress: Any) -> tuple[str, Any]:
+    from benchmarks import reliability
+
+    task = progress.add_task("reliability: faults and attacks", total=None)
+    result = reliability.run(lambda name: progress.update(task, description=f"reliability: {name}"))
+    progress.update(task, total=1, completed=1)
+    return result
 
 
 def main() -> None:
@@ -470,6 +483,7 @@ def main() -> None:
         data["savings"] = run_savings(progress, args.quick)
         data["overhead"] = run_overhead(progress, args.quick)
         data["faults"] = run_faults(progress)
+        data["reliability"] = run_reliability(progress)
     data["example"] = run_example()
     command = "python -m benchmarks" + (" --quick" if args.quick else "")
     report = write_report(data, command, time.monotonic() - started)

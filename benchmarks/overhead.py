@@ -41,11 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import redis
 
 from middleware import SessionManager, ToolCall, apply_turn, load_config
 from middleware.compose import composer_for
-from middleware.core.plans import Layout, load_commands, record, record_commands
+from middleware.core.plans import Layout, load_commands, record
 from middleware.core.state import Turn
 from middleware.demo import CONFIG_PATH as ATLAS_PATH
 from middleware.testing import RedisServer
@@ -186,8 +187,27 @@ class Middleware(System):
         self.mgr.close()
 
 
+def floor_writes(layout: Layout, session_id: str, update: Any, now: float) -> list[tuple[Any, ...]]:
+    """The least a recorded turn needs written, as one MULTI/EXEC of plain commands: the
+    counters, the context value, a summary line, the recent pair and the trace, each list
+    trimmed, every key's expiry, the listing index. No idempotency check and no per-key
+    bound on the context: that is what the middleware's record script adds."""
+    keys, ttl = layout.session(session_id), layout.ttl_ms
+    recent = [orjson.dumps({"role": m.role, "content": m.content, "tokens": m.tokens}) for m in update.recent]
+    return [
+        ("hincrby", keys.meta, "turns", 1), ("hincrby", keys.meta, "full_tokens", update.full_tokens),
+        ("hsetnx", keys.meta, "created", repr(now)), ("hset", keys.meta, None, None, {"updated": repr(now)}),
+        ("zadd", keys.ctx, {f"{k}={v}": now for k, v in update.context}), ("zremrangebyrank", keys.ctx, 0, -(layout.max_keys + 1)),
+        ("rpush", keys.sum, update.summary_line), ("ltrim", keys.sum, -layout.summary_lines, -1),
+        ("rpush", keys.recent, *recent), ("ltrim", keys.recent, -layout.recent_messages, -1),
+        ("rpush", keys.traces, orjson.dumps({"ts": now, "events": update.traces})), ("ltrim", keys.traces, -layout.trace_entries, -1),
+        *(("pexpire", key, ttl) for key in keys if key not in (keys.prompt, keys.ids)),
+        ("zadd", layout.index, {session_id: now}), ("zremrangebyscore", layout.index, "-inf", now - ttl / 1000),
+    ]  # fmt: skip
+
+
 class Floor(System):
-    """The same reads in one pipeline and the same writes in one MULTI/EXEC, nothing else."""
+    """The same reads in one pipeline, and the least a turn needs written in one MULTI/EXEC."""
 
     name = "floor (raw redis-py)"
 
@@ -196,7 +216,7 @@ class Floor(System):
         layout = Layout.of(ours.config)
         self.reads = load_commands(layout.session(ours.session))
         update = apply_turn(Turn(user=USER, assistant=REPLY, tool_calls=(NAV,)), ours.config)
-        self.writes = record_commands(layout, ours.session, update, now=time.time())
+        self.writes = floor_writes(layout, ours.session, update, time.time())
 
     def _run(self, commands: list[Any], transaction: bool) -> Any:
         pipe = self.client.pipeline(transaction=transaction)

@@ -222,6 +222,8 @@ class TracesConfig(_Section):
 
     max_entries: int = Field(default=100, ge=0, le=100_000)  # turns kept; 0 keeps none
     max_entry_chars: int = Field(default=2_000, ge=100, le=1_000_000)  # per message, argument or result
+    # per turn: tool calls past this many characters are counted, not kept
+    max_turn_chars: int = Field(default=64_000, ge=1_000, le=10_000_000)
 
 
 class StoreConfig(_Section):
@@ -236,7 +238,10 @@ class StoreConfig(_Section):
     # raise: an unreachable store raises StoreUnavailableError. degrade: compose from
     # the system prompt and the current message, keep unrecorded turns in memory.
     on_store_error: Literal["raise", "degrade"] = "raise"
+    # Turns held in memory while the store is unreachable (degrade): the oldest are dropped
+    # past either bound, with a store.pending_overflow error.
     max_pending_turns: int = Field(default=10_000, ge=1)
+    max_pending_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
 
     def __repr_args__(self) -> Any:
         # A password in the URL must not reach logs or tracebacks through a repr.

@@ -38,7 +38,7 @@ from .core.state import (
 )
 from .core.text import cut_middle, redact_secrets
 from .events import debug_enabled, log
-from .exceptions import InvalidToolCallError, StoreError
+from .exceptions import InvalidToolCallError, StoreError, StoreUnavailableError
 from .loader import import_tool
 from .lru import Lru
 from .tokens import context_window, get_tokenizer
@@ -65,20 +65,10 @@ def _prompt_json(prompt: Prompt) -> str:
     return text.decode()
 
 
-class _SeenMembers(Lru[dict[str, set[str]]]):
-    """Per session, the context members this process last saw, so a write can remove
-    the members it supersedes. Bounded; a miss only leaves duplicates that readers
-    resolve by score."""
-
-    def superseded(self, session_id: str, update: TurnUpdate) -> list[str]:
-        """Members this write replaces; then remember the write's own members."""
-        with self._lock:
-            members = self._items.setdefault(session_id, {})
-            stale = [m for key, _ in update.context for m in members.get(key, ())]
-            for key, value in update.context:
-                members[key] = {f"{key}={value}"}
-            self._touch(session_id)
-            return stale
+def _size(update: TurnUpdate) -> int:
+    """About how many bytes a held turn keeps in memory (its text, prompt and trace)."""
+    text = len(update.summary_line) + len(update.prompt) + sum(len(m.content) for m in update.recent)
+    return 256 + text + sum(len(k) + len(v) for k, v in update.context) + len(orjson.dumps(update.traces))
 
 
 class Engine:
@@ -91,12 +81,13 @@ class Engine:
         self.composer = Composer(config, self.tokenizer)
         self.usage_log = UsageLog(config.usage_log.path, include_content=config.usage_log.include_content)
         self.degrade = config.store.on_store_error == "degrade"
-        # Turns the store could not take, oldest first; written before anything else on
-        # the next store call that works.
-        self._pending: deque[tuple[str, TurnUpdate]] = deque()
+        # Turns the store could not take, oldest first, with their sizes; each is written
+        # before anything else on its own session's next call that reaches the store.
+        self._pending: deque[tuple[str, TurnUpdate, int]] = deque()
+        self._pending_bytes = 0
         self._pending_lock = threading.Lock()
         self._prompts: Lru[Prompt] = Lru(4_096)  # composed, not yet recorded
-        self._seen = _SeenMembers()
+        self._server_checked = False
         self._owners: Lru[tuple[str, str]] = Lru()
         self._skill_tools: list[Tool] | None = None
         self._budgets: dict[str | None, int | None] = {}  # by model
@@ -161,7 +152,7 @@ class Engine:
     @property
     def pending_turns(self) -> list[tuple[str, TurnUpdate]]:
         with self._pending_lock:
-            return list(self._pending)
+            return [(session_id, update) for session_id, update, _ in self._pending]
 
     def content(self, text: str) -> str:
         """``text`` as logs may show it: itself only with usage_log.include_content."""
@@ -170,12 +161,14 @@ class Engine:
     # --- loading and composing --------------------------------------------------------
 
     def _loaded(self, session_id: str, loaded: plans.Loaded) -> SessionState:
-        """What a load leaves in this process: the context members seen, the owner, warnings."""
-        self._seen.put(session_id, loaded.seen)
+        """What a load leaves in this process: the owner, warnings."""
         if loaded.state.owner is not None:
             self._owners.put(session_id, loaded.state.owner)
         for corrupt in loaded.corrupt:
             log.warning("store.corrupt_record", session=session_id, key=corrupt.part, reason=corrupt.reason)
+        if loaded.missing:
+            log.warning("store.partial_session", session=session_id, missing=list(loaded.missing), turns=loaded.state.turns,
+                        hint="parts of the session were evicted: see maxmemory-policy in the README")  # fmt: skip
         return loaded.state
 
     def get_state(self, session_id: str) -> Program[SessionState]:
@@ -190,8 +183,10 @@ class Engine:
         ``extra_tokens`` sent beside the messages (tool schemas)."""
         session_id, user_message = self.session_id(session_id), self.user_message(user_message)
         try:
+            if not self._server_checked:
+                yield from self._check_server()
             if self._pending:
-                yield from self._flush()
+                yield from self._flush(session_id, tolerate=True)
             loaded = yield from plans.load(self.layout, session_id, owner=self._owners.get(session_id))
             state = self._loaded(session_id, loaded)
         except StoreError as exc:
@@ -222,11 +217,11 @@ class Engine:
             prompt=_prompt_json(prompt) if prompt else "",
         )
         try:
+            if not self._server_checked:
+                yield from self._check_server()
             if self._pending:
-                yield from self._flush()
-            superseded = self._seen.superseded(session_id, update)
-            recorded = yield from plans.record(self.layout, session_id, update, now=time.time(), superseded=superseded)
-            turns = self._recorded(session_id, recorded)
+                yield from self._flush(session_id)
+            turns = self._recorded(session_id, (yield from plans.record(self.layout, session_id, update, now=time.time())))
         except StoreError as exc:
             if not self.degrade:
                 raise
@@ -238,42 +233,80 @@ class Engine:
             log.debug("turn.recorded", session=session_id, turn=turns, turn_full_tokens=update.full_tokens)
         return turns
 
-    def _recorded(self, session_id: str, recorded: plans.Recorded | None) -> int:
-        if recorded is None:  # a held turn that had reached Redis after all
-            return 0
+    def _check_server(self) -> Program[None]:
+        """Once per process: warn when the server may evict our keys (its maxmemory-policy)."""
+        policy = yield from plans.eviction_policy(self.layout)
+        self._server_checked = True
+        if policy is None or policy == "noeviction":
+            return
+        if policy.startswith("allkeys"):
+            log.warning("store.eviction_possible", policy=policy,
+                        hint="Redis may evict parts of sessions, notes and the listing index: use noeviction or volatile-*")  # fmt: skip
+        elif self.layout.ttl_ms:
+            log.info("store.eviction_possible", policy=policy, hint="Redis may evict sessions before their TTL; notes are kept")
+
+    def _recorded(self, session_id: str, recorded: plans.Recorded) -> int:
         if recorded.repaired:
             log.warning("store.repaired", session=session_id, keys=list(recorded.repaired))
+        if recorded.index_error:
+            log.warning("store.index_not_updated", session=session_id, error=recorded.index_error)
         return recorded.turns
 
     def _hold(self, session_id: str, update: TurnUpdate, exc: StoreError) -> int:
+        size = _size(update)
+        limits = self.config.store
         with self._pending_lock:
-            if len(self._pending) >= self.config.store.max_pending_turns:
-                dropped, _ = self._pending.popleft()
-                log.error("store.pending_overflow", session=dropped, limit=self.config.store.max_pending_turns)
-            self._pending.append((session_id, update))
+            while self._pending and (
+                len(self._pending) >= limits.max_pending_turns or self._pending_bytes + size > limits.max_pending_bytes
+            ):
+                dropped, _, dropped_size = self._pending.popleft()
+                self._pending_bytes -= dropped_size
+                log.error(
+                    "store.pending_overflow", session=dropped, turns=limits.max_pending_turns, bytes=limits.max_pending_bytes
+                )
+            self._pending.append((session_id, update, size))
+            self._pending_bytes += size
             waiting = len(self._pending)
         log.warning("store.turn_not_recorded", session=session_id, pending=waiting, line=self.content(update.summary_line),
                     error=redact_secrets(str(exc)))  # fmt: skip
         return 0
 
-    def _flush(self) -> Program[None]:
-        """Write the held turns first, in order; one that did reach Redis is not written twice."""
-        while self._pending:  # read without the lock (deque truth is atomic), then under it
+    def _flush(self, session_id: str | None, *, tolerate: bool = False) -> Program[int]:
+        """Write the held turns of ``session_id`` (None: of every session) first, in order;
+        one that did reach Redis is not written twice. Returns how many were written.
+
+        A session's held turns never hold up another session. With ``tolerate``, a store
+        that refuses them (a write refused for memory, say) is a warning and the caller
+        goes on; an unreachable one is still an error."""
+        with self._pending_lock:
+            held = [item for item in self._pending if session_id is None or item[0] == session_id]
+        written, failed = 0, set()
+        for item in held:
+            sid, update, size = item
+            if sid in failed:
+                continue  # keep this session's order: nothing after a turn that failed
+            try:
+                recorded = yield from plans.record(self.layout, sid, update, now=time.time())
+            except StoreError as exc:
+                if session_id is not None and (not tolerate or isinstance(exc, StoreUnavailableError)):
+                    raise
+                failed.add(sid)
+                log.warning("store.pending_not_recorded", session=sid, error=redact_secrets(str(exc)))
+                continue
+            self._recorded(sid, recorded)
             with self._pending_lock:
-                item = self._pending[0] if self._pending else None
-            if item is None:
-                return
-            session_id, update = item
-            superseded = self._seen.superseded(session_id, update)
-            recorded = yield from plans.replay(self.layout, session_id, update, now=time.time(), superseded=superseded)
-            turns = self._recorded(session_id, recorded)
-            with self._pending_lock:
-                if self._pending and self._pending[0] is item:
-                    self._pending.popleft()
-            if turns:
-                log.info("store.pending_recorded", session=session_id, turn=turns)
-            else:
-                log.info("store.pending_already_recorded", session=session_id)
+                if item in self._pending:
+                    self._pending.remove(item)
+                    self._pending_bytes -= size
+            written += 1
+            log.info("store.pending_recorded" if recorded.written else "store.pending_already_recorded", session=sid,
+                     turn=recorded.turns)  # fmt: skip
+        return written
+
+    def flush_pending(self) -> Program[int]:
+        """Write every turn held through an outage (degrade mode), each session in order;
+        returns how many were written. A session whose turns the store still refuses keeps them."""
+        return self._flush(None)
 
     # --- sessions, users and notes -----------------------------------------------------
 
@@ -281,7 +314,6 @@ class Engine:
         """Forget a session entirely."""
         session_id = self.session_id(session_id)
         yield from plans.reset(self.layout, session_id)
-        self._seen.forget(session_id)
         self._owners.forget(session_id)
 
     def _resolve(self, user_id: str, agent: str, *, new: bool) -> Program[str]:

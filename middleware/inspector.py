@@ -77,6 +77,8 @@ def conversation_view(traces: Sequence[Mapping[str, Any]], *, collapse: bool = T
                 open_calls[str(trace.get("call_id"))] = entry
             else:
                 entry["kind"] = "tool_call"
+        elif kind == "omitted":
+            entries.append({"kind": "omitted", "tool_calls": trace.get("tool_calls"), "ts": trace.get("ts")})
         elif kind == "tool_result":
             call = open_calls.pop(str(trace.get("call_id")), None) if collapse else None
             if call is not None:

@@ -186,6 +186,7 @@ class _Manager:
     list_sessions = operation(Engine.list_sessions)
     inspect = operation(Engine.inspect)
     ping = operation(Engine.ping)
+    flush_pending = operation(Engine.flush_pending)
 
     @property
     def pending_turns(self) -> list[tuple[str, TurnUpdate]]:

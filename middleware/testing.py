@@ -1,23 +1,36 @@
 """Helpers for testing code that uses ``middleware`` (and for our own tests): capture the
 library's events, start real ``redis-server`` processes (one, or a small cluster) on free
-loopback ports, and serve scripted models through litellm."""
+loopback ports, put a fault-injecting proxy in front of one, and serve scripted models
+through litellm."""
 
 from __future__ import annotations
 
 import random
 import shutil
 import socket
+import struct
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from .events import capture
 from .scripted import Responder, register
 
-__all__ = ["RedisCluster", "RedisServer", "Responder", "capture_events", "free_port", "mock_openai_app", "register", "serving"]
+__all__ = [
+    "FaultProxy",
+    "RedisCluster",
+    "RedisServer",
+    "Responder",
+    "capture_events",
+    "free_port",
+    "mock_openai_app",
+    "register",
+    "serving",
+]
 
 
 @contextmanager
@@ -133,15 +146,24 @@ def _cluster_ports(count: int) -> list[int]:
 
 class RedisCluster:
     """A Redis Cluster of ``masters`` redis-server processes on loopback (no replicas),
-    made with ``redis-cli --cluster create``. ``url`` names its first node.
+    made with ``redis-cli --cluster create``; ``extra`` options go to every node. ``url``
+    names its first node; ``node_of(key)`` is the node that serves a key.
 
     >>> with RedisCluster(tmp_path) as cluster:
     ...     mgr = SessionManager(Config(store={"url": cluster.url, "cluster": True}))
     """
 
-    def __init__(self, workdir: str | Path, *, masters: int = 3, binary: str | None = None, cli: str | None = None) -> None:
+    def __init__(
+        self,
+        workdir: str | Path,
+        *,
+        masters: int = 3,
+        binary: str | None = None,
+        cli: str | None = None,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         self.cli = cli or shutil.which("redis-cli") or "redis-cli"
-        options = ("--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
+        options = ("--cluster-enabled", "yes", "--cluster-node-timeout", "2000", *extra)
         self.nodes = [
             RedisServer(
                 Path(workdir) / f"n{i}", port=port, binary=binary, extra=(*options, "--cluster-config-file", f"nodes-{port}.conf")
@@ -173,6 +195,15 @@ class RedisCluster:
             time.sleep(0.1)
         raise RuntimeError("the cluster did not reach cluster_state:ok")
 
+    def node_of(self, key: str) -> RedisServer:
+        from redis.crc import key_slot
+
+        slot = key_slot(key.encode())
+        for start, end, master, *_ in self.nodes[0].client().cluster("slots"):
+            if start <= slot <= end:
+                return next(node for node in self.nodes if node.port == int(master[1]))
+        raise LookupError(f"no node serves slot {slot}")
+
     def flush(self) -> None:
         """Empty every node."""
         for node in self.nodes:
@@ -188,6 +219,110 @@ class RedisCluster:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+class FaultProxy:
+    """A TCP proxy on 127.0.0.1 in front of a server on loopback, that loses replies on
+    demand: ``lose_replies(b"EVALSHA", times=1)`` lets the next request that holds those
+    bytes reach the server, waits for the server's reply, and resets the client's
+    connection instead of passing it on: the write happened, the client cannot know.
+    ``url`` is the server's address through the proxy. Bounded: at most ``max_connections``
+    at once; it only ever connects to ``target_port`` on 127.0.0.1.
+
+    >>> with FaultProxy(server.port) as proxy:
+    ...     mgr = SessionManager(redis_url=proxy.url)
+    ...     proxy.lose_replies(b"EVALSHA")
+    """
+
+    def __init__(self, target_port: int, *, max_connections: int = 64) -> None:
+        self.target_port, self.max_connections = target_port, max_connections
+        self.port = free_port()
+        self.lost = 0  # replies lost so far
+        self._patterns: tuple[bytes, ...] = ()
+        self._times = 0
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self._open: set[socket.socket] = set()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def lose_replies(self, *patterns: bytes, times: int = 1) -> None:
+        """Lose the replies to the next ``times`` requests holding any of ``patterns``."""
+        with self._lock:
+            self._patterns, self._times = patterns, times
+
+    def start(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            for sock in list(self._open):
+                _reset(sock)
+
+    def _accept(self) -> None:
+        listener = self._listener
+        while listener is not None:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                full = len(self._open) >= 2 * self.max_connections
+            if full:
+                _reset(client)
+                continue
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            with self._lock:
+                self._open |= {client, server}
+            doomed = threading.Event()  # the next reply on this connection is to be lost
+            threading.Thread(target=self._pump, args=(client, server, doomed, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, doomed, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, doomed: threading.Event, requests: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if requests and self._arm(data):
+                    doomed.set()
+                elif not requests and doomed.is_set():
+                    with self._lock:
+                        self.lost += 1
+                    break  # the reply is dropped and the connection reset
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            _reset(sock)
+            with self._lock:
+                self._open.discard(sock)
+
+    def _arm(self, data: bytes) -> bool:
+        with self._lock:
+            if self._times and any(pattern in data for pattern in self._patterns):
+                self._times -= 1
+                return True
+            return False
+
+    def __enter__(self) -> FaultProxy:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with RST, not FIN: the peer sees a connection reset, as when a network drops.
+    (SHUT_RD first wakes a thread blocked reading it, so the close really happens now.)"""
+    with suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.shutdown(socket.SHUT_RD)
+    sock.close()
 
 
 @contextmanager

@@ -22,6 +22,8 @@ def test_the_library_default_is_a_neutral_assistant(monkeypatch: pytest.MonkeyPa
     with SessionManager() as mgr:
         assert mgr.build_messages("s", "hi")[0] == {"role": "system", "content": "You are a helpful assistant."}
         assert mgr.toolset().schemas == []
+    with SessionManager.from_config() as mgr:
+        assert mgr.config == Config() and mgr.build_messages("s", "hi")[1] == {"role": "user", "content": "hi"}
 
 
 def test_the_demo_config_is_the_atlas_assistant(atlas: Config) -> None:

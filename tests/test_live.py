@@ -103,19 +103,16 @@ def test_an_open_turn_takes_only_the_results_it_waits_for() -> None:
     assert OpenTurn.from_json(b"not json") is None
 
 
-def test_every_record_command_has_a_script_form() -> None:
-    """raw_command covers everything record_commands builds, context and traces included."""
+def test_a_queued_turn_keeps_the_record_script_arguments() -> None:
+    """record_arguments keeps the ARGV of plans.record_command, as text, without the script and its keys."""
     config = Config()
     layout = plans.Layout.of(config)
     composer = Composer(config, get_tokenizer("gpt-4o-mini"))
     update = composer.apply_turn(Turn(user="go", assistant="done", tool_calls=()), turn_id="t1", prompt="{}")
-    update = type(update)(**{**update.__dict__, "context": (("city", "Paris"),)})
-    commands = plans.record_commands(layout, "s", update, now=1.5, superseded=["city=Rome"])
-    words = [live.raw_command(c) for c in commands]
-    assert {w[0] for w in words} >= {"HINCRBY", "HSETNX", "HSET", "ZADD", "ZREM", "RPUSH", "LTRIM", "PEXPIRE", "ZREMRANGEBYSCORE"}
-    assert all(isinstance(word, str) for command in words for word in command)
-    with pytest.raises(ValueError, match="no script form"):
-        live.raw_command(("eval", "k"))
+    command = plans.record_command(layout, "s", update, now=1.5)
+    arguments = live.record_arguments(command)
+    assert arguments[0] == "t1" and arguments[1] == "1.5" and all(isinstance(a, str) for a in arguments)
+    assert len(arguments) == len(command) - 3 - int(command[2])
 
 
 # --- the ordering script, on the store ------------------------------------------------------------
@@ -140,8 +137,8 @@ def finish(config: Config, driver: RedisStore, seq: int, text: str, *, wait: flo
     layout = plans.Layout.of(config)
     composer = Composer(config, get_tokenizer("gpt-4o-mini"))
     update = composer.apply_turn(Turn(user=text, assistant=f"re {text}"), turn_id=text)
-    commands = plans.record_commands(layout, "s", update, now=time.time())
-    run(live.finish(layout, "s", seq, commands, drop=None, now=time.time(), wait=wait), driver.send)
+    command = plans.record_command(layout, "s", update, now=time.time())
+    run(live.finish(layout, "s", seq, command, drop=None, now=time.time(), wait=wait), driver.send)
 
 
 def recorded(config: Config, url: str) -> list[str]:
@@ -179,7 +176,7 @@ def test_giving_a_place_up_lets_the_next_turn_through(store: Any, store_url: str
     first, second = arrive(config, driver).seq, arrive(config, driver).seq
     finish(config, driver, second, "second")
     layout = plans.Layout.of(config)
-    run(live.finish(layout, "s", first, [], drop=None, now=time.time(), wait=3600), driver.send)
+    run(live.finish(layout, "s", first, None, drop=None, now=time.time(), wait=3600), driver.send)
     assert recorded(config, store_url) == ["second"]
 
 

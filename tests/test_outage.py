@@ -157,25 +157,25 @@ def test_turns_recorded_through_an_outage_all_arrive_in_degrade_mode(connect: An
     assert state.recent[0]["content"] == "final"
 
 
-def lose_transaction_replies(mgr: Manager) -> None:
-    """From now on, every MULTI/EXEC reaches Redis but its reply is lost (the connection drops)."""
+def lose_record_replies(mgr: Manager) -> None:
+    """From now on, every turn's write reaches Redis but its reply is lost (the connection drops)."""
     store, real = mgr.store, mgr.store.send
 
-    def lost(batch: Any) -> None:
-        if batch.transaction:
+    def lost(batch: Any, replies: list[Any]) -> None:
+        if batch.commands[0][0] in {"evalsha", "eval"} and not isinstance(replies[0], Exception):
             raise StoreUnavailableError("Redis store ... is unreachable: reply lost")
 
     if inspect.iscoroutinefunction(real):
 
         async def send(batch: Any) -> Any:
             replies = await real(batch)
-            lost(batch)
+            lost(batch, replies)
             return replies
     else:
 
         def send(batch: Any) -> Any:
             replies = real(batch)
-            lost(batch)
+            lost(batch, replies)
             return replies
 
     store.send = send
@@ -186,7 +186,7 @@ def test_a_held_turn_that_did_reach_redis_is_not_written_twice(connect: Any, ser
     held in degrade mode; replaying it must not record the turn a second time."""
     with connect("degrade") as mgr:
         mgr.record_turn("dup", user="first", assistant="ok")
-        lose_transaction_replies(mgr)
+        lose_record_replies(mgr)
         assert mgr.record_turn("dup", user="second", assistant="ok") == 0
         del mgr.store.send  # the driver's own send again
         assert mgr.pending_turns[0][1].turn_id  # the held write carries its id

@@ -7,9 +7,9 @@ from typing import Any
 
 import orjson
 import pytest
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
-from middleware import Config, SessionState, StoreError, ToolCall, Turn, apply_turn
+from middleware import Config, SessionState, StoreError, StoreUnavailableError, ToolCall, Turn, apply_turn
 from middleware.core import plans
 from middleware.core.effects import Batch
 
@@ -66,7 +66,6 @@ def test_a_load_is_one_batch_of_four_reads_decoded_into_the_state() -> None:
     assert state.summary == ["• one → did one"]  # the last line belongs to the turn in the recent window
     assert state.recent == [{"role": "user", "content": "goto shop"}, {"role": "assistant", "content": "ok"}]
     assert (state.turns, state.full_tokens, loaded.corrupt) == (2, 40, ())
-    assert loaded.seen == {"ui": {"ui=tv", "ui=old"}, "node": {"node=shop"}}
     # Built without __init__ for speed: every field is set, and it equals the same state built normally.
     assert state.__dict__.keys() == SessionState.__dataclass_fields__.keys()
     assert state == SessionState(**state.__dict__)
@@ -96,79 +95,67 @@ def test_the_notes_of_a_known_owner_join_the_load_and_a_new_owner_costs_a_second
     assert len(batches) == 2 and loaded.state.notes == "alice's"
 
 
-def test_a_record_is_one_transaction_of_commuting_writes_with_the_index() -> None:
-    """record sends one MULTI/EXEC: context, summary, recent, traces, counters, expiry
-    of every key, and the listing index; it reads nothing. The turn count is the reply of HINCRBY."""
-    commands_sent, recorded = play(plans.record(LAYOUT, "s1", update(ui="tv"), now=100.0, superseded=["ui=old"]), replies_of(1))
-    (batch,) = commands_sent
-    names = [c[0] for c in batch.commands]
-    assert batch.transaction and not {"get", "hget", "lrange", "zrange", "hgetall", "watch"} & set(names)
-    assert ("zrem", KEYS.ctx, "ui=old") in batch.commands
-    assert ("hincrby", KEYS.meta, "turns", 1) in batch.commands
-    assert {c[1] for c in batch.commands if c[0] == "pexpire"} == set(KEYS)
-    assert ("zadd", LAYOUT.index, {"s1": 100.0}) in batch.commands
-    assert recorded == plans.Recorded(turns=1)
+def test_a_record_is_one_script_sent_by_its_sha_with_every_key_and_the_index() -> None:
+    """record sends one command, the record script by its SHA, naming every key of the
+    session and the listing index, carrying the turn id and the turn's parts; it reads
+    nothing else. The script's reply is the turn count, whether it wrote, and repairs."""
+    batches, recorded = play(plans.record(LAYOUT, "s1", update("t9", ui="tv"), now=100.0), [[3, 1]])
+    ((command,),) = [b.commands for b in batches]
+    written = plans.recorded_keys(KEYS)  # every key but the endpoint's live hash, which a record does not touch
+    assert command[:3] == ("evalsha", plans.RECORD_SHA, len(written) + 1) and not batches[0].transaction
+    assert command[3 : 3 + len(written) + 1] == (*written, LAYOUT.index)
+    assert "t9" in command and "ui" in command and "tv" in command
+    assert recorded == plans.Recorded(turns=3)
 
 
-def test_on_a_cluster_the_index_is_written_after_the_session_transaction() -> None:
-    """The index lives in another slot: its own round trip, after the turn's transaction."""
-    batches, recorded = play(plans.record(CLUSTER, "s1", update(), now=100.0), replies_of(7), [1, 0])
-    assert [b.transaction for b in batches] == [True, False]
-    assert all(LAYOUT.index not in c for c in batches[0].commands) and batches[1].commands[0][1] == LAYOUT.index
-    assert recorded.turns == 7
+def test_a_server_without_the_script_is_sent_it_once() -> None:
+    """NOSCRIPT (a new server, a restart, SCRIPT FLUSH): the same call again with the script's text."""
+    missing = NoScriptError("No matching script. Please use EVAL.")
+    batches, recorded = play(plans.record(LAYOUT, "s1", update(), now=1.0), [missing], [[1, 1]])
+    assert batches[1].commands[0][:2] == ("eval", plans.RECORD_SCRIPT)
+    assert batches[1].commands[0][2:] == batches[0].commands[0][2:] and recorded.turns == 1
 
 
-def test_a_key_of_a_foreign_type_is_deleted_and_only_its_own_commands_replayed() -> None:
-    """A WRONGTYPE reply on one key: a second transaction deletes that key and replays its commands."""
-    plan = plans.record(LAYOUT, "s1", update(), now=1.0)
-    first = next(plan)
-    replies = [ResponseError("WRONGTYPE") if c[1] == KEYS.recent else 1 for c in first.commands]
-    repair = plan.send(replies)
-    assert repair.transaction and repair.commands[0] == ("delete", KEYS.recent)
-    assert all(c[1] == KEYS.recent for c in repair.commands)
+def test_a_retried_turn_the_script_had_written_says_so_and_what_it_repaired() -> None:
+    """The script answers 0 for a turn id it had already written (nothing written twice),
+    and names the keys and counter fields it repaired."""
+    _, recorded = play(plans.record(LAYOUT, "s1", update(), now=1.0), [[5, 0]])
+    assert recorded == plans.Recorded(turns=5, written=False)
+    _, recorded = play(
+        plans.record(LAYOUT, "s1", update(), now=1.0), [[1, 1, KEYS.recent.encode(), f"{KEYS.meta} turns".encode()]]
+    )
+    assert recorded.repaired == (KEYS.recent, f"{KEYS.meta} turns")
+
+
+def test_on_a_cluster_the_index_is_written_after_the_turn_and_never_fails_it() -> None:
+    """The index lives in another slot: its own round trip, after the turn; an index the
+    cluster cannot write (its node down) leaves the turn recorded, with the reason."""
+    batches, recorded = play(plans.record(CLUSTER, "s1", update(), now=100.0), [[7, 1]], [1, 0])
+    assert LAYOUT.index not in batches[0].commands[0] and batches[1].commands[0][1] == LAYOUT.index
+    assert recorded == plans.Recorded(turns=7)
+    _, recorded = play(plans.record(CLUSTER, "s1", update(), now=100.0), [[7, 1]], [ResponseError("CLUSTERDOWN down"), 0])
+    assert recorded.turns == 7 and recorded.index_error == "CLUSTERDOWN down"
+    plan = plans.record(CLUSTER, "s1", update(), now=100.0)
+    next(plan), plan.send([[7, 1]])
     with pytest.raises(StopIteration) as stop:
-        plan.send([1] * len(repair.commands))
-    assert stop.value.value == plans.Recorded(turns=1, repaired=(KEYS.recent,))
-
-
-def test_a_counter_that_holds_no_number_is_repaired_alone() -> None:
-    """HINCRBY on a field that holds text: that field is deleted and incremented again; the
-    hash, with its owner and times, is not deleted."""
-    plan = plans.record(LAYOUT, "s1", update(), now=1.0)
-    first = next(plan)
-    replies = [
-        ResponseError("ERR hash value is not an integer") if c[:3] == ("hincrby", KEYS.meta, "turns") else 1
-        for c in first.commands
-    ]
-    repair = plan.send(replies)
-    assert repair.commands == [("hdel", KEYS.meta, "turns"), ("hincrby", KEYS.meta, "turns", 1)]
-    with pytest.raises(StopIteration) as stop:
-        plan.send([1, 1])
-    assert stop.value.value == plans.Recorded(turns=1, repaired=(f"{KEYS.meta} turns",))
+        plan.throw(StoreUnavailableError("node unreachable"))
+    assert stop.value.value.index_error == "node unreachable"
+    _, recorded = play(plans.record(CLUSTER, "s1", update(), now=100.0), [[7, 0]])  # a retry: the index was kept then
+    assert recorded.written is False
 
 
 def test_an_error_reply_that_is_not_a_foreign_key_fails_the_operation() -> None:
     """A refusal (no permission, cluster down, out of memory) is a StoreError, with what
     Redis said and not the command redis-py quotes before it; a load never reads it as
-    an empty session, a record never repairs it away."""
+    an empty session, a record never reads it as written."""
     quoted = ResponseError(
         "Command # 1 (ZRANGE mw:{s1}:ctx 0 -1 WITHSCORES) of pipeline caused error: CLUSTERDOWN The cluster is down"
     )
     with pytest.raises(StoreError, match="CLUSTERDOWN The cluster is down") as info:
         play(plans.load(LAYOUT, "s1"), [quoted, [], [], {}])
     assert "Command #" not in str(info.value)
-    plan = plans.record(LAYOUT, "s1", update(), now=1.0)
-    first = next(plan)
     with pytest.raises(StoreError, match="OOM"):
-        plan.send([ResponseError("OOM command not allowed") if c[0] == "rpush" else 1 for c in first.commands])
-
-
-def test_a_held_turn_already_in_redis_is_not_written_again() -> None:
-    """replay checks the last turn id and the recent window first; a turn found there is not rewritten."""
-    batches, result = play(plans.replay(LAYOUT, "s1", update("t9"), now=1.0), [b"t1", [stored("user", "goto shop", turn="t9")]])
-    assert len(batches) == 1 and result is None
-    batches, result = play(plans.replay(LAYOUT, "s1", update("t9"), now=1.0), [b"t1", []], replies_of(4))
-    assert len(batches) == 2 and batches[1].transaction and result.turns == 4
+        play(plans.record(LAYOUT, "s1", update(), now=1.0), [ResponseError("OOM command not allowed")])
 
 
 def test_resolving_a_session_keeps_the_winner_of_a_race() -> None:

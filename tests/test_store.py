@@ -55,6 +55,7 @@ def test_every_key_of_a_session_shares_one_hash_tag(manager: Manager, raw: Any) 
     session_keys = [k for k in keys if k != "mw:sessions"]
     assert session_keys == [
         "mw:{user:42}:ctx",
+        "mw:{user:42}:ids",
         "mw:{user:42}:meta",
         "mw:{user:42}:recent",
         "mw:{user:42}:sum",
@@ -84,7 +85,7 @@ def test_every_write_refreshes_the_ttl_of_the_whole_session(atlas: Config, manag
             raw.pexpire(key, 5_000)
         mgr.record_turn("s", user="c", assistant="d")  # sets no context key
         present = [key for key in session_keys("mw", "s") if raw.exists(key)]
-        assert len(present) == 5  # all but the last-prompt key, written only when a prompt was composed
+        assert len(present) == 6  # all but the last-prompt key, written only when a prompt was composed
         ttls = [raw.pttl(key) for key in present]
         assert all(95_000 < ttl <= 100_000 for ttl in ttls), ttls
 
@@ -94,7 +95,7 @@ def test_ttl_zero_keeps_sessions_forever(atlas: Config, managers: ManagerFactory
     with managers(atlas.with_overrides(store={"ttl_seconds": 0})) as mgr:
         mgr.record_turn("s", user="a", assistant="b", tool_calls=[nav("x")])
         present = [key for key in session_keys("mw", "s") if raw.exists(key)]
-        assert len(present) == 5  # all but the last-prompt key, written only when a prompt was composed
+        assert len(present) == 6  # all but the last-prompt key, written only when a prompt was composed
         assert all(raw.pttl(key) == -1 for key in present)
 
 
@@ -220,7 +221,8 @@ def round_trips(admin: redis.Redis, operation: Any) -> int:
 
 def test_load_is_one_round_trip_and_record_is_one_transaction(redis_managers: ManagerFactory, redis_server: RedisServer) -> None:
     """Against real Redis: a load is one round trip; a record is one round trip holding one
-    MULTI/EXEC, and reads nothing (no read-modify-write)."""
+    command, the record script by its SHA (what it reads, it reads on the server: no
+    read-modify-write from the client, no WATCH)."""
     mgr = redis_managers()
     mgr.record_turn("warm", user="a", assistant="b")  # connect first, so connection setup is not counted
     admin = redis_server.client()
@@ -228,8 +230,8 @@ def test_load_is_one_round_trip_and_record_is_one_transaction(redis_managers: Ma
     admin.config_resetstat()
     assert round_trips(admin, lambda: mgr.record_turn("s", user="goto shop", assistant="ok", tool_calls=[nav("shop")])) == 1
     stats = admin.info("commandstats")
-    assert stats["cmdstat_multi"]["calls"] == 1 and stats["cmdstat_exec"]["calls"] == 1
-    assert not any(name in stats for name in ("cmdstat_get", "cmdstat_hget", "cmdstat_watch", "cmdstat_lrange", "cmdstat_zrange"))
+    assert stats["cmdstat_evalsha"]["calls"] == 1
+    assert not any(name in stats for name in ("cmdstat_eval", "cmdstat_multi", "cmdstat_watch", "cmdstat_get", "cmdstat_lrange"))
 
 
 def test_eight_threads_recording_into_one_session_lose_nothing(atlas: Config, real_redis_url: str) -> None:
@@ -374,3 +376,22 @@ def test_a_corrupt_counter_is_repaired_field_by_field(managers: ManagerFactory, 
     state = mgr.get_state(sid)
     assert state.owner == ("alice", "atlas") and state.created_at is not None and state.full_tokens > 0
     assert [e["keys"] for e in events if e["event"] == "store.repaired"] == [[f"{meta} turns"]]
+
+
+def test_every_driver_runs_a_whole_plan_with_execute(manager: Manager) -> None:
+    """``store.execute(plan)`` (the storage contract a user's own code may call) runs a
+    plan to its result on the face's driver; a sync store behind a worker thread too."""
+    from middleware.core.plans import Layout, load, ping
+    from middleware.store import ThreadedStore
+
+    manager.record_turn("s", user="go to shop", assistant="at shop", tool_calls=[nav("shop")])
+    layout = Layout.of(manager.config)
+    store = manager.store
+    if isinstance(manager, SessionManager):
+        loaded = store.execute(load(layout, "s"))
+        threaded = ThreadedStore(store)
+        assert asyncio.run(threaded.execute(ping(layout))) is True
+        assert repr(threaded) == repr(store)
+    else:
+        loaded = manager._wait(store.execute(load(layout, "s")))
+    assert loaded.state.turns == 1 and loaded.state.context == {"userinterface_name": "google_tv"}

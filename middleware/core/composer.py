@@ -319,7 +319,9 @@ class Composer:
             summary_line=summary_line(turn, config.summary, action=action),
             recent=recent,
             full_tokens=full,
-            traces=_traces(turn, final, config.traces.max_entry_chars) if config.traces.max_entries else (),
+            traces=_traces(turn, final, config.traces.max_entry_chars, config.traces.max_turn_chars)
+            if config.traces.max_entries
+            else (),
             turn_id=turn_id,
             prompt=prompt,
         )
@@ -364,21 +366,26 @@ def _tool_tokens(turn: Turn, tokenizer: Tokenizer) -> int:
     return total
 
 
-def _traces(turn: Turn, final: str, cap: int) -> tuple[dict[str, Any], ...]:
+def _traces(turn: Turn, final: str, cap: int, turn_cap: int) -> tuple[dict[str, Any], ...]:
     """The turn as raw trace events (user, each tool call and its result, assistant), each
-    text cut in the middle past ``cap`` characters."""
+    text cut in the middle past ``cap`` characters; tool calls past ``turn_cap`` characters
+    for the whole turn are counted in one ``omitted`` event instead of kept."""
 
     def short(text: str) -> str:
         return text if len(text) <= cap else cut_middle(text, cap)
 
-    entries: list[dict[str, Any]] = [{"type": "user", "content": short(turn.user)}]
+    user, reply = short(turn.user), short(final)
+    room = turn_cap - len(user) - len(reply)
+    entries: list[dict[str, Any]] = [{"type": "user", "content": user}]
     for index, call in enumerate(turn.tool_calls):
-        call_id = call.id or f"call_{index}"
-        entries.append({"type": "tool_call", "call_id": call_id, "tool": call.name, "arguments": short(call.arguments_text)})
-        entries.append(
-            {"type": "tool_result", "call_id": call_id, "tool": call.name, "ok": call.ok, "result": short(call.result_text)}
-        )
-    entries.append({"type": "assistant", "content": short(final)})
+        call_id, arguments, result = call.id or f"call_{index}", short(call.arguments_text), short(call.result_text)
+        room -= len(arguments) + len(result) + len(call.name) + 64  # 64: the event's own keys
+        if room < 0:
+            entries.append({"type": "omitted", "tool_calls": len(turn.tool_calls) - index})
+            break
+        entries.append({"type": "tool_call", "call_id": call_id, "tool": call.name, "arguments": arguments})
+        entries.append({"type": "tool_result", "call_id": call_id, "tool": call.name, "ok": call.ok, "result": result})
+    entries.append({"type": "assistant", "content": reply})
     return tuple(entries)
 
 

@@ -35,7 +35,7 @@ import orjson
 
 from ..exceptions import InvalidMessageError, InvalidToolCallError, StoreError
 from .effects import Batch, Command, Plan
-from .plans import Layout, Loaded, decode_state, error_text, index_commands, load_commands, notes
+from .plans import RECORD_SCRIPT, Layout, Loaded, decode_state, error_text, index_commands, load_commands, notes, recorded_keys
 
 __all__ = [
     "Arrival",
@@ -44,8 +44,8 @@ __all__ = [
     "arrive",
     "content_text",
     "finish",
-    "raw_command",
     "read_messages",
+    "record_arguments",
     "wait_for_results",
     "whole_turns",
 ]
@@ -231,35 +231,33 @@ def tool_result(content: str) -> Any:
         return content
 
 
-# --- commands as a script applies them ------------------------------------------------------
+# --- the ordering scripts ---------------------------------------------------------------------
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def record_arguments(command: Command) -> list[str]:
+    """The ARGV of a ``plans.record_command``: what a queued turn keeps until its turn comes."""
+    _, _, count, *rest = command
+    return [value.decode() if isinstance(value, bytes) else str(value) for value in rest[int(count) :]]
 
 
-def raw_command(command: Command) -> list[str]:
-    """A redis-py style command of ``plans.record_commands`` as the words Redis receives."""
-    name, key, *args = command
-    if name == "hset":  # hset(key, None, None, mapping)
-        return ["HSET", key, *(_text(part) for pair in args[2].items() for part in pair)]
-    if name == "zadd":  # zadd(key, {member: score})
-        return ["ZADD", key, *(_text(part) for member, score in args[0].items() for part in (score, member))]
-    if name in _PLAIN:
-        return [_PLAIN[name], key, *map(_text, args)]
-    raise ValueError(f"no script form for command {name!r}")
-
-
-_PLAIN = {name: name.upper() for name in ("hincrby", "hsetnx", "zrem", "zremrangebyrank", "zremrangebyscore", "rpush", "ltrim",
-                                          "set", "pexpire", "persist")} | {"delete": "DEL"}  # fmt: skip
-
-# Shared by both scripts: apply queued turns strictly in arrival order.
-_ORDER = """
+# Shared by both scripts: apply queued turns strictly in arrival order. A turn is applied by
+# the store's own record script (plans.RECORD_SCRIPT), run here as a function: scripts cannot
+# call scripts. KEYS: the live hash, then the recorded keys in their order, then the listing
+# index unless on a cluster.
+_ORDER = (
+    """
 local live = KEYS[1]
 local now, wait, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local recorded = {unpack(KEYS, 2)}
+local function record_turn(KEYS, ARGV)
+"""
+    + RECORD_SCRIPT
+    + """
+end
 local function number(name) return tonumber(redis.call('HGET', live, name) or '0') or 0 end
 local function apply(entry)
-  for _, command in ipairs(cjson.decode(entry)) do redis.pcall(unpack(command)) end
+  local arguments = cjson.decode(entry)
+  if #arguments > 0 then record_turn(recorded, arguments) end
 end
 local function flush()
   local applied, arrived, queued = number('applied'), number('arrived'), number('queued')
@@ -286,6 +284,7 @@ local function flush()
   redis.call('HSET', live, 'applied', applied, 'queued', queued)
 end
 """
+)
 
 # ARGV: now wait ttl reserve(0/1) mark_import(0/1) field... -> {arrival number, open turn or '', first(0/1)}
 ARRIVE = (
@@ -339,8 +338,8 @@ def _checked(replies: Sequence[Any]) -> Sequence[Any]:
 
 def _script(layout: Layout, session_id: str, script: str, *args: Any, now: float, wait: float) -> Command:
     keys = layout.session(session_id)
-    ordered = (keys.live, *(key for key in keys if key != keys.live))  # the live hash first; every key declared
-    return ("execute_command", "EVAL", script, len(ordered), *ordered, repr(now), repr(wait), layout.ttl_ms, *args)
+    declared = (keys.live, *recorded_keys(keys), *(() if layout.cluster else (layout.index,)))  # every key it touches
+    return ("execute_command", "EVAL", script, len(declared), *declared, repr(now), repr(wait), layout.ttl_ms, *args)
 
 
 class Arrival(NamedTuple):
@@ -385,12 +384,12 @@ def wait_for_results(
 
 
 def finish(
-    layout: Layout, session_id: str, seq: int, commands: Sequence[Command], *, drop: str | None, now: float, wait: float
+    layout: Layout, session_id: str, seq: int, command: Command | None, *, drop: str | None, now: float, wait: float
 ) -> Plan[None]:
-    """Record a finished turn in its place (``commands`` from ``plans.record_commands``; none
-    gives its place up). The listing index is written beside it, outside the script (on a
-    cluster it lives in another slot)."""
-    inside = [raw_command(c) for c in commands if c[1] != layout.index]
-    outside = index_commands(layout, session_id, now=now) if inside else []
-    script = _script(layout, session_id, FINISH, seq, orjson.dumps(inside), drop or "", now=now, wait=wait)
+    """Record a finished turn in its place (``command``: its ``plans.record_command``; None
+    gives the place up). On a cluster the listing index, in another slot, is written beside
+    the script (best effort, as ``plans.record`` does)."""
+    arguments = record_arguments(command) if command is not None else []
+    script = _script(layout, session_id, FINISH, seq, orjson.dumps(arguments), drop or "", now=now, wait=wait)
+    outside = index_commands(layout, session_id, now=now) if layout.cluster and command is not None else []
     _checked((yield Batch([script, *outside]))[:1])

@@ -79,7 +79,7 @@ def apply_operation(
     header, an absent section to delete, or notes that would exceed ``max_chars``.
     """
     if operation not in OPERATIONS:
-        raise NotesError(f"Unknown notes operation {operation!r}; expected one of {list(OPERATIONS)}.")
+        raise NotesError(f"Unknown notes operation {str(operation)[:40]!r}; expected one of {list(OPERATIONS)}.")
     if operation in {"overwrite", "append", "prepend", "replace_section_by_header"} and (
         content is None or not str(content).strip()
     ):
@@ -102,8 +102,10 @@ def apply_operation(
     elif operation == "delete_section_by_header":
         section = _find(notes, section_header or "")
         if section is None:
-            titles = [s.title for s in sections(notes)]
-            raise NotesError(f"No section {section_header!r} in the notes; sections: {titles}.")
+            # The error names the header asked for, not the notes' own (their text stays out of errors and logs).
+            raise NotesError(
+                f"No section {str(section_header)[:60]!r} in the notes ({len(sections(notes))} sections); read the notes for their headers."
+            )
         lines = notes.split("\n")
         result = "\n".join(lines[: section.start] + lines[section.end :]).strip("\n")
     else:  # replace_section_by_header

@@ -5,28 +5,29 @@ replies in by hand.
 Layout (all keys of a session share the hash tag ``{<session id>}``, so a session lives
 in one Redis Cluster slot)::
 
-    <prefix>:{<sid>}:ctx      zset   member "key=value", score = µs time it was set
+    <prefix>:{<sid>}:ctx      zset   member "key=value", score = µs server time it was set
     <prefix>:{<sid>}:sum      list   summary lines, oldest first
     <prefix>:{<sid>}:recent   list   JSON {"role","content","tokens","turn"}: the recent window
     <prefix>:{<sid>}:meta     hash   turns, full_tokens, created, updated, last_turn, user, agent
     <prefix>:{<sid>}:traces   list   JSON turn records for the inspector
     <prefix>:{<sid>}:prompt   string JSON of the prompt sent on the last recorded turn
+    <prefix>:{<sid>}:ids      zset   ids of the last turns written, score = turn number
     <prefix>:{<sid>}:live     hash   the endpoint's turns in flight (see middleware.core.live)
     <prefix>:{u:<user>|<agent>}:active / :sessions / :notes   a (user, agent) pair
     <prefix>:sessions         zset   session id -> last update (seconds): the listing index
 
-A load is one round trip. Recording a turn is one MULTI/EXEC made only of commands that
-commute (pushes with trims, increments, sets): nothing is read and written back, so
-concurrent writers lose nothing, and every write refreshes the TTL of the whole session.
-Context values live in the zset member itself (key names never hold '='): a write adds
-``key=value`` with a newer score and removes the members this process saw for that key;
-a reader resolves any leftover duplicate by the highest score.
+A load is one round trip. Recording a turn is one server-side script (``RECORD_SCRIPT``):
+atomic, so concurrent writers lose nothing; idempotent by turn id, so a retry after a
+lost reply writes nothing twice; and it applies the bounds that depend on what is stored
+(the newest value of each context key, the keys set most recently) where the data is,
+so no writer reads and writes back. Every write refreshes the TTL of the whole session.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -65,6 +66,7 @@ class SessionKeys(NamedTuple):
     meta: str
     traces: str
     prompt: str
+    ids: str
     live: str  # written by the endpoint only; here so that it expires and resets with the session
 
 
@@ -89,6 +91,11 @@ def pair_keys(prefix: str, user_id: str, agent: str) -> PairKeys:
     return PairKeys(*(f"{prefix}:{{u:{tag}}}:{name}" for name in PairKeys._fields))
 
 
+# Ids of the last turns each session remembers: a write retried after its reply was lost,
+# or a turn held through an outage, is recognised if fewer than this many turns landed since.
+TURN_IDS = 128
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """How one config lays sessions out: key names, bounds and expiry, read once."""
@@ -96,11 +103,13 @@ class Layout:
     config: Config
     prefix: str
     index: str
-    ctx_members: int  # members kept in the ctx zset (keys plus room for racing duplicates)
+    max_keys: int  # context keys kept: those set most recently
+    key_history: int  # values kept per context key, newest first (the first is the current one)
     summary_lines: int  # lines kept: those shown plus those of turns still in the recent window
     recent_messages: int
     trace_entries: int
     ttl_ms: int
+    turn_ids: int  # ids of the last turns written, so a retried write is recognised
     cluster: bool
     notes_shown: bool  # notes.max_tokens > 0: a load reads the notes
 
@@ -111,11 +120,13 @@ class Layout:
             config=config,
             prefix=prefix,
             index=f"{prefix}:sessions",
-            ctx_members=config.context.max_keys * 2 + 8,
+            max_keys=config.context.max_keys,
+            key_history=1,
             summary_lines=shown + (0 if config.summary.cover_recent or not shown else config.recent.turns),
             recent_messages=config.recent.messages,
             trace_entries=config.traces.max_entries,
             ttl_ms=config.store.ttl_seconds * 1000,
+            turn_ids=TURN_IDS,
             cluster=config.store.cluster,
             notes_shown=config.notes.max_tokens > 0,
         )
@@ -151,11 +162,6 @@ def error_text(error: BaseException) -> str:
 def _wrong_type(error: BaseException) -> bool:
     """A key holding another type of value: a corrupt record, skipped on read, replaced on write."""
     return error_text(error).startswith("WRONGTYPE")
-
-
-def _not_integer(error: BaseException) -> bool:
-    """A counter field holding something else: repaired field by field on write."""
-    return "is not an integer" in error_text(error)
 
 
 def _refused(error: BaseException) -> StoreError:
@@ -196,7 +202,7 @@ _LOAD_REPLIES = len(_PARTS)
 _META_FIELDS = {name: name.encode() for name in ("turns", "full_tokens", "created", "updated")}
 
 
-def _decode_context(reply: Any, config: Config, seen: dict[str, set[str]], bad: list[Corrupt]) -> dict[str, str]:
+def _decode_context(reply: Any, config: Config, bad: list[Corrupt]) -> dict[str, str]:
     best: dict[str, tuple[float, str]] = {}
     limit = config.context.max_value_chars
     for raw, score in reply:
@@ -209,7 +215,6 @@ def _decode_context(reply: Any, config: Config, seen: dict[str, set[str]], bad: 
         if clean_key is None or clean_value is None:
             bad.append(Corrupt("ctx", f"member {text[:80]!r} has an unusable key or value"))
             continue
-        seen.setdefault(clean_key, set()).add(text)
         if clean_key not in best or score >= best[clean_key][0]:
             best[clean_key] = (score, clean_value)
     if config.context.keys is not None and not best.keys() <= set(config.context.keys):
@@ -262,14 +267,25 @@ def _owner(meta: Mapping[bytes, bytes]) -> tuple[str, str] | None:
 
 class Loaded(NamedTuple):
     state: SessionState
-    seen: dict[str, set[str]]  # the context members read, per key (a later write supersedes them)
     corrupt: tuple[Corrupt, ...]  # records skipped
+    missing: tuple[str, ...] = ()  # parts a session with turns must have and has not (evicted under maxmemory)
+
+
+def _missing(replies: Sequence[Any], turns: int, config: Config, bad: list[Corrupt]) -> tuple[str, ...]:
+    """The parts every recorded turn writes that are gone while others stay: what an
+    eviction policy left of the session (a session expires whole; nothing else removes
+    one part). Parts read as corrupt are reported as such, not here."""
+    ctx, summary, recent, meta = replies[:_LOAD_REPLIES]
+    unreadable = {c.part for c in bad if c.reason.startswith("unreadable")}
+    if not meta and "meta" not in unreadable:
+        return ("meta",) if summary or recent or ctx else ()
+    expected = (("sum", summary, config.summary.lines), ("recent", recent, config.recent.messages))
+    return tuple(part for part, reply, kept in expected if turns and kept and not reply and part not in unreadable)
 
 
 def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loaded:
     """The state from the replies of ``load_commands`` (further replies are ignored); corrupt
     parts are skipped and listed."""
-    seen: dict[str, set[str]] = {}
     bad: list[Corrupt] = []
     ctx, summary, recent_records, meta = replies[:_LOAD_REPLIES]
     if any(map(isinstance, (ctx, summary, recent_records, meta), repeat(Exception))):
@@ -283,7 +299,7 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
         ctx, summary, recent_records, meta = (
             None if isinstance(r, Exception) else r for r in (ctx, summary, recent_records, meta)
         )
-    context = _decode_context(ctx or [], config, seen, bad)
+    context = _decode_context(ctx or [], config, bad)
     recent = _decode_recent(recent_records or [], bad)
     lines = _decode_summary(summary or [], config)
     if not config.summary.cover_recent:
@@ -305,7 +321,10 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
         owner=_owner(meta),
         notes="",
     )
-    return Loaded(state, seen, tuple(bad))
+    missing = _missing((ctx, summary, recent_records, meta), state.turns, config, bad)
+    if "meta" in missing:  # no count: what is left tells at least how many turns there were
+        state = dataclasses.replace(state, turns=max(len(summary or ()), len(recent) // 2))
+    return Loaded(state, tuple(bad), missing)
 
 
 def load(layout: Layout, session_id: str, *, owner: tuple[str, str] | None = None) -> Plan[Loaded]:
@@ -318,6 +337,10 @@ def load(layout: Layout, session_id: str, *, owner: tuple[str, str] | None = Non
         commands = (*commands, ("get", layout.pair(*owner).notes))
     replies = yield Batch(commands)
     loaded = decode_state(session_id, replies, layout.config)
+    if "meta" in loaded.missing:  # the ids of the last turns carry the count the meta hash lost
+        (last,) = yield Batch([("zrange", layout.session(session_id).ids, -1, -1, False, True)])
+        counted = int(last[0][1]) if isinstance(last, list) and last else 0
+        loaded = loaded._replace(state=dataclasses.replace(loaded.state, turns=max(loaded.state.turns, counted)))
     found = loaded.state.owner
     if found is None or not notes_shown:
         return loaded
@@ -330,54 +353,138 @@ def load(layout: Layout, session_id: str, *, owner: tuple[str, str] | None = Non
 
 # --- record ------------------------------------------------------------------
 
+# One turn, written by one server-side script: atomic, idempotent by turn id, and with
+# the bounds that need to look at what is stored (the newest values per context key, the
+# keys set most recently) applied where the data is, so no writer reads and writes back.
+#
+# KEYS: the session's keys in SessionKeys order (ctx sum recent meta traces prompt ids), [index]
+# ARGV: turn_id now ttl_ms full_tokens max_keys key_history summary_lines recent_messages
+#       trace_entries turn_ids session_id index_cutoff summary_line trace prompt
+#       n_context (key value)*n_context n_recent record*n_recent
+# Returns {turns, written (1, or 0 when the turn id was already recorded), repaired...}.
+RECORD_SCRIPT = r"""
+local ctx, sum, recent, meta, traces, prompt, ids = unpack(KEYS, 1, 7)
+local turn_id, repaired = ARGV[1], {}
+-- A key holding a foreign type is replaced, a counter holding no integer is reset;
+-- any other error reply (OOM, NOPERM...) stops the script before it writes anything more.
+local function call(...)
+  local reply = redis.pcall(...)
+  if type(reply) ~= 'table' or not reply.err then return reply end
+  local args, err = {...}, tostring(reply.err)
+  if string.sub(err, 1, 9) == 'WRONGTYPE' then
+    redis.call('DEL', args[2])
+    repaired[#repaired + 1] = args[2]
+  elseif args[1] == 'HINCRBY' and string.find(err, 'not an integer', 1, true) then
+    redis.call('HDEL', args[2], args[3])
+    repaired[#repaired + 1] = args[2] .. ' ' .. args[3]
+  else
+    error(reply)
+  end
+  return redis.call(...)
+end
 
-def _member(key: str, value: str) -> str:
-    return f"{key}={value}"
+local function record()
+if turn_id ~= '' and call('ZSCORE', ids, turn_id) then
+  return {tonumber(redis.pcall('HGET', meta, 'turns')) or 0, 0}
+end
+
+local now, ttl = ARGV[2], tonumber(ARGV[3])
+local max_keys, history = tonumber(ARGV[5]), tonumber(ARGV[6])
+if redis.call('EXISTS', meta) == 0 then  -- evicted, or a new session: count on from the last turn id
+  local last = call('ZRANGE', ids, -1, -1, 'WITHSCORES')
+  if last[2] then call('HSET', meta, 'turns', last[2]) end
+end
+local turns = call('HINCRBY', meta, 'turns', 1)
+call('HINCRBY', meta, 'full_tokens', ARGV[4])
+call('HSETNX', meta, 'created', now)
+call('HSET', meta, 'updated', now, 'last_turn', turn_id)
+
+local n_context, at = tonumber(ARGV[16]), 17
+if n_context > 0 then
+  -- Scores are the server's clock in microseconds: the last writer to arrive wins.
+  local time = redis.call('TIME')
+  local base = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  for i = 0, n_context - 1 do
+    call('ZADD', ctx, base + i, ARGV[at + 2 * i] .. '=' .. ARGV[at + 2 * i + 1])
+  end
+  -- Keep the newest `history` values of each key, and the `max_keys` keys set last.
+  local rank, count, drop = {}, {}, {}
+  for _, member in ipairs(call('ZREVRANGE', ctx, 0, -1)) do
+    local key = string.match(member, '^([^=]+)=')
+    if key == nil then
+      drop[#drop + 1] = member
+    else
+      if rank[key] == nil then
+        rank[key] = #count + 1
+        count[#count + 1] = 0
+      end
+      count[rank[key]] = count[rank[key]] + 1
+      if rank[key] > max_keys or count[rank[key]] > history then drop[#drop + 1] = member end
+    end
+  end
+  for i = 1, #drop, 1000 do call('ZREM', ctx, unpack(drop, i, math.min(i + 999, #drop))) end
+end
+at = at + 2 * n_context
+
+local keep = tonumber(ARGV[7])
+if keep > 0 then
+  call('RPUSH', sum, ARGV[13])
+  call('LTRIM', sum, -keep, -1)
+end
+local n_recent = tonumber(ARGV[at])
+keep = tonumber(ARGV[8])
+if keep > 0 and n_recent > 0 then
+  call('RPUSH', recent, unpack(ARGV, at + 1, at + n_recent))
+  call('LTRIM', recent, -keep, -1)
+end
+keep = tonumber(ARGV[9])
+if keep > 0 and ARGV[14] ~= '' then
+  call('RPUSH', traces, ARGV[14])
+  call('LTRIM', traces, -keep, -1)
+end
+if ARGV[15] ~= '' then call('SET', prompt, ARGV[15]) end
+if turn_id ~= '' then
+  call('ZADD', ids, turns, turn_id)
+  call('ZREMRANGEBYRANK', ids, 0, -tonumber(ARGV[10]) - 1)
+end
+for i = 1, 7 do
+  if ttl > 0 then call('PEXPIRE', KEYS[i], ttl) else call('PERSIST', KEYS[i]) end
+end
+if KEYS[8] then  -- the listing index: best effort, never fails the turn
+  redis.pcall('ZADD', KEYS[8], now, ARGV[11])
+  if ARGV[12] ~= '' then redis.pcall('ZREMRANGEBYSCORE', KEYS[8], '-inf', ARGV[12]) end
+end
+return {turns, 1, unpack(repaired)}
+end
+
+local ok, result = pcall(record)
+if ok then return result end
+if type(result) == 'table' and result.err then return result end
+return redis.error_reply(tostring(result))
+"""
+RECORD_SHA = hashlib.sha1(RECORD_SCRIPT.encode()).hexdigest()
 
 
-def record_commands(
-    layout: Layout, session_id: str, update: TurnUpdate, *, now: float, superseded: Iterable[str] = ()
-) -> list[Command]:
-    """The commands of one recorded turn, all commutative, for one MULTI/EXEC. The listing
-    index joins them except on a cluster, where it lives in another slot."""
-    keys, now_us = layout.session(session_id), int(now * 1_000_000)
-    commands: list[Command] = [
-        ("hincrby", keys.meta, "turns", 1),  # first: its reply is the turn count
-        ("hincrby", keys.meta, "full_tokens", update.full_tokens),
-        ("hsetnx", keys.meta, "created", repr(now)),
-        # hset(name, key, value, mapping): both fields in one command
-        ("hset", keys.meta, None, None, {"updated": repr(now), "last_turn": update.turn_id}),
-    ]
-    scored: dict[str, int] = {}
-    if update.context:
-        for offset, (key, value) in enumerate(update.context):
-            scored[_member(key, value)] = now_us + offset
-        commands.append(("zadd", keys.ctx, scored))
-    stale = [m for m in superseded if m not in scored]
-    if stale:
-        commands.append(("zrem", keys.ctx, *stale))
-    if update.context:
-        commands.append(("zremrangebyrank", keys.ctx, 0, -(layout.ctx_members + 1)))
-    if layout.summary_lines:
-        commands.append(("rpush", keys.sum, update.summary_line))
-        commands.append(("ltrim", keys.sum, -layout.summary_lines, -1))
-    if layout.recent_messages and update.recent:
-        records = [
-            _dumps({"role": m.role, "content": m.content, "tokens": m.tokens, "turn": update.turn_id}) for m in update.recent
-        ]
-        commands.append(("rpush", keys.recent, *records))
-        commands.append(("ltrim", keys.recent, -layout.recent_messages, -1))
-    if update.traces and layout.trace_entries:
-        # One record per turn (its events in order): one encode, one list element.
-        commands.append(("rpush", keys.traces, _dumps({"ts": now, "turn_id": update.turn_id, "events": update.traces})))
-        commands.append(("ltrim", keys.traces, -layout.trace_entries, -1))
-    if update.prompt:
-        commands.append(("set", keys.prompt, update.prompt))
-    ttl = layout.ttl_ms  # every write refreshes the whole session's idle expiry (0: none)
-    commands += [("pexpire", key, ttl) for key in keys] if ttl else [("persist", key) for key in keys]
-    if not layout.cluster:
-        commands += index_commands(layout, session_id, now=now)
-    return commands
+def recorded_keys(keys: SessionKeys) -> tuple[str, ...]:
+    """The keys RECORD_SCRIPT writes, in its order (the endpoint's ``live`` hash is not one)."""
+    return (keys.ctx, keys.sum, keys.recent, keys.meta, keys.traces, keys.prompt, keys.ids)
+
+
+def record_command(layout: Layout, session_id: str, update: TurnUpdate, *, now: float) -> Command:
+    """The one command that records a turn: the script by its SHA (see ``record``)."""
+    keys = recorded_keys(layout.session(session_id))
+    index = () if layout.cluster else (layout.index,)
+    cutoff = repr(now - layout.ttl_ms / 1000) if layout.ttl_ms and not layout.cluster else ""
+    recent = [_dumps({"role": m.role, "content": m.content, "tokens": m.tokens, "turn": update.turn_id}) for m in update.recent]
+    # One record per turn (its events in order): one encode, one list element.
+    trace = _dumps({"ts": now, "turn_id": update.turn_id, "events": update.traces}) if update.traces else ""
+    return (
+        "evalsha", RECORD_SHA, len(keys) + len(index), *keys, *index,
+        update.turn_id, repr(now), layout.ttl_ms, update.full_tokens, layout.max_keys,
+        layout.key_history, layout.summary_lines, layout.recent_messages if update.recent else 0, layout.trace_entries,
+        layout.turn_ids, session_id, cutoff, update.summary_line, trace, update.prompt,
+        len(update.context), *(part for pair in update.context for part in pair), len(recent), *recent,
+    )  # fmt: skip
 
 
 def index_commands(layout: Layout, session_id: str, *, now: float) -> list[Command]:
@@ -390,60 +497,36 @@ def index_commands(layout: Layout, session_id: str, *, now: float) -> list[Comma
 
 class Recorded(NamedTuple):
     turns: int  # the session's turn count after this turn
+    written: bool = True  # False: this turn id had been recorded already (a retry whose first reply was lost)
     repaired: tuple[str, ...] = ()  # keys that held a foreign type, and "key field" counters that held no integer
+    index_error: str = ""  # the listing index could not be written (a cluster node down): the turn is
 
 
-def record(layout: Layout, session_id: str, update: TurnUpdate, *, now: float, superseded: Iterable[str] = ()) -> Plan[Recorded]:
-    """Write one turn in one MULTI/EXEC. A key holding a foreign type is deleted and only
-    its own commands replayed (every other command already applied once)."""
-    commands = record_commands(layout, session_id, update, now=now, superseded=superseded)
-    results = yield Batch(commands, transaction=True)
-    turns, repaired = results[0], ()
-    if any(map(isinstance, results, repeat(Exception))):
-        errors = [(cmd, result) for cmd, result in zip(commands, results, strict=True) if isinstance(result, Exception)]
-        refused = [error for cmd, error in errors if not _wrong_type(error) and not (_not_integer(error) and cmd[0] == "hincrby")]
-        if refused:
-            raise _refused(refused[0])
-        bad = sorted({cmd[1] for cmd, error in errors if _wrong_type(error)})
-        counters = [cmd for cmd, error in errors if _not_integer(error)]
-        # A foreign key is deleted and its own commands replayed; a counter field that holds
-        # no integer is deleted and its increment replayed (the rest of the hash stays).
-        repair: list[Command] = [("delete", key) for key in bad] + [cmd for cmd in commands if cmd[1] in bad]
-        repair += [("hdel", cmd[1], cmd[2]) for cmd in counters] + counters
-        replies = yield Batch(repair, transaction=True)
-        if commands[0] in repair:  # the turn counter itself was repaired
-            turns = replies[repair.index(commands[0])]
-        repaired = (*bad, *(f"{cmd[1]} {cmd[2]}" for cmd in counters))
-    if layout.cluster:
-        yield Batch(index_commands(layout, session_id, now=now))
-    return Recorded(turns if isinstance(turns, int) else 0, repaired)
+def _no_script(reply: Any) -> bool:
+    """The server does not have the script yet (redis-py strips the NOSCRIPT prefix)."""
+    return isinstance(reply, Exception) and (type(reply).__name__ == "NoScriptError" or "NOSCRIPT" in error_text(reply))
 
 
-def _holds_turn(replies: Sequence[Any], turn_id: str) -> bool:
-    last, recent = _checked(replies)
-    if isinstance(last, bytes) and last.decode("utf-8", "replace") == turn_id:
-        return True
-    for entry in recent if isinstance(recent, list) else ():
+def record(layout: Layout, session_id: str, update: TurnUpdate, *, now: float) -> Plan[Recorded]:
+    """Write one turn: one script, run by its SHA (a server that has not seen it yet gets
+    it once). Idempotent by ``update.turn_id``: a retry whose first attempt did land (its
+    reply lost) writes nothing and says so. On a cluster the listing index, in another
+    slot, follows in a round trip of its own that never fails the turn."""
+    command = record_command(layout, session_id, update, now=now)
+    (reply,) = yield Batch([command])
+    if _no_script(reply):
+        (reply,) = yield Batch([("eval", RECORD_SCRIPT, *command[2:])])
+    turns, written, *repaired = _checked([reply])[0]
+    recorded = Recorded(int(turns), bool(written), tuple(map(_text, repaired)))
+    if layout.cluster and written:
         try:
-            if _loads(entry).get("turn") == turn_id:
-                return True
-        except (ValueError, AttributeError):
-            continue
-    return False
-
-
-def replay(
-    layout: Layout, session_id: str, update: TurnUpdate, *, now: float, superseded: Iterable[str] = ()
-) -> Plan[Recorded | None]:
-    """Write a turn held through an outage, unless its first attempt did reach Redis (its
-    reply was lost): then None. Exact unless other writers recorded two or more turns
-    in the session since."""
-    keys = layout.session(session_id)
-    if update.turn_id:
-        replies = yield Batch([("hget", keys.meta, "last_turn"), ("lrange", keys.recent, 0, -1)])
-        if _holds_turn(replies, update.turn_id):
-            return None
-    return (yield from record(layout, session_id, update, now=now, superseded=superseded))
+            replies = yield Batch(index_commands(layout, session_id, now=now))
+            failed: BaseException | None = next((r for r in replies if isinstance(r, Exception)), None)
+        except StoreError as exc:
+            failed = exc
+        if failed is not None:
+            recorded = recorded._replace(index_error=error_text(failed))
+    return recorded
 
 
 def reset(layout: Layout, session_id: str) -> Plan[None]:
@@ -585,13 +668,23 @@ def inspect(layout: Layout, session_id: str, *, traces: int = 100) -> Plan[Inspe
     round trip (a second for the notes of a session with an owner)."""
     keys = layout.session(session_id)
     replies = yield Batch([*load_commands(keys), ("lrange", keys.traces, -max(traces, 1), -1), ("get", keys.prompt)])
-    state, _, corrupt = decode_state(session_id, replies[:_LOAD_REPLIES], layout.config)
+    state, corrupt, _ = decode_state(session_id, replies[:_LOAD_REPLIES], layout.config)
     for reply in replies[_LOAD_REPLIES:]:  # a foreign trace or prompt key is the view's to warn about
         if isinstance(reply, Exception) and not _wrong_type(reply):
             raise _refused(reply)
     if state.owner:
         state = dataclasses.replace(state, notes=(yield from notes(layout, *state.owner)))
     return Inspection(state, replies[_LOAD_REPLIES], replies[_LOAD_REPLIES + 1], corrupt)
+
+
+def eviction_policy(layout: Layout) -> Plan[str | None]:
+    """The server's maxmemory-policy, or None where it will not say (CONFIG disabled or not
+    permitted, or a cluster, whose nodes may differ). An unreachable server is an error."""
+    if layout.cluster:
+        return None
+    (reply,) = yield Batch([("config_get", "maxmemory-policy")])
+    value = reply.get("maxmemory-policy") if isinstance(reply, dict) else None
+    return _text(value) if value is not None else None
 
 
 def ping(layout: Layout) -> Plan[bool]:

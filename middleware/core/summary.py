@@ -58,7 +58,21 @@ def action_of(turn: Turn, config: SummaryConfig) -> str:
     return one_line(text, config.action_brief_chars) or "(no reply)"
 
 
+def _neutral(text: str, config: SummaryConfig) -> str:
+    """``text`` unable to pass for summary structure: no bullet or arrow of a line of its
+    own, no copy of the summary's header (a user could otherwise write a fake earlier turn)."""
+    if BULLET in text or ARROW in text:
+        text = text.replace(BULLET, "·").replace(ARROW, "->")
+    if config.header and config.header in text:
+        text = text.replace(config.header, config.header.translate(_BRACKETS))
+    return text
+
+
+_BRACKETS = str.maketrans("[]", "()")
+
+
 def summary_line(turn: Turn, config: SummaryConfig, *, action: str | None = None) -> str:
     """``• {user brief} → {action}``; ``action`` is ``action_of(turn, config)`` when given."""
-    user = one_line(turn.user, config.user_brief_chars) or "(empty message)"
-    return f"{BULLET} {user} {ARROW} {action if action is not None else action_of(turn, config)}"
+    user = one_line(_neutral(turn.user, config), config.user_brief_chars) or "(empty message)"
+    action = _neutral(action if action is not None else action_of(turn, config), config)
+    return f"{BULLET} {user} {ARROW} {action}"

@@ -43,7 +43,6 @@ class Exchange:
     turn: OpenTurn  # the turn in progress, this request's tool results included
     prompt: Prompt  # the composed prompt, on the client's own system text when it sent one
     messages: list[dict[str, Any]]  # what goes upstream: the prompt, then the turn's tool loop
-    seen: dict[str, set[str]]  # the context members read on arrival (a write replaces them)
     drop: str | None  # the live field the turn waited in, forgotten once it moves on
     loop_tokens: int
     tools_tokens: int
@@ -84,7 +83,7 @@ class Turns:
         loop_tokens = sum(map(engine.tokenizer.count_message, turn.loop))
         prompt = self._compose(state, turn.user, conversation.system, model, tools_tokens + loop_tokens)
         sent = [*prompt.messages[:-1], self._current(prompt, conversation), *turn.loop]
-        return Exchange(session_id=session_id, turn=turn, prompt=prompt, messages=sent, seen=arrival.loaded.seen, drop=drop,
+        return Exchange(session_id=session_id, turn=turn, prompt=prompt, messages=sent, drop=drop,
                         loop_tokens=loop_tokens, tools_tokens=tools_tokens)  # fmt: skip
 
     def _turn(self, conversation: Conversation, arrival: live.Arrival, user: str | None) -> tuple[OpenTurn, str | None]:
@@ -161,10 +160,8 @@ class Turns:
         _, calls, _, _ = interpret_reply([*turn.loop, {"role": "assistant", "content": text}])
         update = engine.composer.apply_turn(engine.turn(turn.user, text, calls), turn_id=turn.turn_id,
                                             prompt=_prompt_json(exchange.prompt, exchange.messages))  # fmt: skip
-        written = {f"{key}={value}" for key, value in update.context}
-        superseded = [m for key, _ in update.context for m in exchange.seen.get(key, ()) if m not in written]
-        commands = plans.record_commands(self.layout, exchange.session_id, update, now=now, superseded=superseded)
-        yield from live.finish(self.layout, exchange.session_id, turn.seq, commands, drop=exchange.drop, now=now, wait=self.wait)
+        command = plans.record_command(self.layout, exchange.session_id, update, now=now)
+        yield from live.finish(self.layout, exchange.session_id, turn.seq, command, drop=exchange.drop, now=now, wait=self.wait)
 
     def fail(self, exchange: Exchange) -> Program[None]:
         """The upstream call failed. A turn waiting in Redis stays there (the client may send
@@ -176,7 +173,7 @@ class Turns:
         if turn.loop:
             yield from self._record(exchange, "(the model failed after the tools ran)")
             return
-        yield from live.finish(self.layout, exchange.session_id, turn.seq, [], drop=None, now=time.time(), wait=self.wait)
+        yield from live.finish(self.layout, exchange.session_id, turn.seq, None, drop=None, now=time.time(), wait=self.wait)
 
     # --- usage lines ------------------------------------------------------------------------
 
