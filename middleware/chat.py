@@ -89,7 +89,7 @@ class ChatTurn:
         self.tools_tokens = llm.tools_tokens(engine.config.tokens.model, self.schemas)  # what they add to every call
         self.lines: list[dict[str, Any]] = []  # the usage lines written, one per LLM call
 
-    def program(self, litellm_kwargs: dict[str, Any]) -> Program[ChatResult]:
+    def program(self, litellm_kwargs: Mapping[str, Any]) -> Program[ChatResult]:
         stream = self.stream
         self.prompt = yield from self.engine.prepare(
             self.session_id, self.user_message, model=self.model, extra_tokens=self.tools_tokens
@@ -119,7 +119,7 @@ class ChatTurn:
             raise
         return self._result((yield from self._record()))
 
-    def _called(self, sent: list[dict[str, Any]], kwargs: dict[str, Any]) -> Program[tuple[dict[str, Any], Any]]:
+    def _called(self, sent: list[dict[str, Any]], kwargs: Mapping[str, Any]) -> Program[tuple[dict[str, Any], Any]]:
         model, schemas = self.model, self.schemas
         response = yield Io(
             lambda: llm.complete(model, sent, schemas, **kwargs), lambda: llm.acomplete(model, sent, schemas, **kwargs)
@@ -127,7 +127,7 @@ class ChatTurn:
         return llm.message_of(response), response
 
     def _streamed(
-        self, sent: list[dict[str, Any]], kwargs: dict[str, Any], texts: list[str]
+        self, sent: list[dict[str, Any]], kwargs: Mapping[str, Any], texts: list[str]
     ) -> Program[tuple[dict[str, Any], Any]]:
         model, schemas = self.model, self.schemas
         chunks = yield Io(lambda: llm.stream(model, sent, schemas, **kwargs), lambda: llm.astream(model, sent, schemas, **kwargs))

@@ -2,6 +2,10 @@
 
 Every command has ``--help``. The store and config come from ``--config`` /
 ``$MIDDLEWARE_CONFIG`` and ``--redis-url`` / ``$REDIS_URL``, as for the library.
+
+Whatever came from the store, a log, a model or the command line prints as the text it
+is: never as rich markup, and with control characters (ANSI and OSC 8 escape sequences,
+bidi overrides) shown escaped. Only the command's own words carry markup.
 """
 
 from __future__ import annotations
@@ -16,12 +20,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from .config import Config
+from .core.text import printable, printable_json
 from .exceptions import LLMError, MiddlewareError
 from .loader import ENV_REDIS_URL, load_config
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from .manager import SessionManager
 
 __all__ = ["main"]
@@ -37,13 +45,29 @@ def _console(stderr: bool = False) -> Any:
     return Console(stderr=stderr, highlight=False, width=width)
 
 
+def _text(value: object, style: str = "", *, lines: bool = False) -> Text:
+    """``value`` as rich prints it literally: a Text, so never markup or emoji codes, with its
+    control characters escaped (line breaks and tabs too, unless ``lines``)."""
+    from rich.text import Text
+
+    return Text(printable(str(value), keep="\n\t" if lines else ""), style=style)
+
+
+def _joined(*parts: str | Text) -> Text:
+    """One line: strings are the command's own words, other parts values made with ``_text``
+    (nothing is parsed as markup)."""
+    from rich.text import Text
+
+    return Text.assemble(*parts)
+
+
 @contextmanager
 def _errors() -> Iterator[None]:
     """Library errors become one clear line and exit status 1, not a traceback."""
     try:
         yield
     except MiddlewareError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(printable(str(exc))) from None
 
 
 class _Context:
@@ -128,7 +152,9 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
                 for name in ("take_control", "navigate_to_node", "get_current_node", "click_element", "get_node_tree")
             ]
         )
-        table = Table(title=f"middleware demo · session '{session}' · model {model}", title_justify="left")
+        table = Table(
+            title=_joined("middleware demo · session '", _text(session), "' · model ", _text(model)), title_justify="left"
+        )
         for column, justify in [
             ("#", "right"),
             ("user", "left"),
@@ -149,9 +175,9 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
             tools = ", ".join(call.name for call in result.tool_calls) or "-"
             table.add_row(
                 str(number),
-                request,
-                tools,
-                result.text,
+                _text(request),
+                _text(tools),
+                _text(result.text, lines=True),
                 f"{first['tokens']['total']:,}",
                 f"{first['full_history_tokens']:,}",
                 f"{first['saved_pct']:.0f}%",
@@ -162,12 +188,15 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
             f"\n{len(SCRIPT)} turns: {firsts.tokens_sent:,} prompt tokens sent against {firsts.full_history_tokens:,} with the full "
             f"history, [bold]{firsts.saved_pct:.0f}% saved[/bold] (first call of each turn; tool schemas included on both sides)."
         )
-        console.print(f"Remembered context: {state.context}")
+        console.print(_joined("Remembered context: ", _text(state.context)))
         log_file = mgr.usage_log.path
         if log_file is not None:
-            console.print(f"Usage log: {log_file}  ·  review it with: middleware report {log_file} --session {session}")
+            console.print(_joined("Usage log: ", _text(log_file), "  ·  review it with: middleware report ", _text(log_file),
+                                  " --session ", _text(session)))  # fmt: skip
         if not mgr.config.store.url.startswith("memory://"):
-            console.print(f"Session '{session}' is in {mgr.store!r}: middleware inspect shows it.")
+            console.print(
+                _joined("Session '", _text(session), "' is in ", _text(repr(mgr.store)), ": middleware inspect shows it.")
+            )
 
 
 def _device_tool(name: str) -> Any:
@@ -202,7 +231,11 @@ def chat(obj: _Context, session: str, model: str | None, stream: bool) -> None:
         from . import demo  # noqa: F401 (serves scripted/atlas)
     interactive = sys.stdin.isatty()
     if interactive:
-        console.print(f"Session '{session}' · model {model} · store {mgr.store!r}. /exit to leave.")
+        console.print(
+            _joined(
+                "Session '", _text(session), "' · model ", _text(model), " · store ", _text(repr(mgr.store)), ". /exit to leave."
+            )
+        )
     with _errors(), mgr:
         for line in _lines(interactive):
             text = line.strip()
@@ -224,7 +257,7 @@ def chat(obj: _Context, session: str, model: str | None, stream: bool) -> None:
                 result = _chat_turn(mgr, session, text, model, stream, console)
             except LLMError as exc:  # one failed turn does not end the conversation
                 console.print()
-                console.print(f"[red]{exc}[/red]")
+                console.print(_text(exc, "red"))
                 continue
             first = result.calls[0] if result.calls else None
             if first is not None:
@@ -248,12 +281,12 @@ def _lines(interactive: bool) -> Iterator[str]:
 def _chat_turn(mgr: SessionManager, session: str, text: str, model: str, stream: bool, console: Any) -> Any:
     if not stream:
         result = mgr.chat(session, text, model=model)
-        console.print(f"{mgr.config.assistant.name}> {result.text}")
+        console.print(_joined(_text(mgr.config.assistant.name), "> ", _text(result.text, lines=True)))
         return result
     replies = mgr.chat(session, text, model=model, stream=True)
-    console.print(f"{mgr.config.assistant.name}> ", end="")
+    console.print(_joined(_text(mgr.config.assistant.name), "> "), end="")
     for chunk in replies:
-        console.print(chunk, end="", soft_wrap=True)
+        console.print(_text(chunk, lines=True), end="", soft_wrap=True)
     console.print()
     return replies.result
 
@@ -286,9 +319,9 @@ def report(log: str, session: str | None, since: str | None, fmt: str, html_path
                                        f"{len(result.sessions)} session(s), the latest {latest}.")  # fmt: skip
         result = build_report(result.records, bad_lines=result.bad_lines, session=session)
     if fmt == "json":
-        click.echo(render_json(result))
+        click.echo(printable_json(render_json(result)))
     elif fmt == "csv":
-        click.echo(render_csv(result), nl=False)
+        click.echo(printable(render_csv(result), keep="\r\n"), nl=False)  # a log's names, control characters escaped
     else:
         _print_report(result)
     if html_path:
@@ -329,7 +362,7 @@ def _print_report(result: Any) -> None:
         saved_cost = f"{row['cost_saved_usd']:.6f}" if priced else "n/a"
         table.add_row(
             scope,
-            name,
+            _text(name),
             f"{row['calls']:,}",
             f"{row['tokens_sent']:,}",
             f"{row['full_history_tokens']:,}",
@@ -360,33 +393,52 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+# Bind addresses that mean "every interface": no request names them as its Host.
+_WILDCARD_ADDRESSES = {"", "0.0.0.0", "::", "[::]"}
+
+
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
 @click.option("--port", default=8300, show_default=True, type=int, help="Port to listen on.")
 @click.option(
     "--token",
     envvar="MIDDLEWARE_INSPECT_TOKEN",
-    help="Require this token on every request (Authorization: Bearer or ?token=); needed off loopback.",
+    help="Require this token on every request (Authorization: Bearer or ?token=); needed off loopback. "
+    "Prefer $MIDDLEWARE_INSPECT_TOKEN: a command line is visible to other users.",
 )
-@click.pass_obj
-def inspect(obj: _Context, host: str, port: int, token: str | None) -> None:
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    envvar="MIDDLEWARE_INSPECT_ALLOWED_HOSTS",
+    help="Also answer requests whose Host header names this host (repeatable; '*' for any), such as the name a "
+    "reverse proxy forwards. Loopback names and --host are always answered; others get 400 (DNS rebinding). "
+    "$MIDDLEWARE_INSPECT_ALLOWED_HOSTS: space-separated.",
+)
+@click.pass_context
+def inspect(ctx: click.Context, host: str, port: int, token: str | None, allowed_hosts: tuple[str, ...]) -> None:
     """Serve the memory inspector: a JSON API and a page to browse sessions, open one and
     see what the model was sent on its last turn. Point it at a shared store (--redis-url)."""
     import uvicorn
 
-    from .inspector_app import create_app
+    from .inspector_app import LOOPBACK_HOSTS, create_app
 
     if not _is_loopback(host) and not token:
         raise click.UsageError(
             f"--host {host} is not loopback: the inspector shows conversation content, so set --token "
             "(or MIDDLEWARE_INSPECT_TOKEN), and put it behind TLS (see README, 'The memory inspector')."
         )
-    mgr = obj.manager()
+    mgr = ctx.obj.manager()
     _warn_if_private_store(mgr)
-    url = f"http://{host}:{port}/" + (f"?token={token}" if token else "")
+    hosts = [*LOOPBACK_HOSTS, *([] if host in _WILDCARD_ADDRESSES else [host]), *allowed_hosts]
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
     click.echo(f"Memory inspector on {url}  (store {mgr.store!r}; Ctrl-C to stop)")
+    if token:  # never printed: it would land in terminal scrollback, logs and screen shares
+        where = "$MIDDLEWARE_INSPECT_TOKEN" if ctx.get_parameter_source("token") is ParameterSource.ENVIRONMENT else "--token"
+        click.echo(f"Every request needs the token given by {where}: open {url}?token=<token>, or send "
+                   "'Authorization: Bearer <token>'.")  # fmt: skip
     with _errors(), mgr:
-        uvicorn.run(create_app(mgr, token=token), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(mgr, token=token, allowed_hosts=hosts), host=host, port=port, log_level="warning")
 
 
 # --- serve -------------------------------------------------------------------
@@ -462,7 +514,7 @@ def sessions_list(obj: _Context, search: str | None, page: int, page_size: int) 
     for entry in result.entries:
         updated = datetime.fromtimestamp(entry.updated_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(
-            entry.session_id,
+            _text(entry.session_id),
             updated,
             str(entry.turns),
             str(entry.context_keys),
@@ -489,16 +541,15 @@ def sessions_show(obj: _Context, session_id: str, as_json: bool) -> None:
         raise click.ClickException(f"no session {session_id!r}")
     if as_json:
         data = {k: v for k, v in asdict(state).items() if k != "pairs"}
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        click.echo(printable_json(json.dumps(data, indent=2, ensure_ascii=False)))
         return
     _print_state(_console(), session_id, state)
 
 
 def _print_state(console: Any, session_id: str, state: Any) -> None:
-    owner = f" · user {state.owner[0]} · agent {state.owner[1]}" if state.owner else ""
-    console.print(
-        f"[bold]{session_id}[/bold] · {state.turns} turn(s) · its messages with tool details: {state.full_tokens:,} tokens{owner}"
-    )
+    owner = ("", " · user ", _text(state.owner[0]), " · agent ", _text(state.owner[1])) if state.owner else ("",)
+    console.print(_joined(_text(session_id, "bold"), f" · {state.turns} turn(s) · its messages with tool details: "
+                          f"{state.full_tokens:,} tokens", *owner))  # fmt: skip
     for title, lines in (
         ("context", [f"{k}: {v}" for k, v in state.context.items()]),
         ("summary", state.summary),
@@ -507,7 +558,7 @@ def _print_state(console: Any, session_id: str, state: Any) -> None:
     ):
         console.print(f"[bold]{title}[/bold]" + ("" if lines else " (none)"))
         for line in lines:
-            console.print(f"  {line}", highlight=False, markup=False)
+            console.print(_joined("  ", _text(line, lines=True)))
 
 
 @sessions.command("reset")

@@ -21,7 +21,9 @@ from typing import Any, TypeAlias
 import orjson
 
 from .config import Config
+from .connectors import Connector, connector_lines, connector_observations
 from .core import plans
+from .core.archive import query_terms
 from .core.composer import Composer
 from .core.effects import Inline, Program
 from .core.notes import WRITES, apply_operation, notes_tool_schema
@@ -57,7 +59,8 @@ _PARTY_CHARS = 128
 def _prompt_json(prompt: Prompt) -> str:
     """The prompt as the inspector shows it; long messages cut in the middle past 64 kB."""
     record = {"messages": prompt.messages, "tokens": prompt.tokens.as_dict(), "full_history_tokens": prompt.full_history_tokens,
-              "turn": prompt.turn, "trimmed": list(prompt.trimmed)}  # fmt: skip
+              "turn": prompt.turn, "trimmed": list(prompt.trimmed),
+              "recalled": [item.as_dict() for item in prompt.recalled]}  # fmt: skip
     text = orjson.dumps(record)
     if len(text) > _PROMPT_CHARS:
         record["messages"] = [{**m, "content": cut_middle(m["content"], 2_000)} for m in prompt.messages]
@@ -74,8 +77,9 @@ def _size(update: TurnUpdate) -> int:
 class Engine:
     """What a session manager does, as programs; see the module docstring."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, connectors: Iterable[Connector] = ()) -> None:
         self.config = config
+        self.connectors = tuple(connectors)
         self.layout = plans.Layout.of(config)
         self.tokenizer = get_tokenizer(config.tokens.model, encoding=config.tokens.encoding)
         self.composer = Composer(config, self.tokenizer)
@@ -87,6 +91,9 @@ class Engine:
         self._pending_bytes = 0
         self._pending_lock = threading.Lock()
         self._prompts: Lru[Prompt] = Lru(4_096)  # composed, not yet recorded
+        # Per session, the last turn this process recorded (user text, reply): the recent
+        # window's part of the next recall query, known before the load that reads it.
+        self._last_turns: Lru[tuple[dict[str, str], ...]] = Lru(4_096)
         self._server_checked = False
         self._owners: Lru[tuple[str, str]] = Lru()
         self._skill_tools: list[Tool] | None = None
@@ -187,14 +194,17 @@ class Engine:
                 yield from self._check_server()
             if self._pending:
                 yield from self._flush(session_id, tolerate=True)
-            loaded = yield from plans.load(self.layout, session_id, owner=self._owners.get(session_id))
-            state = self._loaded(session_id, loaded)
+            query = query_terms(user_message, self._last_turns.get(session_id) or ()) if self.layout.recall else ()
+            loaded = yield from plans.load(self.layout, session_id, owner=self._owners.get(session_id), query=query)
+            state, candidates = self._loaded(session_id, loaded), loaded.candidates
         except StoreError as exc:
             if not self.degrade:
                 raise
             log.warning("store.degraded", session=session_id, operation="load", error=redact_secrets(str(exc)))
-            state = SessionState(session_id=session_id)
-        prompt = self.composer.compose(state, user_message, budget=self.budget(model), extra_tokens=extra_tokens, checked=True)
+            state, candidates = SessionState(session_id=session_id), ()
+        lines = (yield from connector_lines(self.connectors, session_id)) if self.connectors else ()
+        prompt = self.composer.compose(state, user_message, budget=self.budget(model), extra_tokens=extra_tokens, checked=True,
+                                       candidates=candidates, state_lines=lines)  # fmt: skip
         self._prompts.put(session_id, prompt)  # stored with the turn, for the inspector
         return prompt
 
@@ -210,12 +220,16 @@ class Engine:
         written before anything else once the store answers again."""
         session_id = self.session_id(session_id)
         prompt = self._prompts.pop(session_id)
+        turn = self.turn(user, assistant, tool_calls)
+        observed = (yield from connector_observations(self.connectors, session_id, turn)) if self.connectors else ()
         update = self.composer.apply_turn(
-            self.turn(user, assistant, tool_calls),
+            turn,
             # 128 random bits as 32 hex digits (what uuid4().hex gives, without the UUID object).
             turn_id=os.urandom(16).hex(),
             prompt=_prompt_json(prompt) if prompt else "",
+            observed=observed,
         )
+        self._last_turns.put(session_id, tuple(m.as_dict() for m in update.recent))
         try:
             if not self._server_checked:
                 yield from self._check_server()

@@ -3,7 +3,8 @@
 - ``ConfigError``: the caller's configuration.
 - ``InvalidInputError`` and its subclasses: a value the caller passed in.
 - ``StoreError`` and its subclasses: the session store (Redis) failed.
-- ``LLMError``: the model provider failed (raised by the chat wrapper).
+- ``LLMError``: the model provider failed (raised by the chat wrapper). Its ``__cause__``
+  is a ``RedactedError``: the provider's error retold with every secret masked.
 
 All of them derive from ``MiddlewareError``; input and config errors are also
 ``ValueError`` so code that already catches ``ValueError`` keeps working.
@@ -21,6 +22,7 @@ __all__ = [
     "LLMError",
     "MiddlewareError",
     "NotesError",
+    "RedactedError",
     "StoreError",
     "StoreUnavailableError",
     "TokenBudgetError",
@@ -82,4 +84,24 @@ class StoreUnavailableError(StoreError):
 
 
 class LLMError(MiddlewareError):
-    """The model provider failed or returned something unusable."""
+    """The model provider failed or returned something unusable. ``status_code``: the HTTP
+    status the provider answered with, when it answered with one (401, 429, 500...)."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class RedactedError(MiddlewareError):
+    """Stands in for a third party's exception whose text may quote a secret (a provider
+    echoing the API key): its type, where it was raised and its message, secrets masked.
+
+    An ``LLMError`` is raised from a chain of these instead of the provider's own exceptions,
+    which are dropped with their frames (whose local variables hold the key), so a logged
+    traceback shows what failed and where, and no key.
+    """
+
+    def __init__(self, message: str, *, type_name: str, location: str | None = None) -> None:
+        super().__init__(message)
+        self.type_name = type_name  # the original's qualified name, e.g. "litellm.exceptions.AuthenticationError"
+        self.location = location  # where it was raised, e.g. "litellm/main.py:1234 in completion"

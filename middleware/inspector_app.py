@@ -6,31 +6,46 @@
                     &trace_limit=100&conversation_limit=50
     GET /api/health
 
-Errors are JSON: 400 for bad parameters, 401 without the token (when one is set),
-404 for an unknown session, 503 when the store is unreachable (its password
-masked; ``/api/health`` too). Bad or missing records give partial results with
-``warnings``, never a server error.
+Errors are JSON: 400 for bad parameters (integers up to 1,000,000,000) and for a Host
+header that names another host, 401 without the token (when one is set), 404 for an
+unknown session, 503 when the store is unreachable (its password masked;
+``/api/health`` too). Bad or missing records give partial results with ``warnings``,
+never a server error.
+
+Only the loopback names (``localhost``, ``127.0.0.1``, ``::1``) are answered unless
+``allowed_hosts`` says otherwise: a web page whose name an attacker rebinds to 127.0.0.1
+(DNS rebinding) reaches the port, but sends its own name as the Host.
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Iterable
 from importlib.resources import files
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .core.text import redact_secrets
+from .core.plans import MAX_PAGE
+from .core.text import quoted, redact_secrets
 from .exceptions import InvalidInputError, StoreError
-from .inspector import INCLUDES, listing, session_view
+from .inspector import INCLUDES, MAX_LIMIT, listing, session_view
 from .manager import AsyncSessionManager, SessionManager
 
-__all__ = ["create_app"]
+__all__ = ["LOOPBACK_HOSTS", "TrustedHosts", "create_app", "host_name"]
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+# Integer parameters: ASCII digits, at most this large (a longer string is not even parsed).
+# Within it, pages below 1 mean page 1, sizes are cut to 1..200 and limits to 0..MAX_LIMIT.
+MAX_INT = MAX_PAGE
+_INTEGER = re.compile(r"[+-]?[0-9]{1,10}")
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -41,15 +56,48 @@ def _int(request: Request, name: str, default: int | None) -> int | None:
     value = request.query_params.get(name)
     if value in (None, ""):
         return default
-    try:
+    if _INTEGER.fullmatch(value) and int(value) <= MAX_INT:
         return int(value)
-    except ValueError:
-        raise InvalidInputError(f"Parameter {name!r} has value {value!r}; expected an integer.") from None
+    raise InvalidInputError(f"Parameter {name!r} has value {quoted(value, 40)}; expected an integer up to {MAX_INT:,}.")
 
 
-def create_app(manager: SessionManager | AsyncSessionManager, *, token: str | None = None) -> Starlette:
+def host_name(header: str) -> str:
+    """The host a Host header (or an allowed-hosts entry) names: lowercased, without its port,
+    a trailing dot or an IPv6 literal's brackets."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    name, colon, port = header.rpartition(":")
+    return (name if colon and port.isdigit() and ":" not in name else header).rstrip(".")
+
+
+class TrustedHosts:
+    """ASGI middleware answering only requests whose Host header names one of ``allowed``
+    (``"*"``: any host); others get a 400 that names the host. Starlette's own
+    TrustedHostMiddleware cuts an IPv6 literal such as ``[::1]:8300`` at its first colon."""
+
+    def __init__(self, app: ASGIApp, allowed: Iterable[str]) -> None:
+        self.app = app
+        self.allowed = sorted({host_name(host) for host in allowed})
+        self.any = "*" in self.allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and not self.any:
+            host = Headers(scope=scope).get("host", "")
+            if host_name(host) not in self.allowed:
+                response = _error(400, f"Host {quoted(host, 100)} is not served here; expected one of {self.allowed}.")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(
+    manager: SessionManager | AsyncSessionManager, *, token: str | None = None, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS
+) -> Starlette:
     """An ASGI app over a manager's store (a sync manager's calls run in worker threads).
-    With ``token``, every request must carry it (``Authorization: Bearer …`` or ``?token=…``)."""
+    With ``token``, every request must carry it (``Authorization: Bearer …`` or ``?token=…``).
+    Requests must name one of ``allowed_hosts`` in their Host header (loopback names by
+    default; ``["*"]`` for any, behind a proxy that checks it)."""
 
     async def call(operation: str, *args: Any, **kwargs: Any) -> Any:
         method = getattr(manager, operation)
@@ -95,11 +143,12 @@ def create_app(manager: SessionManager | AsyncSessionManager, *, token: str | No
         include = [p.strip() for p in (request.query_params.get("include") or ",".join(INCLUDES)).split(",") if p.strip()]
         unknown = sorted(set(include) - set(INCLUDES))
         if unknown:
-            raise InvalidInputError(f"Unknown include {unknown}; expected some of {list(INCLUDES)}.")
+            raise InvalidInputError(f"Unknown include {quoted(unknown, 100)}; expected some of {list(INCLUDES)}.")
         trace_limit = _int(request, "trace_limit", None)
         conversation_limit = _int(request, "conversation_limit", None)
         # Traces are read generously so the conversation view can collapse calls and results.
-        raw = await call("inspect", session_id, traces=max(trace_limit or 100, (conversation_limit or 50) * 4))
+        reads = max(min(trace_limit or 100, MAX_LIMIT), min(conversation_limit or 50, MAX_LIMIT) * 4)
+        raw = await call("inspect", session_id, traces=reads)
         if raw.state.is_empty and not raw.traces:
             return _error(404, f"no session {session_id[:100]!r}")
         view = session_view(raw, include=include, trace_limit=trace_limit, conversation_limit=conversation_limit)
@@ -111,4 +160,6 @@ def create_app(manager: SessionManager | AsyncSessionManager, *, token: str | No
         Route("/api/sessions", guarded(sessions)),
         Route("/api/session", guarded(session)),
     ]
-    return Starlette(routes=routes)
+    app = Starlette(routes=routes)
+    app.add_middleware(TrustedHosts, allowed=allowed_hosts)
+    return app

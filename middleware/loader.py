@@ -15,10 +15,16 @@ with YAML front matter::
       - mypackage.tools:navigate_to_node
     ---
     Longer notes for people (not sent to the model).
+
+YAML is read with ``yaml.SafeLoader``, bounded: a document may expand to at most
+``MAX_YAML_NODES`` nodes, an alias counting as often as it is used (so a "billion laughs"
+file of a few hundred bytes is refused while it is read), and nest at most
+``MAX_YAML_DEPTH`` levels.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import re
@@ -27,16 +33,78 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config, validate_config
+from .core.text import cut_middle, quoted
 from .exceptions import ConfigError
 from .tools import Tool
 
-__all__ = ["ENV_CONFIG", "ENV_REDIS_URL", "import_tool", "load_config", "load_skills"]
+__all__ = ["ENV_CONFIG", "ENV_REDIS_URL", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "import_tool", "load_config", "load_skills"]
 
 ENV_CONFIG = "MIDDLEWARE_CONFIG"
 ENV_REDIS_URL = "REDIS_URL"
 # Keys of a config file that name files or folders, resolved against the file's folder.
 _PATHS = (("skills_dir",), ("usage_log", "path"))
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(?P<yaml>.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
+# A whole config is a few hundred nodes; these bounds leave room for large ones.
+MAX_YAML_NODES = 10_000
+MAX_YAML_DEPTH = 64
+
+
+class _Refused(Exception):
+    """A YAML document past the loader's bounds (the reason, without the file)."""
+
+
+@functools.cache
+def _bounded_loader() -> type[Any]:
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        """SafeLoader that counts every node as often as aliases repeat it, and how deep nodes
+        nest, refusing a document past the bounds as it is composed, before anything is built."""
+
+        def __init__(self, stream: str) -> None:
+            super().__init__(stream)
+            self.expanded: dict[int, int] = {}  # id(node) -> nodes it stands for, aliases expanded
+            self.depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):  # the anchored node, already counted unless still open
+                node = super().compose_node(parent, index)
+                if id(node) not in self.expanded:
+                    raise _Refused("has an alias that refers to itself")
+                return node
+            self.depth += 1
+            try:
+                if self.depth > MAX_YAML_DEPTH:
+                    raise _Refused(f"nests deeper than {MAX_YAML_DEPTH} levels")
+                node = super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+            size = self.expanded[id(node)] = 1 + sum(self.expanded[id(child)] for child in _children(node))
+            if size > MAX_YAML_NODES:
+                raise _Refused(f"expands to more than {MAX_YAML_NODES:,} YAML nodes (aliases count each time they are used)")
+            return node
+
+    return BoundedLoader
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node.value, list):  # a sequence's items, or a mapping's (key, value) pairs
+        return [part for item in node.value for part in (item if isinstance(item, tuple) else (item,))]
+    return []
+
+
+def _parse_yaml(text: str, where: str) -> Any:
+    """``text`` parsed within the bounds; ConfigError naming ``where`` for anything unreadable."""
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_bounded_loader())  # a SafeLoader subclass: safe
+    except _Refused as exc:
+        raise ConfigError(f"{where} {exc}; refusing to read it.") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where} is not valid YAML: {cut_middle(str(exc), 500)}".rstrip(".") + ".") from None
+    except (ValueError, OverflowError) as exc:  # a number or a date past what Python converts
+        raise ConfigError(f"{where} holds a value YAML cannot convert: {cut_middle(str(exc), 200)}".rstrip(".") + ".") from None
 
 
 def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None) -> Config:
@@ -63,18 +131,13 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
 
 
 def _read_yaml(file: Path) -> dict[str, Any]:
-    import yaml
-
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"Config file {str(file)!r} does not exist.") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"Config file {str(file)!r} cannot be read: {exc}.") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"Config file {str(file)!r} is not valid YAML: {exc}".rstrip(".") + ".") from None
+    data = _parse_yaml(text, f"Config file {str(file)!r}")
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -104,15 +167,10 @@ def load_skills(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def _parse_skill_file(path: Path) -> dict[str, Any]:
-    import yaml
-
     match = _FRONT_MATTER.match(path.read_text(encoding="utf-8"))
     if not match:
         raise ConfigError(f"Skill file {str(path)!r} has no YAML front matter (a block between '---' lines).")
-    try:
-        data = yaml.safe_load(match.group("yaml"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"Skill file {str(path)!r} has invalid front matter: {exc}") from None
+    data = _parse_yaml(match.group("yaml"), f"The front matter of skill file {str(path)!r}")
     if not isinstance(data, dict):
         raise ConfigError(f"Skill file {str(path)!r}: front matter must be a mapping with name and description.")
     return {**data, "source": str(path)}
@@ -124,5 +182,7 @@ def import_tool(ref: str, skill: str) -> Tool:
     try:
         fn = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"Skill '{skill}' lists tool {ref!r}, which cannot be imported: {exc}.", key="skills") from None
+        raise ConfigError(
+            f"Skill {quoted(skill, 100)} lists tool {quoted(ref, 200)}, which cannot be imported: {exc}.", key="skills"
+        ) from None
     return Tool(fn)

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, Protocol, TypeAlias, TypeVar, cast, overload
 
 from .chat import AsyncChatStream, ChatResult, ChatStream, ChatTurn, wrapped_turn
 from .config import Config, template_for
+from .connectors import Connector
 from .core.effects import Program
 from .core.state import Prompt, TurnUpdate
 from .engine import Engine, ToolsArg
 from .exceptions import ConfigError
+from .llm import ProviderOptions
 from .loader import load_config
 from .runner import ASend, arun, run
 from .store import AsyncRedisStore, AsyncSessionStore, RedisStore, SessionStore, ThreadedStore
@@ -142,6 +144,7 @@ class _Manager:
         redis_url: str | None = None,
         client: Any = None,
         store: Any = None,
+        connectors: Iterable[Connector] = (),
     ) -> None:
         config = config if config is not None else load_config()
         if system_prompt is not None and instructions is not None:
@@ -153,7 +156,7 @@ class _Manager:
         if redis_url is not None:
             config = config.with_overrides(store={"url": redis_url})
         self.config = config
-        self._engine = Engine(config)
+        self._engine = Engine(config, connectors)
         self.tokenizer: Tokenizer = self._engine.tokenizer
         self.usage_log: UsageLog = self._engine.usage_log
         self.store = store if store is not None else self._connect(client)
@@ -208,7 +211,7 @@ class _Manager:
     def _chat_program(self, session_id: Any, user_message: Any, model: str | None, tools: ToolsArg, stream: bool,
                       litellm_kwargs: dict[str, Any]) -> Program[ChatResult]:  # fmt: skip
         turn = ChatTurn(self._engine, session_id, user_message, model=model, tools=tools, stream=stream)
-        return turn.program(litellm_kwargs)
+        return turn.program(ProviderOptions(litellm_kwargs))
 
     @property
     def achat(self) -> AsyncChat:
@@ -219,6 +222,7 @@ class _Manager:
     async def _achat(self, session_id: str, user_message: str, *, model: str | None = None, tools: ToolsArg = None,
                      stream: bool = False, **litellm_kwargs: Any) -> ChatResult | AsyncChatStream:  # fmt: skip
         program = self._chat_program(session_id, user_message, model, tools, stream, litellm_kwargs)
+        del litellm_kwargs  # the program holds them with their secrets masked; a traceback shows this frame
         send = self._async_send()
         return AsyncChatStream(program, send) if stream else await arun(program, send)
 
@@ -257,6 +261,7 @@ class SessionManager(_Manager):
     def _chat(self, session_id: str, user_message: str, *, model: str | None = None, tools: ToolsArg = None,
               stream: bool = False, **litellm_kwargs: Any) -> ChatResult | ChatStream:  # fmt: skip
         program = self._chat_program(session_id, user_message, model, tools, stream, litellm_kwargs)
+        del litellm_kwargs  # the program holds them with their secrets masked; a traceback shows this frame
         return ChatStream(program, self.store.send) if stream else run(program, self.store.send)
 
     @overload

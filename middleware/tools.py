@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from .core.effects import Inline, Io, Program
 from .core.replies import succeeded
 from .core.state import ToolCall, to_text
+from .core.text import one_line
 from .core.turnloop import ToolOutcome
 from .exceptions import InvalidToolCallError
 
@@ -110,13 +111,23 @@ def tool_schema(fn: Callable[..., Any], *, name: str | None = None) -> dict[str,
     }
 
 
+Observe = str | Callable[[Mapping[str, Any], Any], str | None]
+
+
 @dataclass(frozen=True, slots=True)
 class Tool:
-    """A callable with its schema; the schema is derived when not given."""
+    """A callable with its schema; the schema is derived when not given.
+
+    ``observe`` renders a successful call's result as one short line (a self-rendering
+    observation), which the summary uses as the turn's action and the archive keeps for
+    recall: a template over the arguments, the result's top-level fields and ``{result}``
+    (``"Read {path}: {result}"``), or a callable ``(arguments, result) -> str``.
+    """
 
     fn: Callable[..., Any]
     schema: Mapping[str, Any] | None = None
     name: str = ""
+    observe: Observe | None = None
     _model: type[BaseModel] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -132,6 +143,28 @@ class Tool:
         schema["function"] = {**schema["function"], "name": name}
         object.__setattr__(self, "schema", schema)
         object.__setattr__(self, "name", name)
+        if self.observe is not None and not (isinstance(self.observe, str) or callable(self.observe)):
+            raise InvalidToolCallError(
+                f"Tool.observe must be a template string or a callable, got {type(self.observe).__name__}."
+            )
+
+    def observation(self, arguments: Mapping[str, Any], result: Any) -> str | None:
+        """The call's observation line, or None (no renderer, or one that failed: the
+        summary then says what it always said)."""
+        if self.observe is None:
+            return None
+        text: str | None
+        try:
+            if isinstance(self.observe, str):
+                fields = {k: _field(v) for k, v in result.items() if isinstance(k, str)} if isinstance(result, Mapping) else {}
+                fields.update({k: _field(v) for k, v in arguments.items()})
+                fields["result"] = _field(result)
+                text = self.observe.format_map(fields)
+            else:
+                text = self.observe(arguments, result)
+        except Exception:  # a renderer is user code: its failure costs the line, never the turn
+            return None
+        return one_line(text, 240) if isinstance(text, str) and text.strip() else None
 
 
 class Toolset:
@@ -172,8 +205,9 @@ class Toolset:
             return tool, f"invalid arguments: {problems}"
 
     @staticmethod
-    def outcome(call_id: str, name: str, arguments: Any, result: Any, ok: bool) -> ToolOutcome:
-        record = ToolCall(name=name, arguments=arguments if arguments is not None else {}, result=result, ok=ok, id=call_id)
+    def outcome(call_id: str, name: str, arguments: Any, result: Any, ok: bool, observation: str | None = None) -> ToolOutcome:
+        record = ToolCall(name=name, arguments=arguments if arguments is not None else {}, result=result, ok=ok, id=call_id,
+                          observation=observation)  # fmt: skip
         content = record.result_text if ok else to_text(result)
         return ToolOutcome(message={"role": "tool", "tool_call_id": call_id, "content": content}, record=record)
 
@@ -191,7 +225,10 @@ class Toolset:
                 result = yield from result.program
         except Exception as exc:
             return self.outcome(call_id, name, arguments, {"error": _describe(exc)}, ok=False)
-        return self.outcome(call_id, name, arguments, result, ok=succeeded(result))
+        ok = succeeded(result)
+        return self.outcome(
+            call_id, name, arguments, result, ok=ok, observation=tool.observation(prepared, result) if ok else None
+        )
 
 
 def _call_blocking(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
@@ -207,6 +244,11 @@ async def _awaited(awaitable: Any) -> Any:
 def is_async_callable(fn: Any) -> bool:
     """A coroutine function, or an object whose ``__call__`` is one."""
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004 (an async __call__)
+
+
+def _field(value: Any) -> str:
+    """A value as a template shows it: one line, at most 120 characters."""
+    return one_line(value if isinstance(value, str) else to_text(value), 120)
 
 
 def _describe(exc: BaseException) -> str:

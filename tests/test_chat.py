@@ -91,7 +91,11 @@ def test_every_call_logs_token_figures_that_match_what_was_sent(mgr: Manager, lo
         assert line["full_history_tokens"] - line["tokens"]["total"] == line["saved_tokens"]
         layers = line["tokens"]
         assert (
-            sum(layers[k] for k in ("system", "context", "summary", "recent", "current", "tool_loop", "tools")) + 3
+            sum(
+                layers[k]
+                for k in ("system", "notes", "context", "state", "recall", "summary", "recent", "current", "tool_loop", "tools")
+            )
+            + 3
             == layers["total"]
         )
         assert line["cost_usd"] > 0 and line["latency_ms"] >= 0 and line["model"] == spy.model

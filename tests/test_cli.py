@@ -170,3 +170,130 @@ def test_unreachable_store_is_reported_without_password() -> None:
     url = f"redis://:pw-hunter2@127.0.0.1:{free_port()}/0"
     result = CliRunner().invoke(main, ["--redis-url", url, "sessions", "list"])
     assert result.exit_code == 1 and "unreachable" in result.output and "hunter2" not in result.output
+
+
+# What stored text or a log may hold that a terminal or rich would act on instead of showing:
+# rich markup (a closing tag that crashes, a hyperlink), ANSI colour, an OSC 8 hyperlink, a
+# one-byte C1 CSI, a bell, a bidi override.
+MARKUP_ID = "[/bold]"
+LINK_ID = "[link=https://evil.example]x[/link]"
+ESCAPES = "\x1b[31mred\x1b[0m \x1b]8;;https://evil.example\x1b\\osc\x1b]8;;\x1b\\ \x9b2J \x07 \u202eevil"
+RAW_CONTROLS = ("\x1b", "\x9b", "\x07", "\u202e")
+
+
+def shown_raw(output: str) -> list[str]:
+    """The control characters of ESCAPES that reached the output unescaped."""
+    return [char for char in RAW_CONTROLS if char in output]
+
+
+@pytest.fixture
+def hostile_store(real_redis_url: str) -> str:
+    """A real Redis holding sessions whose ids are rich markup and whose stored text carries
+    escape sequences, plus one id with an escape sequence written straight into Redis."""
+    from middleware import SessionManager, ToolCall, load_config
+    from middleware.core.plans import session_keys
+
+    with SessionManager(load_config(), redis_url=real_redis_url) as mgr:
+        owned = mgr.resolve_session(f"alice{MARKUP_ID}", "atlas")
+        mgr.manage_notes(f"alice{MARKUP_ID}", "atlas", "overwrite", content=f"## Notes\n{ESCAPES} {LINK_ID}")
+        for sid in (MARKUP_ID, LINK_ID, owned):
+            mgr.record_turn(sid, user=f"hi {ESCAPES} [bold]", assistant=f"{LINK_ID} {ESCAPES} :warning:",
+                            tool_calls=[ToolCall(name="navigate_to_node", arguments={"node": f"[/red]{ESCAPES}"})])  # fmt: skip
+        raw = mgr.store.client
+        forged = "forged\x1b[2J\x1b]8;;https://evil.example\x07"
+        raw.hset(session_keys("mw", forged).meta, mapping={"turns": 1, "updated": 1_700_000_000, "created": 1_700_000_000})
+        raw.zadd("mw:sessions", {forged: 1_700_000_000})
+    return real_redis_url
+
+
+def test_sessions_list_prints_ids_as_text(hostile_store: str) -> None:
+    """Ids that are rich markup list as written (no MarkupError, no link), and an id holding
+    escape sequences lists with them escaped."""
+    result = CliRunner().invoke(main, ["--redis-url", hostile_store, "sessions", "list"])
+    assert result.exit_code == 0, result.output
+    assert MARKUP_ID in result.output and LINK_ID in result.output
+    assert "forged\\x1b[2J" in result.output and shown_raw(result.output) == []
+
+
+@pytest.mark.parametrize("sid", [MARKUP_ID, LINK_ID, "alice"])
+def test_sessions_show_prints_stored_text_as_text(hostile_store: str, sid: str) -> None:
+    """The readable view shows ids, owners, context, summary, recent messages and notes
+    literally: markup stays text, escape sequences are shown escaped, never sent raw."""
+    if sid == "alice":
+        sid = next(s for s in _listed_ids(hostile_store) if s.startswith("alice"))
+    result = CliRunner().invoke(main, ["--redis-url", hostile_store, "sessions", "show", sid])
+    assert result.exit_code == 0, result.output
+    assert sid in result.output and LINK_ID in result.output and ":warning:" in result.output
+    assert "\\x1b[31mred" in result.output and "\\u202eevil" in result.output
+    assert shown_raw(result.output) == []
+    if sid.startswith("alice"):
+        assert f"user alice{MARKUP_ID}" in result.output and "## Notes" in result.output
+
+
+def _listed_ids(url: str) -> list[str]:
+    from middleware import SessionManager, load_config
+
+    with SessionManager(load_config(), redis_url=url) as mgr:
+        return [entry.session_id for entry in mgr.list_sessions(page_size=200).entries]
+
+
+def test_sessions_show_json_escapes_what_json_leaves_raw(hostile_store: str) -> None:
+    """--json is the same data, with C1 controls and bidi overrides written as \\u escapes."""
+    result = CliRunner().invoke(main, ["--redis-url", hostile_store, "sessions", "show", LINK_ID, "--json"])
+    assert result.exit_code == 0 and shown_raw(result.output) == []
+    data = json.loads(result.output)
+    assert data["session_id"] == LINK_ID and ESCAPES in data["recent"][-1]["content"]
+
+
+def test_report_prints_logged_names_as_text(tmp_path: Path) -> None:
+    """Session ids and model names read from a usage log print literally in every format."""
+    log = tmp_path / "u.jsonl"
+    record = {"kind": "chat", "session": f"{MARKUP_ID}{ESCAPES}", "turn": 1, "step": 0, "model": LINK_ID,
+              "tokens": {"total": 10}, "full_history_tokens": 20, "saved_tokens": 10, "saved_pct": 50.0,
+              "cost_usd": None, "cost_saved_usd": None, "latency_ms": 1.0, "tool_calls": 0,
+              "event": "llm.call", "time": "2026-11-21T19:32:53.518633Z"}  # fmt: skip
+    log.write_text(json.dumps(record) + "\n")
+    for fmt in ("table", "csv", "json"):
+        result = CliRunner().invoke(main, ["report", str(log), "--format", fmt])
+        assert result.exit_code == 0, result.output
+        assert shown_raw(result.output) == [], fmt
+        assert LINK_ID in result.output and MARKUP_ID in result.output, fmt
+
+
+def test_chat_prints_replies_and_errors_as_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model's reply (streamed or not) and a provider error holding markup or escape
+    sequences print literally; neither crashes the chat nor reaches the terminal raw."""
+    from middleware.testing import register
+
+    def hostile(messages: object, tools: object) -> dict[str, object]:
+        last = messages[-1]["content"]  # type: ignore[index]
+        if last == "fail":
+            raise RuntimeError(f"bad request [/red] {ESCAPES}")
+        return {"role": "assistant", "content": f"{LINK_ID} [/bold] {ESCAPES}", "tool_calls": None}
+
+    register("hostile-cli", hostile)
+    monkeypatch.chdir(tmp_path)
+    for stream in ("--stream", "--no-stream"):
+        result = CliRunner().invoke(
+            main, ["--redis-url", "memory://cli-hostile", "chat", "--model", "scripted/hostile-cli", stream, "--session", MARKUP_ID],
+            input="hello\nfail\n/state\n/exit\n",
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert f"{LINK_ID} [/bold]" in result.output and "[/red]" in result.output
+        assert "\\x1b[31mred" in result.output and shown_raw(result.output) == []
+
+
+def test_the_demo_prints_a_markup_session_id_as_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`demo --session` with an id that is rich markup plays and names the session as written."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["--redis-url", "memory://cli-demo-markup", "demo", "--session", LINK_ID + MARKUP_ID])
+    assert result.exit_code == 0, result.output
+    assert f"session '{LINK_ID}{MARKUP_ID}'" in result.output and f"--session {LINK_ID}{MARKUP_ID}" in result.output
+
+
+def test_a_page_beyond_any_listing_is_a_clear_error(real_redis_url: str) -> None:
+    """`sessions list --page 99999999999999999999` names the page and the limit; it is not
+    reported as a store failure."""
+    result = CliRunner().invoke(main, ["--redis-url", real_redis_url, "sessions", "list", "--page", "99999999999999999999"])
+    assert result.exit_code == 1 and "Page 99999999999999999999 is out of range" in result.output
+    assert "Redis" not in result.output

@@ -178,3 +178,100 @@ def test_with_overrides_validates_and_keeps_the_rest(atlas: Config) -> None:
     assert [s.name for s in changed.skills] == [s.name for s in atlas.skills]
     with pytest.raises(ConfigError, match=r"'summary\.lines'"):
         atlas.with_overrides(summary={"lines": "x"})
+
+
+# "Billion laughs": nine levels of nine aliases, 9**9 strings from a file of a few hundred bytes.
+ALIAS_BOMB = "\n".join(
+    [
+        'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]',
+        *(f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]" for prev, name in zip("abcdefgh", "bcdefghi", strict=True)),
+        "assistant: {name: *i}",
+    ]
+)
+
+
+@pytest.mark.timeout(60)
+def test_an_alias_bomb_is_refused_with_a_short_error(tmp_path: Path) -> None:
+    """A config file of a few hundred bytes whose aliases expand to 9**9 nodes is refused while
+    it is read, with an error naming the file and the limit, short instead of hundreds of MB."""
+    path = tmp_path / "laughs.yaml"
+    path.write_text(ALIAS_BOMB)
+    assert path.stat().st_size < 600
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    message = str(info.value)
+    assert str(path) in message and "10,000" in message and "alias" in message and len(message) < 500
+
+
+@pytest.mark.timeout(60)
+def test_an_alias_bomb_in_a_skill_is_refused_too(tmp_path: Path) -> None:
+    """A skill's front matter is read with the same bounds."""
+    (tmp_path / "sk").mkdir()
+    (tmp_path / "sk" / "bomb.md").write_text(
+        f"---\nname: bomb\ndescription: x\n{ALIAS_BOMB.replace('assistant', 'extra')}\n---\n"
+    )
+    (tmp_path / "c.yaml").write_text("skills_dir: sk\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "c.yaml", env={})
+    assert "bomb.md" in str(info.value) and "10,000" in str(info.value) and len(str(info.value)) < 500
+
+
+def test_a_config_within_the_bounds_still_uses_aliases(tmp_path: Path) -> None:
+    """Aliases are fine in an ordinary config: they count once per use, far under the limit."""
+    path = tmp_path / "ok.yaml"
+    path.write_text("context: {keys: [device_id, host_name]}\nsummary: {templates: {nav: &at 'at {device_id}', goto: *at}}\n")
+    config = load_config(path, env={})
+    assert config.summary.templates == {"nav": "at {device_id}", "goto": "at {device_id}"}
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("summary: {lines: " + "9" * 5_000 + "}", "holds a value YAML cannot convert"),
+        ("created: 2026-13-45\n", "holds a value YAML cannot convert"),
+        ("assistant: " + "[" * 5_000 + "]" * 5_000, "deeper than 64"),
+        ("assistant: " + "{a: " * 2_000 + "1" + "}" * 2_000, "deeper than 64"),
+        ("x: &x [*x]\n", "itself"),
+    ],
+    ids=["huge int", "bad date", "deep list", "deep mapping", "recursive alias"],
+)
+def test_yaml_that_cannot_be_built_is_a_config_error(tmp_path: Path, text: str, fragment: str) -> None:
+    """Numbers too large to convert, impossible dates, nesting thousands deep and an alias of
+    itself are ConfigErrors naming the file, never a ValueError or RecursionError."""
+    path = tmp_path / "odd.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert str(path) in str(info.value) and fragment in str(info.value) and len(str(info.value)) < 500
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "assistant: {name: " + "n" * 100_000 + "}",
+        "assistant: {nme: " + "v" * 100_000 + "}",
+        "context: {keys: ['" + "bad key " * 20_000 + "']}",
+        "store: {url: 'http://" + "h" * 100_000 + "'}",
+        "summary: {lines: [" + ", ".join(["1"] * 5_000) + "]}",
+        "assistant:\n  ? " + "k" * 100_000 + "\n  : 1\n",
+    ],
+    ids=["long value", "unknown key's value", "validator message", "url", "big list", "long key"],
+)
+def test_config_errors_quote_values_cut_short(tmp_path: Path, text: str) -> None:
+    """Whatever the bad value (or key) weighs, the error quotes at most a few hundred characters."""
+    path = tmp_path / "big.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert len(str(info.value)) < 800 and str(info.value).startswith("Config")
+
+
+def test_with_overrides_errors_quote_values_cut_short() -> None:
+    """The same holds for settings given in Python, a nested structure of 9**9 strings included."""
+    bomb: list[object] = ["lol"] * 9
+    for _ in range(8):
+        bomb = [bomb] * 9
+    for overrides in ({"assistant": {"name": "n" * 100_000}}, {"summary": {"lines": bomb}}, {"summary": {"lines": 10**5_000}}):
+        with pytest.raises(ConfigError) as info:
+            Config().with_overrides(**overrides)
+        assert len(str(info.value)) < 800

@@ -334,7 +334,8 @@ def test_user_and_tool_text_cannot_add_a_line_or_section_to_the_system_prompt(
 ) -> None:
     """Whatever users and tools send (newlines, headers, role markers, 'ignore previous
     instructions'), the system prompt has exactly the static lines plus one line per
-    context key, and the summary message has one line per summarized turn."""
+    context key and one per recalled item (each section under its own header), and the
+    summary message has one line per summarized turn."""
     config = load_config(env={}).with_overrides(context={"keys": None, "tools": None}, usage_log={"path": None})
     static = load_config(env={}).with_overrides(context={"keys": None, "tools": None})
     with SessionManager(config, redis_url=f"memory://inject-{uuid.uuid4().hex}") as mgr:
@@ -349,12 +350,14 @@ def test_user_and_tool_text_cannot_add_a_line_or_section_to_the_system_prompt(
             ],
         )
         state = mgr.get_state("x")
-        messages = mgr.build_messages("x", payload)
+        prompt = mgr.prepare("x", payload)
+        messages = prompt.messages
     base = build_messages(SessionState(), "hi", static)[0]["content"].splitlines()
     lines = messages[0]["content"].splitlines()
-    expected_extra = 1 + len(state.context) if state.context else 0
+    expected_extra = (1 + len(state.context) if state.context else 0) + (1 + len(prompt.recalled) if prompt.recalled else 0)
     assert lines[: len(base)] == base and len(lines) == len(base) + expected_extra
-    assert all(line.startswith("- ") and line.isprintable() for line in lines[len(base) + 1 :])
+    headers = {config.context.header, config.memory.recall_header}
+    assert all((line.startswith("- ") or line in headers) and line.isprintable() for line in lines[len(base) :])
     summary = next((m["content"] for m in messages if m["role"] == "user" and m["content"].startswith("[Previous")), None)
     if summary is not None:
         body = summary.splitlines()[1:]

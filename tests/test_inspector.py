@@ -15,6 +15,9 @@ from middleware.demo.device import LAB
 from middleware.inspector import conversation_view
 from middleware.inspector_app import create_app
 
+# The inspector answers only to loopback names by default (DNS rebinding): tests speak to it there.
+LOCAL = "http://127.0.0.1:8300"
+
 
 @pytest.fixture
 def mgr(atlas: Config, store_url: str, tmp_path: Path) -> Iterator[SessionManager]:
@@ -39,10 +42,10 @@ def mgr(atlas: Config, store_url: str, tmp_path: Path) -> Iterator[SessionManage
 def client(mgr: SessionManager, face: str) -> Iterator[TestClient]:
     """The inspector over the store ``mgr`` filled, served by a manager of the face under test."""
     if face == "sync":
-        yield TestClient(create_app(mgr))
+        yield TestClient(create_app(mgr), base_url=LOCAL)
         return
     amgr = AsyncSessionManager(mgr.config)
-    with TestClient(create_app(amgr)) as client:  # one event loop for every request
+    with TestClient(create_app(amgr), base_url=LOCAL) as client:  # one event loop for every request
         yield client
         client.portal.call(amgr.close)  # type: ignore[union-attr]
 
@@ -104,6 +107,8 @@ def test_include_flags_and_limits(client: TestClient, mgr: SessionManager) -> No
     limited = client.get("/api/session", params={"id": mgr.sid, "include": "conversation", "conversation_limit": 2}).json()  # type: ignore[attr-defined]
     assert [e["kind"] for e in limited["conversation"]] == ["tool", "message"]
     assert client.get("/api/session", params={"id": mgr.sid, "include": "everything"}).status_code == 400  # type: ignore[attr-defined]
+    many = client.get("/api/session", params={"id": mgr.sid, "include": ",".join(f"x{i}" for i in range(4_000))})  # type: ignore[attr-defined]
+    assert many.status_code == 400 and len(many.content) < 300  # the unknown names are quoted cut short
     assert client.get("/api/session", params={"id": mgr.sid, "trace_limit": "many"}).status_code == 400  # type: ignore[attr-defined]
 
 
@@ -168,7 +173,7 @@ def test_the_page_is_self_contained(client: TestClient) -> None:
 
 def test_a_token_guards_every_route(mgr: SessionManager) -> None:
     """With a token, requests need it as a bearer token or a query parameter."""
-    guarded = TestClient(create_app(mgr, token="s3cret"))
+    guarded = TestClient(create_app(mgr, token="s3cret"), base_url=LOCAL)
     assert guarded.get("/api/sessions").status_code == 401
     assert guarded.get("/").status_code == 401
     assert guarded.get("/api/sessions", headers={"Authorization": "Bearer s3cret"}).status_code == 200
@@ -183,7 +188,7 @@ def test_an_unreachable_store_is_503_without_the_password(atlas: Config, face: s
 
     config = atlas.with_overrides(store={"url": f"redis://:pw-42@127.0.0.1:{free_port()}/0", "timeout_seconds": 0.5})
     dead = SessionManager(config) if face == "sync" else AsyncSessionManager(config)
-    with TestClient(create_app(dead)) as client:
+    with TestClient(create_app(dead), base_url=LOCAL) as client:
         response = client.get(route)
     assert response.status_code == 503 and "pw-42" not in response.text and "unreachable" in response.json()["error"]
 
@@ -207,5 +212,131 @@ def test_a_turn_record_missing_its_call_shows_an_orphan_result(atlas: Config, tm
         record = json.loads(mgr.store.client.lindex(keys.traces, 0))
         record["events"] = [e for e in record["events"] if e["type"] != "tool_call"]
         mgr.store.client.lset(keys.traces, 0, json.dumps(record))
-        view = TestClient(create_app(mgr)).get("/api/session", params={"id": "o", "include": "conversation"}).json()
+        view = (
+            TestClient(create_app(mgr), base_url=LOCAL).get("/api/session", params={"id": "o", "include": "conversation"}).json()
+        )
     assert [e["kind"] for e in view["conversation"]] == ["message", "tool_result_orphan", "message"]
+
+
+def test_health_follows_a_server_that_stops_and_comes_back(atlas: Config, face: str, tmp_path: Path) -> None:
+    """/api/health is ok while redis-server runs, 503 naming the store once it is stopped, and
+    ok again after it restarts, all from one app and one manager. (The plan-layer issue had
+    already made health ask the store; this keeps it so against a server that really stops.)"""
+    from tests.conftest import RedisServer
+
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    config = atlas.with_overrides(store={"url": server.url, "timeout_seconds": 0.5}, usage_log={"path": None})
+    manager = SessionManager(config) if face == "sync" else AsyncSessionManager(config)
+    try:
+        with TestClient(create_app(manager), base_url=LOCAL) as client:
+            assert client.get("/api/health").json()["ok"] is True
+            server.stop()
+            down = client.get("/api/health")
+            assert down.status_code == 503 and "unreachable" in down.json()["error"] and str(server.port) in down.json()["error"]
+            server.start()
+            assert client.get("/api/health").json()["ok"] is True
+            if isinstance(manager, AsyncSessionManager):
+                client.portal.call(manager.close)  # type: ignore[union-attr]
+    finally:
+        server.stop()
+        if isinstance(manager, SessionManager):
+            manager.close()
+
+
+@pytest.mark.parametrize("name", ["page", "page_size", "trace_limit", "conversation_limit"])
+@pytest.mark.parametrize("value", ["99999999999999999999", "1000000001", "9" * 5_000, "2.5", "0x10", "١٢"])
+def test_integer_parameters_beyond_bounds_are_400_naming_the_value(
+    client: TestClient, mgr: SessionManager, name: str, value: str
+) -> None:
+    """Every integer parameter takes integers up to 1,000,000,000: anything else (a huge page,
+    digits by the thousand, a fraction, hex, non-ASCII digits) is a 400 naming the parameter
+    and the value, cut short, never a 503 or a megabyte of error."""
+    route, params = ("/api/sessions", {}) if name.startswith("page") else ("/api/session", {"id": mgr.sid})  # type: ignore[attr-defined]
+    response = client.get(route, params={**params, name: value})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert f"'{name}'" in error and "1,000,000,000" in error and len(response.content) < 400
+    assert (value in error) if len(value) < 30 else (value[:15] in error and value not in error)
+
+
+@pytest.mark.parametrize(
+    ("host", "answered"),
+    [
+        ("127.0.0.1:8300", True),
+        ("localhost:8300", True),
+        ("LocalHost.", True),
+        ("[::1]:8300", True),
+        ("evil.example", False),
+        ("evil.example:8300", False),
+        ("127.0.0.1.evil.example", False),
+        ("localhost@evil.example", False),
+    ],
+)
+def test_only_loopback_names_are_answered_by_default(mgr: SessionManager, host: str, answered: bool) -> None:
+    """A request naming another host is refused (400, naming it) before anything else, a valid
+    token included: a page that rebinds its own name to 127.0.0.1 (DNS rebinding) cannot read
+    a loopback inspector."""
+    for app, headers in [(create_app(mgr), {}), (create_app(mgr, token="t0k"), {"Authorization": "Bearer t0k"})]:
+        response = TestClient(app, base_url=LOCAL).get("/api/sessions", headers={**headers, "host": host})
+        assert response.status_code == (200 if answered else 400), response.text
+        if not answered:
+            assert repr(host) in response.json()["error"] and "localhost" in response.json()["error"]
+
+
+def test_the_hosts_answered_are_configurable(mgr: SessionManager) -> None:
+    """allowed_hosts replaces the loopback names; "*" answers any host."""
+    named = TestClient(create_app(mgr, allowed_hosts=["Inspector.Example.com", "[::1]"]), base_url=LOCAL)
+    assert named.get("/api/sessions", headers={"host": "inspector.example.com:443"}).status_code == 200
+    assert named.get("/api/sessions", headers={"host": "[::1]:8300"}).status_code == 200
+    assert named.get("/api/sessions", headers={"host": "127.0.0.1:8300"}).status_code == 400
+    anyone = TestClient(create_app(mgr, allowed_hosts=["*"]), base_url=LOCAL)
+    assert anyone.get("/api/sessions", headers={"host": "evil.example"}).status_code == 200
+
+
+def test_a_served_inspector_refuses_a_rebound_name(mgr: SessionManager) -> None:
+    """Through uvicorn on a real socket, as a browser would send it after DNS rebinding."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    from tests.browser import serve
+
+    with serve(create_app(mgr)) as url:
+        port = urlsplit(url).port
+        for host, status in [(f"attacker.example:{port}", 400), (f"localhost:{port}", 200)]:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            connection.request("GET", "/api/sessions", headers={"Host": host})
+            assert connection.getresponse().status == status
+            connection.close()
+
+
+def test_the_cli_does_not_print_the_token_and_answers_its_own_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`middleware inspect` says where the token comes from without printing it, and serves an
+    app that answers to loopback names, the address it binds and each --allowed-host."""
+    import uvicorn
+    from click.testing import CliRunner
+
+    from middleware.cli import main
+
+    served: dict[str, object] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: served.update(app=app, **options))
+    secret = "s3cret-Token-Value-Zq81"
+    result = CliRunner().invoke(
+        main,
+        ["inspect", "--host", "192.0.2.10", "--allowed-host", "inspector.example.com"],
+        env={"MIDDLEWARE_INSPECT_TOKEN": secret},
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        secret not in result.output and "MIDDLEWARE_INSPECT_TOKEN" in result.output and "http://192.0.2.10:8300/" in result.output
+    )
+    client = TestClient(served["app"], headers={"Authorization": f"Bearer {secret}"})  # type: ignore[arg-type]
+    for host, status in [
+        ("192.0.2.10:8300", 200),
+        ("inspector.example.com", 200),
+        ("localhost:8300", 200),
+        ("evil.example", 400),
+    ]:
+        assert client.get("/api/health", headers={"host": host}).status_code == status
+    flag = CliRunner().invoke(main, ["inspect", "--token", secret])
+    assert flag.exit_code == 0 and secret not in flag.output and "--token" in flag.output

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from redis.exceptions import NoScriptError, ResponseError
 
-from middleware import Config, SessionState, StoreError, StoreUnavailableError, ToolCall, Turn, apply_turn
+from middleware import Config, InvalidInputError, SessionState, StoreError, StoreUnavailableError, ToolCall, Turn, apply_turn
 from middleware.core import plans
 from middleware.core.effects import Batch
 
@@ -208,6 +208,20 @@ def test_listing_pages_through_the_index_and_forgets_expired_sessions() -> None:
     assert [b.commands[0][0] for b in batches] == ["zscan", "zscan", "zrange", "zrem"]
     assert batches[0].commands[0][3] == "*user*" and batches[-1].commands[0] == ("zrem", LAYOUT.index, "user-2")
     assert [(e.session_id, e.turns, e.context_keys) for e in page.entries] == [("user-1", 3, 1)] and page.total == 1
+
+
+@pytest.mark.parametrize("search", [None, "user"])
+def test_a_page_no_redis_range_can_reach_is_refused_before_any_command(search: str | None) -> None:
+    """Page 10**20 is an InvalidInputError naming it, not a range Redis refuses (a StoreError)."""
+    with pytest.raises(InvalidInputError, match=r"Page 100000000000000000000 is out of range; expected .* up to 1,000,000,000"):
+        next(plans.list_sessions(LAYOUT, search=search, page=10**20))
+    assert next(plans.list_sessions(LAYOUT, page=plans.MAX_PAGE)).commands[1][2] == (plans.MAX_PAGE - 1) * 20
+
+
+def test_an_inspection_never_asks_redis_for_an_impossible_count_of_traces() -> None:
+    """A huge trace count reads at most what any writer keeps (100,000), not a range Redis refuses."""
+    batch = next(plans.inspect(LAYOUT, "s1", traces=10**20))
+    assert batch.commands[4] == ("lrange", KEYS.traces, -100_000, -1)
 
 
 def test_search_text_is_matched_literally() -> None:

@@ -39,8 +39,8 @@ def events_named(events: list[dict[str, Any]], name: str) -> list[dict[str, Any]
 
 def test_a_key_rewritten_by_fresh_writers_never_pushes_another_out(managers: ManagerFactory, tmp_path: Path, raw: Any) -> None:
     """device=tv1, then 33 writes of page=j, each from a fresh manager (none has seen the
-    others' values): both keys stay, page holds the last value, and the context set
-    holds one member per key (it used to keep only {'page': '32'})."""
+    others' values): both keys stay, page holds the last value and its history the three
+    before it, and nothing more is kept (it used to keep only {'page': '32'})."""
     config = auto(tmp_path)
     with managers(config) as first:
         first.record_turn("s", user="use tv1", assistant="ok", tool_calls=[call("select", device="tv1")])
@@ -48,8 +48,10 @@ def test_a_key_rewritten_by_fresh_writers_never_pushes_another_out(managers: Man
         with managers(config) as fresh:
             fresh.record_turn("s", user=f"page {j}", assistant="ok", tool_calls=[call("open", page=str(j))])
     with managers(config) as reader:
-        assert reader.get_state("s").context == {"device": "tv1", "page": "32"}
-    assert raw.zcard(session_keys("mw", "s").ctx) == 2
+        state = reader.get_state("s")
+    assert state.context == {"device": "tv1", "page": "32"}
+    assert [value for value, _ in state.facts["page"]] == ["31", "30", "29"]
+    assert raw.zcard(session_keys("mw", "s").ctx) == 1 + config.context.history
 
 
 def test_racing_writers_of_different_keys_lose_none(managers: ManagerFactory, tmp_path: Path) -> None:

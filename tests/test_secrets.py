@@ -82,3 +82,115 @@ def test_logs_hold_no_content_and_no_secrets_by_default(atlas: Config, tmp_path:
 def test_redaction_covers_the_usual_shapes(text: str, hidden: str) -> None:
     """URL passwords, provider keys, bearer tokens and key=value secrets are masked."""
     assert hidden not in redact_secrets(text)
+
+
+# Keys in the formats providers issue, each as a provider might echo it back in an error.
+PROVIDER_KEYS = {
+    "hex": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b",
+    "huggingface": "hf_QwErTyUiOpAsDfGhJkLzXcVbNm12345678",
+    "perplexity": "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",
+    "aws": "AKIAIOSFODNN7EXAMPLE",
+    "github": "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+    "openai": "sk-proj-Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe",
+    "no known format": "k3y_with.no/known+format=Zq81",
+}
+
+
+class ProviderAuthError(Exception):
+    """What a provider SDK raises on a rejected key: it quotes the key, and carries it as an attribute."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"401 Unauthorized: invalid api key '{key}' (Authorization: Bearer {key})")
+        self.key = key
+
+
+def formatted_everywhere(error: BaseException) -> str:
+    """``error`` as every usual formatter renders it: its text and repr, and those of each
+    exception in its chain, traceback.format_exception, a logging handler's line, and
+    structlog's plain, dict (JSON) and rich (console, with local variables) tracebacks.
+
+    The frames of the tests (the caller, who holds the key it passed) are left out."""
+    import io
+    import json
+    import logging
+    import traceback
+
+    import structlog
+
+    tb = error.__traceback__
+    while tb is not None and Path(tb.tb_frame.f_code.co_filename).is_relative_to(Path(__file__).parent):
+        tb = tb.tb_next
+    error = error.with_traceback(tb)
+    exc_info = (type(error), error, tb)
+    parts = ["".join(traceback.format_exception(error)), logging.Formatter().formatException(exc_info)]
+    seen: BaseException | None = error
+    while seen is not None:
+        parts += [str(seen), repr(seen), repr(seen.args), repr(vars(seen))]
+        seen = seen.__cause__ or seen.__context__
+    stream = io.StringIO()
+    logger = logging.getLogger(f"test-secrets-{uuid.uuid4().hex}")
+    logger.addHandler(logging.StreamHandler(stream))
+    logger.propagate = False
+    logger.error("chat failed", exc_info=exc_info)
+    parts.append(stream.getvalue())
+    event = {"event": "chat failed", "exc_info": exc_info}
+    parts.append(structlog.processors.format_exc_info(None, "error", dict(event))["exception"])
+    parts.append(json.dumps(structlog.processors.dict_tracebacks(None, "error", dict(event)), default=repr))
+    parts.append(structlog.dev.ConsoleRenderer(colors=False)(None, "error", dict(event)))
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("kind", list(PROVIDER_KEYS))
+def test_a_key_the_provider_echoes_is_masked_in_the_error_and_its_whole_chain(
+    kind: str, stream: bool, face: str, loop: Any, atlas: Config, tmp_path: Path
+) -> None:
+    """A provider error quoting the api_key (any format, even none known) becomes an LLMError
+    whose text, cause chain and formatted tracebacks (traceback, logging, structlog with
+    local variables) hold no trace of the key, yet still say what failed."""
+    from tests.conftest import open_manager
+
+    key = PROVIDER_KEYS[kind]
+
+    def rejects(messages: Any, tools: Any) -> Any:
+        raise ProviderAuthError(key)
+
+    name = f"rejects-{uuid.uuid4().hex[:6]}"
+    register(name, rejects)
+    config = atlas.with_overrides(usage_log={"path": str(tmp_path / "u.jsonl")}, store={"url": f"memory://{name}"})
+    manager = open_manager(face, config, loop)
+    try:
+        with pytest.raises(LLMError) as info:
+            result = manager.chat("s", "hello", model=f"scripted/{name}", api_key=key, stream=stream)
+            if stream:
+                list(result)
+    finally:
+        manager.close()
+    text = formatted_everywhere(info.value)
+    assert key not in text
+    assert "401 Unauthorized: invalid api key" in text and "***" in str(info.value)
+    assert "ProviderAuthError" in text  # the cause chain still names what the provider raised
+
+
+def test_a_key_read_from_the_environment_is_masked_too(atlas: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key litellm would take from the environment (no api_key given) is masked as literally."""
+    key = "envkey.no-known-format.Zq81Zq81"
+    monkeypatch.setenv("SOMEPROVIDER_API_KEY", key)
+
+    def rejects(messages: Any, tools: Any) -> Any:
+        raise ProviderAuthError(key)
+
+    name = f"rejects-env-{uuid.uuid4().hex[:6]}"
+    register(name, rejects)
+    config = atlas.with_overrides(usage_log={"path": str(tmp_path / "u.jsonl")}, store={"url": f"memory://{name}"})
+    with SessionManager(config) as mgr, pytest.raises(LLMError) as info:
+        mgr.chat("s", "hello", model=f"scripted/{name}")
+    assert key not in formatted_everywhere(info.value) and "401 Unauthorized" in str(info.value)
+
+
+@pytest.mark.parametrize("kind", [kind for kind in PROVIDER_KEYS if kind != "no known format"])
+def test_keys_in_known_formats_are_masked_even_when_not_given(kind: str) -> None:
+    """A key nobody passed in (another provider's, a leaked one) is still masked by its format."""
+    key = PROVIDER_KEYS[kind]
+    masked = redact_secrets(f"upstream said: token {key} is not valid for this project")
+    assert key not in masked and "***" in masked and masked.startswith("upstream said: token ")

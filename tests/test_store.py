@@ -54,8 +54,10 @@ def test_every_key_of_a_session_shares_one_hash_tag(manager: Manager, raw: Any) 
     keys = sorted(k.decode() for k in raw.keys("mw:*"))
     session_keys = [k for k in keys if k != "mw:sessions"]
     assert session_keys == [
+        "mw:{user:42}:arc",
         "mw:{user:42}:ctx",
         "mw:{user:42}:ids",
+        "mw:{user:42}:idx",
         "mw:{user:42}:meta",
         "mw:{user:42}:recent",
         "mw:{user:42}:sum",
@@ -85,7 +87,7 @@ def test_every_write_refreshes_the_ttl_of_the_whole_session(atlas: Config, manag
             raw.pexpire(key, 5_000)
         mgr.record_turn("s", user="c", assistant="d")  # sets no context key
         present = [key for key in session_keys("mw", "s") if raw.exists(key)]
-        assert len(present) == 6  # all but the last-prompt key, written only when a prompt was composed
+        assert len(present) == 8  # all but the last-prompt key, written only when a prompt was composed
         ttls = [raw.pttl(key) for key in present]
         assert all(95_000 < ttl <= 100_000 for ttl in ttls), ttls
 
@@ -95,7 +97,7 @@ def test_ttl_zero_keeps_sessions_forever(atlas: Config, managers: ManagerFactory
     with managers(atlas.with_overrides(store={"ttl_seconds": 0})) as mgr:
         mgr.record_turn("s", user="a", assistant="b", tool_calls=[nav("x")])
         present = [key for key in session_keys("mw", "s") if raw.exists(key)]
-        assert len(present) == 6  # all but the last-prompt key, written only when a prompt was composed
+        assert len(present) == 8  # all but the last-prompt key, written only when a prompt was composed
         assert all(raw.pttl(key) == -1 for key in present)
 
 
@@ -157,11 +159,12 @@ def test_context_keeps_the_most_recently_set_keys_in_auto_mode(atlas: Config, ma
             mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={name: name})])
         mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={"b": "b2"})])
         mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={"e": "e"})])
-        assert mgr.get_state("s").context == {"b": "b2", "d": "d", "e": "e"}
-        # Superseded values were removed, not left behind: the zset holds what is shown plus
-        # evicted keys still within the trim bound.
-        members = [m.decode() for m in raw.zrange(session_keys("mw", "s").ctx, 0, -1)]
-        assert "b=b" not in members and "b=b2" in members
+        state = mgr.get_state("s")
+        assert state.context == {"b": "b2", "d": "d", "e": "e"}
+        # The value b2 replaced stays as b's history (with the turn that set it); evicted keys are gone.
+        assert state.facts == {"b": [("b", 2)]}
+        members = sorted(m.decode() for m in raw.zrange(session_keys("mw", "s").ctx, 0, -1))
+        assert members == ["b=b", "b=b2", "d=d", "e=e"]
 
 
 def test_racing_writers_never_lose_a_context_value(managers: ManagerFactory) -> None:

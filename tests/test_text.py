@@ -6,7 +6,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from middleware.core.text import ELLIPSIS, brief, clean_text, cut_middle, one_line, redact_url
+from middleware.core.text import (
+    ELLIPSIS,
+    brief,
+    clean_text,
+    cut_middle,
+    one_line,
+    printable,
+    printable_json,
+    quoted,
+    redact_url,
+)
 from tests.strategies import INJECTIONS, any_text, hostile_text
 
 
@@ -84,3 +94,85 @@ def test_cut_middle_keeps_both_ends_and_marks_the_cut() -> None:
 def test_redact_url_hides_passwords(url: str, expected: str) -> None:
     """Passwords in the authority or the query never survive redaction."""
     assert redact_url(url) == expected
+
+
+def _acted_on(text: str, keep: str = "") -> list[str]:
+    """Characters of ``text`` a terminal acts on instead of showing (those in ``keep`` aside)."""
+    import unicodedata
+
+    return [c for c in text if c not in keep and unicodedata.category(c) in {"Cc", "Cf", "Cs", "Zl", "Zp"}]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("plain [bold] text", "plain [bold] text"),
+        ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
+        ("\x1b]8;;https://e.example\x07link", "\\x1b]8;;https://e.example\\x07link"),
+        ("csi \x9b2J", "csi \\x9b2J"),
+        ("bidi \u202eevil", "bidi \\u202eevil"),
+        ("two\nlines", "two\\nlines"),
+        ("ünïcode 你好 🙂", "ünïcode 你好 🙂"),
+    ],
+)
+def test_printable_writes_what_a_terminal_acts_on_as_escapes(text: str, expected: str) -> None:
+    """Controls, escape sequences, bidi overrides and line breaks become visible escapes; text stays."""
+    assert printable(text) == expected
+
+
+@given(text=hostile_text)
+def test_printable_leaves_nothing_a_terminal_acts_on(text: str) -> None:
+    """For any string, no control, format or separator character survives (but kept line breaks)."""
+    assert _acted_on(printable(text)) == []
+    assert _acted_on(printable(text, keep="\n"), keep="\n") == []
+
+
+@given(value=st.recursive(st.one_of(st.none(), st.integers(), hostile_text), lambda inner: st.lists(inner, max_size=3)
+                          | st.dictionaries(hostile_text, inner, max_size=3), max_leaves=10))  # fmt: skip
+def test_printable_json_is_the_same_data_with_nothing_a_terminal_acts_on(value: object) -> None:
+    """printable_json keeps a document's data (it loads back equal) and leaves only its indentation's line breaks."""
+    import json
+
+    document = printable_json(json.dumps(value, indent=2, ensure_ascii=False))
+    assert json.loads(document) == value and _acted_on(document, keep="\n") == []
+
+
+def _bomb(depth: int) -> list[object]:
+    """A list that repeats itself nine times per level: 9**depth strings, built in a few objects."""
+    level: list[object] = ["lol"] * 9
+    for _ in range(depth):
+        level = [level] * 9
+    return level
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["x" * 1_000_000, 10**5_000, _bomb(9), {f"k{i}": "v" * 1_000 for i in range(10_000)}, ("a\nb", b"\x00" * 10_000)],
+    ids=["long string", "huge int", "nested aliases", "big dict", "mixed"],
+)
+def test_quoted_stays_short_whatever_the_value(value: object) -> None:
+    """An error quotes any value in at most the limit, without building its full repr first
+    (a nested-alias structure holds 9**9 strings; an int of 5,000 digits has no repr at all)."""
+    text = quoted(value, 200)
+    assert 0 < len(text) <= 200 and "\n" not in text
+
+
+def test_quoted_is_the_repr_when_it_fits() -> None:
+    """Short values are quoted exactly as repr() would."""
+    for value in ["it's", -1, 2.5, None, ["a", 1], {"k": (1, 2)}]:
+        assert quoted(value) == repr(value)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "text",
+    ["redis://" + "h" * 200_000, "a" * 200_000 + "://", "f" * 200_000 + "g", "sk-" * 70_000, "a://b:" + "c" * 200_000],
+    ids=["url run", "scheme at the end", "hex run", "key prefixes", "password run"],
+)
+def test_redaction_reads_adversarial_text_in_one_pass(text: str) -> None:
+    """200,000 characters shaped to make a pattern retry from every position are redacted at
+    once (the URL pattern used to rescan a run of letters from each of them: minutes), and
+    what holds no secret comes back unchanged."""
+    from middleware.core.text import redact_secrets
+
+    assert redact_secrets(text) == text or "***" in redact_secrets(text)

@@ -18,10 +18,12 @@ config, a tokenizer and the memos of what it has rendered and counted.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..config import Config, Skill
 from ..exceptions import TokenBudgetError
+from .archive import Candidate, Recalled, pieces_of, query_terms, rank, render_recall
 from .context import extract_context, order_context, render_context
 from .notes import render_notes
 from .state import (
@@ -116,6 +118,26 @@ def _recent_pairs(state: SessionState, tokenizer: Tokenizer) -> list[StoredMessa
     return whole_pairs(messages)
 
 
+_BLOCKS = ("context", "state", "notes", "recall", "summary")
+
+
+@dataclass
+class _Memory:
+    """The memory blocks of one prompt while they are fitted under memory.context_limit."""
+
+    lines: list[str]
+    context: dict[str, str]
+    notes: str
+    notes_cap: int
+    state_lines: list[str]
+    recall: list[Recalled]
+
+
+def render_state(lines: Sequence[str], header: str) -> str:
+    """The connectors' section: their current-state lines, each one line."""
+    return "\n".join([header, *(f"- {one_line(line, 300)}" for line in lines)]) if lines else ""
+
+
 # Content tokens a cut recent message keeps at least; below that it is dropped with its pair.
 _MIN_RECENT_TOKENS = 16
 
@@ -135,15 +157,16 @@ class Composer:
         self.static_tokens = tokenizer.count_chat("system", self.static_prefix)
         self._systems, self._notes, self._summaries = _Memo(), _Memo(), _Memo()
 
-    def system_prompt(self, context: Mapping[str, str], notes_section: str = "") -> str:
-        """Static prefix, then the notes section, then the Current Context section."""
-        key = (tuple(context.items()), notes_section)
-        return self._systems.get_or(key, lambda: self._render_system(context, notes_section))  # type: ignore[no-any-return]
+    def system_prompt(self, context: Mapping[str, str], notes_section: str = "", *volatile: str) -> str:
+        """Static prefix, then the notes section, then the Current Context section, then
+        the volatile sections (connectors' state, the recall block): what changes most comes last."""
+        key = (tuple(context.items()), notes_section, volatile)
+        return self._systems.get_or(key, lambda: self._render_system(context, notes_section, volatile))  # type: ignore[no-any-return]
 
-    def _render_system(self, context: Mapping[str, str], notes_section: str) -> str:
+    def _render_system(self, context: Mapping[str, str], notes_section: str, volatile: tuple[str, ...] = ()) -> str:
         config = self.config.context
         section = render_context(order_context(context, config), config)
-        return "\n".join(part for part in (self.static_prefix, notes_section, section) if part)
+        return "\n".join(part for part in (self.static_prefix, notes_section, section, *volatile) if part)
 
     def notes_section(self, notes: str, max_tokens: int) -> str:
         """The quoted notes section within ``max_tokens`` (cut in the middle beyond), or ""."""
@@ -197,43 +220,77 @@ class Composer:
             done.append("recent_dropped")
         return lines, recent, done
 
-    def _fit_memory(
-        self, lines: list[str], notes: str, notes_cap: int, context: dict[str, str], budget: int
-    ) -> tuple[list[str], int, dict[str, str], list[str]]:
-        """Keep notes + context section + summary within ``budget`` tokens. What gives, in order:
-        summary lines (oldest first), then the notes (cut in the middle, then dropped), then
-        context keys (least recently set first: ``context`` is in the order keys were set)."""
+    def _fit_memory(self, parts: _Memory, budget: int) -> list[str]:
+        """Keep every memory block within ``budget`` tokens together. What gives first is
+        the last block of ``memory.priorities``, one step at a time: a summary line (oldest
+        first), a recalled item (lowest score first), the notes (cut in the middle, then
+        dropped), a connector line (last first), a context key (least recently set first)."""
         done: list[str] = []
-        config = self.config.context
+        sizes = {block: self._block_tokens(parts, block) for block in _BLOCKS}
+        order = list(reversed(self.config.memory.priorities))
+        while sum(sizes.values()) > budget:
+            block = next((b for b in order if self._shrink(parts, b, budget - sum(sizes.values()) + sizes[b], done)), None)
+            if block is None:
+                break
+            sizes[block] = self._block_tokens(parts, block)
+        return done
 
-        def summary_size() -> int:
-            return self._count(self._summary_messages(lines))
+    def _block_tokens(self, parts: _Memory, block: str) -> int:
+        count = self.tokenizer.count
+        if block == "summary":
+            return self._count(self._summary_messages(parts.lines))
+        if block == "notes":
+            return count(self.notes_section(parts.notes, parts.notes_cap))
+        if block == "context":
+            return count(render_context(order_context(parts.context, self.config.context), self.config.context))
+        if block == "state":
+            return count(render_state(parts.state_lines, self.config.memory.state_header))
+        return sum(item.tokens + 6 for item in parts.recall) + (8 if parts.recall else 0)
 
-        def notes_size() -> int:
-            return self.tokenizer.count(self.notes_section(notes, notes_cap))
-
-        def context_size() -> int:
-            return self.tokenizer.count(render_context(order_context(context, config), config))
-
-        # Each size is recounted only when its own part changes.
-        summary_tokens, notes_tokens, context_tokens = summary_size(), notes_size(), context_size()
-        while lines and summary_tokens + notes_tokens + context_tokens > budget:
-            lines = lines[1:]
+    def _shrink(self, parts: _Memory, block: str, room: int, done: list[str]) -> bool:
+        """Take one step off ``block`` (``room``: the tokens it may keep); False when it has nothing left."""
+        if block == "summary" and parts.lines:
+            parts.lines = parts.lines[1:]
             done.append("summary_line_dropped")
-            summary_tokens = summary_size()
-        if notes_tokens and summary_tokens + notes_tokens + context_tokens > budget:
-            room = budget - summary_tokens - context_tokens
-            notes_cap = room if room >= 24 else 0  # too little room for useful notes: leave them out
-            done.append("notes_cut" if notes_cap else "notes_dropped")
-            notes_tokens = notes_size()
-        while context and summary_tokens + notes_tokens + context_tokens > budget:
-            context = dict(list(context.items())[1:])
+        elif block == "recall" and parts.recall:
+            parts.recall = sorted(parts.recall, key=lambda r: -r.score)[:-1]
+            done.append("recall_dropped")
+        elif block == "notes" and parts.notes_cap and parts.notes.strip():
+            cut = room if room >= 24 and room < parts.notes_cap else 0  # too little room for useful notes: leave them out
+            parts.notes_cap = cut
+            done.append("notes_cut" if cut else "notes_dropped")
+        elif block == "state" and parts.state_lines:
+            parts.state_lines = parts.state_lines[:-1]
+            done.append("state_line_dropped")
+        elif block == "context" and parts.context:
+            parts.context = dict(list(parts.context.items())[1:])
             done.append("context_key_dropped")
-            context_tokens = context_size()
-        return lines, notes_cap, context, done
+        else:
+            return False
+        return True
+
+    def recall(
+        self, state: SessionState, current: str, candidates: Sequence[Candidate], recent: Sequence[Mapping[str, str]]
+    ) -> list[Recalled]:
+        """What the recall block holds for ``current``: ranked candidates and earlier
+        values of context keys within ``memory.recall_tokens`` (see ``archive.rank``)."""
+        memory = self.config.memory
+        if not memory.recall_tokens or not (candidates or state.facts):
+            return []
+        shown = "\n".join([*state.summary, *(m["content"] for m in recent), current, *state.context.values()])
+        return rank(candidates, state.facts, query=query_terms(current, recent), context=state.context, turns=state.turns,
+                    shown=shown, budget=memory.recall_tokens, count=self.tokenizer)  # fmt: skip
 
     def compose(
-        self, state: SessionState, user_message: str, *, budget: int | None = None, extra_tokens: int = 0, checked: bool = False
+        self,
+        state: SessionState,
+        user_message: str,
+        *,
+        budget: int | None = None,
+        extra_tokens: int = 0,
+        checked: bool = False,
+        candidates: Sequence[Candidate] = (),
+        state_lines: Sequence[str] = (),
     ) -> Prompt:
         """The messages to send for ``user_message`` and their token figures.
 
@@ -241,27 +298,34 @@ class Composer:
         ``extra_tokens`` sent beside the messages (tool schemas). The system prompt and the
         current message are never cut; if they alone exceed the budget, TokenBudgetError.
         ``checked``: the caller already ran ``check_user_message`` on the message.
+        ``candidates``: archived pieces the store found for the message (recall);
+        ``state_lines``: connectors' current-state lines.
         """
         config, tokenizer = self.config, self.tokenizer
         budget = budget if budget is not None else config.tokens.budget
         current = user_message if checked else check_user_message(user_message, limit=config.tokens.max_message_chars)
         static_tokens = self.static_tokens
-        lines = list(state.summary[-config.summary.lines :]) if config.summary.lines else []
-        context, notes_cap = dict(state.context), config.notes.max_tokens
-        trimmed: list[str] = []
-        if config.tokens.memory_budget is not None:
-            lines, notes_cap, context, trimmed = self._fit_memory(
-                lines, state.notes, notes_cap, context, config.tokens.memory_budget
-            )
-        notes = self.notes_section(state.notes, notes_cap)
-        system = self.system_prompt(context, notes)
-        system_tokens = tokenizer.count_chat("system", system)
-        notes_tokens = tokenizer.count_chat("system", self.system_prompt({}, notes)) - static_tokens if notes else 0
-        current_tokens = tokenizer.count_chat("user", current)
         recent = _recent_pairs(state, tokenizer)[-config.recent.messages :] if config.recent.messages else []
-        summary = self._summary_messages(lines)
+        parts = _Memory(
+            lines=list(state.summary[-config.summary.lines :]) if config.summary.lines else [],
+            context=dict(state.context),
+            notes=state.notes,
+            notes_cap=config.notes.max_tokens,
+            state_lines=list(state_lines),
+            recall=self.recall(state, current, candidates, [m.as_dict() for m in recent]),
+        )
+        limit = config.memory.context_limit if config.memory.context_limit is not None else config.tokens.memory_budget
+        trimmed = self._fit_memory(parts, limit) if limit is not None else []
+        notes = self.notes_section(parts.notes, parts.notes_cap)
+        state_section = render_state(parts.state_lines, config.memory.state_header)
+        system = self.system_prompt(parts.context, notes, state_section)
+        system_tokens = tokenizer.count_chat("system", system)
+        current_tokens = tokenizer.count_chat("user", current)
+        summary = self._summary_messages(parts.lines)
         summary_tokens = self._count(summary)
         recent_tokens = sum(m.tokens for m in recent)
+        recall_section = render_recall(parts.recall, config.memory.recall_header)
+        recall_tokens = tokenizer.count("\n" + recall_section) if recall_section else 0
         if budget is not None:
             fixed = system_tokens + current_tokens + REPLY_PRIMING + extra_tokens
             if fixed > budget:
@@ -270,23 +334,36 @@ class Composer:
                     f"current message {current_tokens:,}, tool schemas {extra_tokens:,}); the budget is {budget:,}. "
                     "Shorten the message or raise tokens.budget."
                 )
-            if fixed + summary_tokens + recent_tokens > budget:  # only then is there anything to cut
-                lines, recent, cut = self._fit(lines, list(recent), budget - fixed)
+            while parts.recall and fixed + recall_tokens + summary_tokens + recent_tokens > budget:  # recall gives first
+                parts.recall = sorted(parts.recall, key=lambda r: -r.score)[:-1]
+                trimmed.append("recall_dropped")
+                recall_section = render_recall(parts.recall, config.memory.recall_header)
+                recall_tokens = tokenizer.count("\n" + recall_section) if recall_section else 0
+            if fixed + recall_tokens + summary_tokens + recent_tokens > budget:  # only then is there anything to cut
+                lines, recent, cut = self._fit(parts.lines, list(recent), budget - fixed - recall_tokens)
                 trimmed += cut
                 summary = self._summary_messages(lines)
                 summary_tokens = self._count(summary)
                 recent_tokens = sum(m.tokens for m in recent)
+        if recall_section:
+            system = self.system_prompt(parts.context, notes, state_section, recall_section)
+            system_tokens = tokenizer.count_chat("system", system)
         messages = [
             {"role": "system", "content": system},
             *summary,
             *({"role": m.role, "content": m.content} for m in recent),
             {"role": "user", "content": current},
         ]
+        notes_tokens = tokenizer.count("\n" + notes) if notes else 0
+        state_tokens = tokenizer.count("\n" + state_section) if state_section else 0
+        recall_tokens = min(recall_tokens, max(system_tokens - static_tokens - notes_tokens - state_tokens, 0))
         breakdown = built(
             TokenBreakdown,
             system=static_tokens,
             notes=notes_tokens,
-            context=system_tokens - static_tokens - notes_tokens,
+            state=state_tokens,
+            recall=recall_tokens,
+            context=system_tokens - static_tokens - notes_tokens - state_tokens - recall_tokens,
             summary=summary_tokens,
             recent=recent_tokens,
             current=current_tokens,
@@ -294,13 +371,15 @@ class Composer:
         )
         full = static_tokens + state.full_tokens + current_tokens + REPLY_PRIMING
         return built(
-            Prompt, messages=messages, tokens=breakdown, full_history_tokens=full, turn=state.turns + 1, trimmed=tuple(trimmed)
-        )
+            Prompt, messages=messages, tokens=breakdown, full_history_tokens=full, turn=state.turns + 1, trimmed=tuple(trimmed),
+            recalled=tuple(parts.recall),
+        )  # fmt: skip
 
-    def apply_turn(self, turn: Turn, *, turn_id: str = "", prompt: str = "") -> TurnUpdate:
+    def apply_turn(self, turn: Turn, *, turn_id: str = "", prompt: str = "", observed: Sequence[str] = ()) -> TurnUpdate:
         """What recording ``turn`` writes. It depends on the turn alone, never on stored
         state, so concurrent writers need no read-modify-write. ``turn_id`` and ``prompt``
-        (the JSON of what the model was sent) are carried through as they are."""
+        (the JSON of what the model was sent) are carried through as they are; ``observed``
+        (what connectors saw after the turn) joins the archive."""
         config, tokenizer = self.config, self.tokenizer
         # An empty reply (tool calls only) is remembered as what was done; a huge one is
         # cut in the middle so one reply cannot bloat the session.
@@ -324,6 +403,7 @@ class Composer:
             else (),
             turn_id=turn_id,
             prompt=prompt,
+            pieces=pieces_of(turn, turn.assistant, tokenizer, observed) if config.memory.archive_turns else (),
         )
 
 

@@ -5,13 +5,15 @@ replies in by hand.
 Layout (all keys of a session share the hash tag ``{<session id>}``, so a session lives
 in one Redis Cluster slot)::
 
-    <prefix>:{<sid>}:ctx      zset   member "key=value", score = µs server time it was set
+    <prefix>:{<sid>}:ctx      zset   member "key=value", score = turn * 1000 + position: each key's newest values
     <prefix>:{<sid>}:sum      list   summary lines, oldest first
     <prefix>:{<sid>}:recent   list   JSON {"role","content","tokens","turn"}: the recent window
     <prefix>:{<sid>}:meta     hash   turns, full_tokens, created, updated, last_turn, user, agent
     <prefix>:{<sid>}:traces   list   JSON turn records for the inspector
     <prefix>:{<sid>}:prompt   string JSON of the prompt sent on the last recorded turn
     <prefix>:{<sid>}:ids      zset   ids of the last turns written, score = turn number
+    <prefix>:{<sid>}:arc      hash   the episodic archive: "<turn>.<n>" -> "kind\ttokens\tterms\ttext"
+    <prefix>:{<sid>}:idx      hash   term -> ids of the archived pieces holding it, newest last
     <prefix>:{<sid>}:live     hash   the endpoint's turns in flight (see middleware.core.live)
     <prefix>:{u:<user>|<agent>}:active / :sessions / :notes   a (user, agent) pair
     <prefix>:sessions         zset   session id -> last update (seconds): the listing index
@@ -36,11 +38,12 @@ from typing import Any, NamedTuple
 import orjson
 
 from ..config import Config
-from ..exceptions import StoreError
+from ..exceptions import InvalidInputError, StoreError
+from .archive import Candidate
 from .context import sanitize_key, sanitize_value
 from .effects import Batch, Command, Plan
 from .state import SessionPage, SessionState, SessionSummary, StoredMessage, TurnUpdate, built, whole_pairs
-from .text import one_line
+from .text import one_line, quoted
 
 # The store's own records (recent messages, traces) are plain dicts built here: orjson
 # encodes and decodes them about ten times faster than the json module.
@@ -67,6 +70,8 @@ class SessionKeys(NamedTuple):
     traces: str
     prompt: str
     ids: str
+    arc: str
+    idx: str
     live: str  # written by the endpoint only; here so that it expires and resets with the session
 
 
@@ -94,6 +99,10 @@ def pair_keys(prefix: str, user_id: str, agent: str) -> PairKeys:
 # Ids of the last turns each session remembers: a write retried after its reply was lost,
 # or a turn held through an outage, is recognised if fewer than this many turns landed since.
 TURN_IDS = 128
+# Archived pieces an index term keeps, newest last: bounds the work and the bytes of a recall.
+POSTINGS = 48
+# Pieces a recall sends back at most, best first: the bytes read per call do not grow with the archive.
+CANDIDATES = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +119,8 @@ class Layout:
     trace_entries: int
     ttl_ms: int
     turn_ids: int  # ids of the last turns written, so a retried write is recognised
+    archive_turns: int  # turns whose pieces the archive keeps (0: none)
+    recall: bool  # a load asks the archive for what the current message needs
     cluster: bool
     notes_shown: bool  # notes.max_tokens > 0: a load reads the notes
 
@@ -121,12 +132,14 @@ class Layout:
             prefix=prefix,
             index=f"{prefix}:sessions",
             max_keys=config.context.max_keys,
-            key_history=1,
+            key_history=config.context.history,
             summary_lines=shown + (0 if config.summary.cover_recent or not shown else config.recent.turns),
             recent_messages=config.recent.messages,
             trace_entries=config.traces.max_entries,
             ttl_ms=config.store.ttl_seconds * 1000,
             turn_ids=TURN_IDS,
+            archive_turns=config.memory.archive_turns,
+            recall=bool(config.memory.archive_turns and config.memory.recall_tokens),
             cluster=config.store.cluster,
             notes_shown=config.notes.max_tokens > 0,
         )
@@ -202,10 +215,17 @@ _LOAD_REPLIES = len(_PARTS)
 _META_FIELDS = {name: name.encode() for name in ("turns", "full_tokens", "created", "updated")}
 
 
-def _decode_context(reply: Any, config: Config, bad: list[Corrupt]) -> dict[str, str]:
-    best: dict[str, tuple[float, str]] = {}
+def _turn_of(score: float) -> int:
+    """The turn a context value was set in, from its score (0 for a value stored by an
+    earlier version, scored by the clock)."""
+    return int(score // 1000) if score < 1e12 else 0
+
+
+def _decode_context(reply: Any, config: Config, bad: list[Corrupt]) -> tuple[dict[str, str], dict[str, list[tuple[str, int]]]]:
+    """The current value of each key (its newest), and the earlier ones, newest first."""
+    values: dict[str, list[tuple[float, str]]] = {}
     limit = config.context.max_value_chars
-    for raw, score in reply:
+    for raw, score in reply:  # lowest score first
         text = _text(raw)
         key, equals, value = text.partition("=")
         clean_key = sanitize_key(key)
@@ -215,13 +235,20 @@ def _decode_context(reply: Any, config: Config, bad: list[Corrupt]) -> dict[str,
         if clean_key is None or clean_value is None:
             bad.append(Corrupt("ctx", f"member {text[:80]!r} has an unusable key or value"))
             continue
-        if clean_key not in best or score >= best[clean_key][0]:
-            best[clean_key] = (score, clean_value)
-    if config.context.keys is not None and not best.keys() <= set(config.context.keys):
-        best = {k: v for k, v in best.items() if k in config.context.keys}
-    if len(best) > config.context.max_keys:
-        best = dict(sorted(best.items(), key=lambda item: item[1][0])[-config.context.max_keys :])
-    return {key: value for key, (_, value) in best.items()}
+        values.setdefault(clean_key, []).append((score, clean_value))
+    for history in values.values():
+        if len(history) > 1:
+            history.sort()  # a reply not in score order (the store's is) still gives the newest last
+    if config.context.keys is not None and not values.keys() <= set(config.context.keys):
+        values = {k: v for k, v in values.items() if k in config.context.keys}
+    if len(values) > config.context.max_keys:  # the keys set most recently
+        values = dict(sorted(values.items(), key=lambda item: item[1][-1][0])[-config.context.max_keys :])
+    else:  # in the order they were last set
+        values = dict(sorted(values.items(), key=lambda item: item[1][-1][0]))
+    context = {key: history[-1][1] for key, history in values.items()}
+    facts = {key: [(value, _turn_of(score)) for score, value in reversed(history[:-1])]
+             for key, history in values.items() if len(history) > 1}  # fmt: skip
+    return context, facts
 
 
 def _decode_recent(reply: Any, bad: list[Corrupt]) -> list[StoredMessage]:
@@ -269,6 +296,7 @@ class Loaded(NamedTuple):
     state: SessionState
     corrupt: tuple[Corrupt, ...]  # records skipped
     missing: tuple[str, ...] = ()  # parts a session with turns must have and has not (evicted under maxmemory)
+    candidates: tuple[Candidate, ...] = ()  # archived pieces the recall query found, best first
 
 
 def _missing(replies: Sequence[Any], turns: int, config: Config, bad: list[Corrupt]) -> tuple[str, ...]:
@@ -299,7 +327,7 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
         ctx, summary, recent_records, meta = (
             None if isinstance(r, Exception) else r for r in (ctx, summary, recent_records, meta)
         )
-    context = _decode_context(ctx or [], config, bad)
+    context, facts = _decode_context(ctx or [], config, bad)
     recent = _decode_recent(recent_records or [], bad)
     lines = _decode_summary(summary or [], config)
     if not config.summary.cover_recent:
@@ -320,6 +348,7 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
         updated_at=_meta_number(meta, "updated", float, bad),
         owner=_owner(meta),
         notes="",
+        facts=facts,
     )
     missing = _missing((ctx, summary, recent_records, meta), state.turns, config, bad)
     if "meta" in missing:  # no count: what is left tells at least how many turns there were
@@ -327,27 +356,145 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
     return Loaded(state, tuple(bad), missing)
 
 
-def load(layout: Layout, session_id: str, *, owner: tuple[str, str] | None = None) -> Plan[Loaded]:
+# The reads of a load, and the archive's best pieces for a query, in one script: the
+# query's terms are looked up in the index, each piece scored by the rare terms it
+# shares (BM25's idf, weighted per term), skipping turns out of the archive and the turns
+# the recent window shows in full; the CANDIDATES best come back with their text.
+#
+# KEYS: ctx sum recent meta arc idx. ARGV: archive_turns recent_turns candidates n_terms (term weight)*
+# Returns {ctx (member score)*, summary, recent, meta (field value)*, {id score matched record}*};
+# a read that fails stands as its error in its place.
+LOAD_SCRIPT = r"""
+local ctx, sum, recent, meta, arc, idx = unpack(KEYS, 1, 6)
+local out = {redis.pcall('ZRANGE', ctx, 0, -1, 'WITHSCORES'), redis.pcall('LRANGE', sum, 0, -1),
+             redis.pcall('LRANGE', recent, 0, -1), redis.pcall('HGETALL', meta), {}}
+local n_terms = tonumber(ARGV[4])
+if n_terms == 0 or out[4].err then return out end
+local turns = 0
+for i = 1, #out[4], 2 do
+  if out[4][i] == 'turns' then turns = tonumber(out[4][i + 1]) or 0 end
+end
+local oldest, newest = turns - tonumber(ARGV[1]) + 1, turns - tonumber(ARGV[2])
+if newest < 1 then return out end
+local terms, weights = {}, {}
+for i = 0, n_terms - 1 do
+  terms[#terms + 1] = ARGV[5 + 2 * i]
+  weights[#weights + 1] = tonumber(ARGV[6 + 2 * i])
+end
+local lists = redis.pcall('HMGET', idx, unpack(terms))
+local size = redis.pcall('HLEN', arc)
+if lists.err or type(size) ~= 'number' then return out end
+local score, matched, turn_of, found = {}, {}, {}, {}
+for j = 1, n_terms do
+  local list = lists[j]
+  if list then
+    local live = {}
+    for id, t in string.gmatch(list, '((%d+)%.%d+)') do
+      t = tonumber(t)
+      if t >= oldest and t <= newest then
+        live[#live + 1] = id
+        turn_of[id] = t
+      end
+    end
+    if #live > 0 then
+      local idf = weights[j] * math.log(1 + (size - #live + 0.5) / (#live + 0.5))
+      for _, id in ipairs(live) do
+        if score[id] == nil then
+          found[#found + 1] = id
+          score[id], matched[id] = idf, terms[j]
+        else
+          score[id], matched[id] = score[id] + idf, matched[id] .. ' ' .. terms[j]
+        end
+      end
+    end
+  end
+end
+table.sort(found, function(a, b)
+  if score[a] ~= score[b] then return score[a] > score[b] end
+  return turn_of[a] > turn_of[b]
+end)
+local best = {}
+for i = 1, math.min(tonumber(ARGV[3]), #found) do best[i] = found[i] end
+if #best == 0 then return out end
+local records = redis.pcall('HMGET', arc, unpack(best))
+if records.err then return out end
+for i, id in ipairs(best) do
+  if records[i] then
+    local row = out[5]
+    row[#row + 1] = id
+    row[#row + 1] = tostring(score[id])
+    row[#row + 1] = matched[id]
+    row[#row + 1] = records[i]
+  end
+end
+return out
+"""
+LOAD_SHA = hashlib.sha1(LOAD_SCRIPT.encode()).hexdigest()
+
+
+def _load_script(layout: Layout, keys: SessionKeys, query: Sequence[tuple[str, float]]) -> Command:
+    recent_turns = layout.recent_messages // 2
+    return (
+        "evalsha", LOAD_SHA, 6, keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx,
+        layout.archive_turns, recent_turns, CANDIDATES, len(query), *(part for term, weight in query for part in (term, weight)),
+    )  # fmt: skip
+
+
+def _pairs(flat: Any) -> Any:
+    """A script's flat [a, b, a, b...] reply as the pipeline would give it: [(a, b)...]."""
+    return flat if isinstance(flat, Exception) else [(flat[i], float(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+
+def _mapping(flat: Any) -> Any:
+    return flat if isinstance(flat, Exception) else {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+
+
+def _candidates(flat: Any) -> tuple[Candidate, ...]:
+    found = []
+    for i in range(0, len(flat) - 3, 4):
+        piece_id, score, matched, record = (_text(part) for part in flat[i : i + 4])
+        kind, tokens, terms, text = [*record.split("\t", 3), "", "", ""][:4]
+        if text and tokens.isdigit():
+            found.append(Candidate(int(piece_id.split(".")[0]), kind, text, int(tokens), float(score), tuple(matched.split()),
+                                   tuple(terms.split())))  # fmt: skip
+    return tuple(found)
+
+
+def load(
+    layout: Layout, session_id: str, *, owner: tuple[str, str] | None = None, query: Sequence[tuple[str, float]] = ()
+) -> Plan[Loaded]:
     """A session's state in one round trip. Its notes join the reads when ``owner`` (the
     owner the caller last saw) is given; a session whose owner turns out different
-    takes a second round trip for them."""
-    notes_shown = layout.notes_shown
-    commands = load_commands(layout.session(session_id))
+    takes a second round trip for them. With a ``query`` (terms and weights), the
+    archive's best pieces for it come back too (``Loaded.candidates``)."""
+    notes_shown, keys = layout.notes_shown, layout.session(session_id)
+    recall = bool(query) and layout.recall
+    commands = (_load_script(layout, keys, query),) if recall else load_commands(keys)
     if owner is not None and notes_shown:
         commands = (*commands, ("get", layout.pair(*owner).notes))
     replies = yield Batch(commands)
-    loaded = decode_state(session_id, replies, layout.config)
+    candidates: tuple[Candidate, ...] = ()
+    if recall:
+        if _no_script(replies[0]):
+            replies = yield Batch([("eval", LOAD_SCRIPT, *commands[0][2:]), *commands[1:]])
+        script, *rest = replies
+        if isinstance(script, Exception):
+            raise _refused(script)
+        ctx, summary, recent, meta, found = script
+        replies = [_pairs(ctx), summary, recent, _mapping(meta), *rest]
+        candidates = _candidates(found)
+    loaded = decode_state(session_id, replies, layout.config)._replace(candidates=candidates)
     if "meta" in loaded.missing:  # the ids of the last turns carry the count the meta hash lost
-        (last,) = yield Batch([("zrange", layout.session(session_id).ids, -1, -1, False, True)])
+        (last,) = yield Batch([("zrange", keys.ids, -1, -1, False, True)])
         counted = int(last[0][1]) if isinstance(last, list) and last else 0
         loaded = loaded._replace(state=dataclasses.replace(loaded.state, turns=max(loaded.state.turns, counted)))
-    found = loaded.state.owner
-    if found is None or not notes_shown:
+    found_owner = loaded.state.owner
+    if found_owner is None or not notes_shown:
         return loaded
-    if found == owner:
+    if found_owner == owner:
         text = _text_or_empty(_checked(replies[_LOAD_REPLIES:])[0])
     else:
-        text = yield from notes(layout, *found)
+        text = yield from notes(layout, *found_owner)
     return loaded._replace(state=dataclasses.replace(loaded.state, notes=text))
 
 
@@ -355,15 +502,23 @@ def load(layout: Layout, session_id: str, *, owner: tuple[str, str] | None = Non
 
 # One turn, written by one server-side script: atomic, idempotent by turn id, and with
 # the bounds that need to look at what is stored (the newest values per context key, the
-# keys set most recently) applied where the data is, so no writer reads and writes back.
+# keys set most recently, the archive's oldest turn) applied where the data is, so no
+# writer reads and writes back.
 #
-# KEYS: the session's keys in SessionKeys order (ctx sum recent meta traces prompt ids), [index]
+# KEYS: the session's keys in SessionKeys order (ctx sum recent meta traces prompt ids arc
+#       idx), then the listing index unless on a cluster.
 # ARGV: turn_id now ttl_ms full_tokens max_keys key_history summary_lines recent_messages
 #       trace_entries turn_ids session_id index_cutoff summary_line trace prompt
-#       n_context (key value)*n_context n_recent record*n_recent
+#       archive_turns postings
+#       n_context (key value)*n_context  n_recent record*n_recent  n_pieces (kind tokens terms text)*n_pieces
 # Returns {turns, written (1, or 0 when the turn id was already recorded), repaired...}.
+#
+# Context members are "key=value" scored turn * 1000 + position: the newest value of a key
+# is its current one, and the score tells the turn that set each value. The archive holds
+# pieces "<turn>.<n>" -> "kind<TAB>tokens<TAB>terms<TAB>text"; the index maps each term to the ids
+# of the pieces holding it, newest last, at most `postings` of them.
 RECORD_SCRIPT = r"""
-local ctx, sum, recent, meta, traces, prompt, ids = unpack(KEYS, 1, 7)
+local ctx, sum, recent, meta, traces, prompt, ids, arc, idx = unpack(KEYS, 1, 9)
 local turn_id, repaired = ARGV[1], {}
 -- A key holding a foreign type is replaced, a counter holding no integer is reset;
 -- any other error reply (OOM, NOPERM...) stops the script before it writes anything more.
@@ -383,6 +538,16 @@ local function call(...)
   return redis.call(...)
 end
 
+-- The newest `cap` ids of a space-separated list.
+local function newest(list, cap)
+  local n = 1
+  for _ in string.gmatch(list, ' ') do n = n + 1 end
+  if n <= cap then return list end
+  local at = 0
+  for _ = 1, n - cap do at = string.find(list, ' ', at + 1, true) end
+  return string.sub(list, at + 1)
+end
+
 local function record()
 if turn_id ~= '' and call('ZSCORE', ids, turn_id) then
   return {tonumber(redis.pcall('HGET', meta, 'turns')) or 0, 0}
@@ -399,13 +564,13 @@ call('HINCRBY', meta, 'full_tokens', ARGV[4])
 call('HSETNX', meta, 'created', now)
 call('HSET', meta, 'updated', now, 'last_turn', turn_id)
 
-local n_context, at = tonumber(ARGV[16]), 17
+local n_context, at = tonumber(ARGV[18]), 19
 if n_context > 0 then
-  -- Scores are the server's clock in microseconds: the last writer to arrive wins.
-  local time = redis.call('TIME')
-  local base = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  -- Values written by an earlier version carry a clock in microseconds: give them turn scores.
+  local legacy = call('ZRANGEBYSCORE', ctx, '1e12', '+inf')
+  for rank, member in ipairs(legacy) do call('ZADD', ctx, (turns - 1) * 1000 + rank, member) end
   for i = 0, n_context - 1 do
-    call('ZADD', ctx, base + i, ARGV[at + 2 * i] .. '=' .. ARGV[at + 2 * i + 1])
+    call('ZADD', ctx, turns * 1000 + i, ARGV[at + 2 * i] .. '=' .. ARGV[at + 2 * i + 1])
   end
   -- Keep the newest `history` values of each key, and the `max_keys` keys set last.
   local rank, count, drop = {}, {}, {}
@@ -437,6 +602,7 @@ if keep > 0 and n_recent > 0 then
   call('RPUSH', recent, unpack(ARGV, at + 1, at + n_recent))
   call('LTRIM', recent, -keep, -1)
 end
+at = at + 1 + n_recent
 keep = tonumber(ARGV[9])
 if keep > 0 and ARGV[14] ~= '' then
   call('RPUSH', traces, ARGV[14])
@@ -447,12 +613,56 @@ if turn_id ~= '' then
   call('ZADD', ids, turns, turn_id)
   call('ZREMRANGEBYRANK', ids, 0, -tonumber(ARGV[10]) - 1)
 end
-for i = 1, 7 do
+
+local archive, cap, n_pieces = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[at])
+if archive > 0 then
+  if n_pieces > 0 then
+    local fields, postings, terms = {}, {}, {}
+    for i = 0, n_pieces - 1 do
+      local base, id = at + 1 + 4 * i, turns .. '.' .. i
+      fields[#fields + 1] = id
+      fields[#fields + 1] = ARGV[base] .. '\t' .. ARGV[base + 1] .. '\t' .. ARGV[base + 2] .. '\t' .. ARGV[base + 3]
+      for term in string.gmatch(ARGV[base + 2], '%S+') do
+        if postings[term] == nil then
+          postings[term] = id
+          terms[#terms + 1] = term
+        else
+          postings[term] = postings[term] .. ' ' .. id
+        end
+      end
+    end
+    call('HSET', arc, unpack(fields))
+    if #terms > 0 then
+      local lists, updates = call('HMGET', idx, unpack(terms)), {}
+      for j, term in ipairs(terms) do
+        local list = lists[j] and (lists[j] .. ' ' .. postings[term]) or postings[term]
+        updates[#updates + 1] = term
+        updates[#updates + 1] = newest(list, cap)
+      end
+      call('HSET', idx, unpack(updates))
+    end
+  end
+  local gone = turns - archive  -- the turn that falls out of the archive now
+  if gone >= 1 then
+    local old = {}
+    for n = 0, 31 do old[#old + 1] = gone .. '.' .. n end
+    call('HDEL', arc, unpack(old))
+  end
+  -- Sweep: a few terms at random; one whose newest piece fell out of the archive goes.
+  local sample = call('HRANDFIELD', idx, 3, 'WITHVALUES')
+  if type(sample) ~= 'table' then sample = {} end  -- a missing key: an empty array (nil in some servers)
+  for i = 1, #sample, 2 do
+    local last = tonumber(string.match(sample[i + 1], '(%d+)%.%d+$'))
+    if last and last <= gone then call('HDEL', idx, sample[i]) end
+  end
+end
+
+for i = 1, 9 do
   if ttl > 0 then call('PEXPIRE', KEYS[i], ttl) else call('PERSIST', KEYS[i]) end
 end
-if KEYS[8] then  -- the listing index: best effort, never fails the turn
-  redis.pcall('ZADD', KEYS[8], now, ARGV[11])
-  if ARGV[12] ~= '' then redis.pcall('ZREMRANGEBYSCORE', KEYS[8], '-inf', ARGV[12]) end
+if KEYS[10] then  -- the listing index: best effort, never fails the turn
+  redis.pcall('ZADD', KEYS[10], now, ARGV[11])
+  if ARGV[12] ~= '' then redis.pcall('ZREMRANGEBYSCORE', KEYS[10], '-inf', ARGV[12]) end
 end
 return {turns, 1, unpack(repaired)}
 end
@@ -466,8 +676,8 @@ RECORD_SHA = hashlib.sha1(RECORD_SCRIPT.encode()).hexdigest()
 
 
 def recorded_keys(keys: SessionKeys) -> tuple[str, ...]:
-    """The keys RECORD_SCRIPT writes, in its order (the endpoint's ``live`` hash is not one)."""
-    return (keys.ctx, keys.sum, keys.recent, keys.meta, keys.traces, keys.prompt, keys.ids)
+    """The keys RECORD_SCRIPT writes, in SessionKeys order: all but the endpoint's ``live`` hash."""
+    return tuple(key for name, key in zip(SessionKeys._fields, keys, strict=True) if name != "live")
 
 
 def record_command(layout: Layout, session_id: str, update: TurnUpdate, *, now: float) -> Command:
@@ -478,12 +688,14 @@ def record_command(layout: Layout, session_id: str, update: TurnUpdate, *, now: 
     recent = [_dumps({"role": m.role, "content": m.content, "tokens": m.tokens, "turn": update.turn_id}) for m in update.recent]
     # One record per turn (its events in order): one encode, one list element.
     trace = _dumps({"ts": now, "turn_id": update.turn_id, "events": update.traces}) if update.traces else ""
+    pieces = update.pieces if layout.archive_turns else ()
     return (
         "evalsha", RECORD_SHA, len(keys) + len(index), *keys, *index,
         update.turn_id, repr(now), layout.ttl_ms, update.full_tokens, layout.max_keys,
         layout.key_history, layout.summary_lines, layout.recent_messages if update.recent else 0, layout.trace_entries,
-        layout.turn_ids, session_id, cutoff, update.summary_line, trace, update.prompt,
+        layout.turn_ids, session_id, cutoff, update.summary_line, trace, update.prompt, layout.archive_turns, POSTINGS,
         len(update.context), *(part for pair in update.context for part in pair), len(recent), *recent,
+        len(pieces), *(part for p in pieces for part in (p.kind, p.tokens, " ".join(p.terms), p.text)),
     )  # fmt: skip
 
 
@@ -612,8 +824,14 @@ def edit_notes(layout: Layout, user_id: str, agent: str, edit: Callable[[str], s
 _GLOB_SPECIAL = str.maketrans({c: f"\\{c}" for c in "*?[]\\"})
 
 
+# Beyond this a page's offset no longer fits a Redis range: refused, not sent to fail there.
+MAX_PAGE = 1_000_000_000
+
+
 def page_bounds(page: int, page_size: int) -> tuple[int, int]:
     """Page clamped to at least 1 and size to 1..200; returns (page, size)."""
+    if int(page) > MAX_PAGE:
+        raise InvalidInputError(f"Page {quoted(int(page), 40)} is out of range; expected a page number up to {MAX_PAGE:,}.")
     return max(1, int(page)), min(max(1, int(page_size)), 200)
 
 
@@ -667,8 +885,10 @@ def inspect(layout: Layout, session_id: str, *, traces: int = 100) -> Plan[Inspe
     """The session's state, its last ``traces`` turn records and its last prompt, in one
     round trip (a second for the notes of a session with an owner)."""
     keys = layout.session(session_id)
-    replies = yield Batch([*load_commands(keys), ("lrange", keys.traces, -max(traces, 1), -1), ("get", keys.prompt)])
-    state, corrupt, _ = decode_state(session_id, replies[:_LOAD_REPLIES], layout.config)
+    count = min(max(traces, 1), 100_000)  # no writer keeps more (traces.max_entries); a huge count fails in Redis
+    replies = yield Batch([*load_commands(keys), ("lrange", keys.traces, -count, -1), ("get", keys.prompt)])
+    loaded = decode_state(session_id, replies[:_LOAD_REPLIES], layout.config)
+    state, corrupt = loaded.state, loaded.corrupt
     for reply in replies[_LOAD_REPLIES:]:  # a foreign trace or prompt key is the view's to warn about
         if isinstance(reply, Exception) and not _wrong_type(reply):
             raise _refused(reply)

@@ -16,6 +16,7 @@ from ..exceptions import InvalidMessageError, InvalidSessionIdError, InvalidTool
 from .text import clean_text
 
 __all__ = [
+    "Piece",
     "Prompt",
     "SessionPage",
     "SessionState",
@@ -28,7 +29,7 @@ __all__ = [
 ]
 
 _MAX_TOOL_NAME = 256
-_TOOL_CALL_FIELDS = frozenset({"name", "arguments", "result", "ok", "id"})
+_TOOL_CALL_FIELDS = frozenset({"name", "arguments", "result", "ok", "id", "observation"})
 
 
 # One encoder for every value: json.dumps with non-default options builds a new
@@ -81,6 +82,9 @@ class ToolCall:
     result: Any = None
     ok: bool = True
     id: str | None = None
+    # One line saying what the result showed (a tool's observation renderer makes it):
+    # the summary's action and the archive use it instead of "Used <tool>".
+    observation: str | None = None
     args: dict[str, Any] | None = field(init=False, repr=False, compare=False)
     _texts: list[str | None] = field(init=False, repr=False, compare=False)
 
@@ -91,6 +95,8 @@ class ToolCall:
             raise InvalidToolCallError(f"ToolCall.name has {len(self.name)} characters; expected at most {_MAX_TOOL_NAME}.")
         if not isinstance(self.ok, bool):
             raise InvalidToolCallError(f"ToolCall.ok must be a bool, got {self.ok!r}.")
+        if self.observation is not None and not isinstance(self.observation, str):
+            raise InvalidToolCallError(f"ToolCall.observation must be a string, got {type(self.observation).__name__}.")
         object.__setattr__(self, "args", _parse_arguments(self.arguments))
         object.__setattr__(self, "_texts", [None, None])
 
@@ -177,6 +183,16 @@ def check_user_message(value: Any, *, limit: int) -> str:
     return _message_text(value, what="The user message", allow_empty=False, limit=limit)
 
 
+class Piece(NamedTuple):
+    """One recallable piece of a turn for the episodic archive: a user sentence, a tool
+    call, an observation of a result, what a connector observed, or the reply."""
+
+    kind: str
+    text: str
+    terms: tuple[str, ...]
+    tokens: int
+
+
 class StoredMessage(NamedTuple):
     """A message of the recent window with its token count, counted once when recorded.
 
@@ -260,6 +276,8 @@ class SessionState:
     # The long-term notes of the session's (user, agent), when it has an owner.
     notes: str = ""
     owner: tuple[str, str] | None = None  # (user_id, agent) for sessions made by resolve_session
+    # Earlier values of context keys, newest first, each with the turn that set it (0: unknown).
+    facts: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     # Set by the store's decoder: the recent window as validated (user, assistant) pairs
     # with their counts, so composing does not check and rebuild it again.
     pairs: tuple[StoredMessage, ...] | None = field(default=None, repr=False, compare=False)
@@ -286,6 +304,8 @@ class TurnUpdate:
     traces: tuple[dict[str, Any], ...] = ()
     # The prompt the model was sent for this turn (JSON), when the manager composed it.
     prompt: str = ""
+    # The turn as recallable pieces, for the episodic archive (see middleware.core.archive).
+    pieces: tuple[Piece, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,16 +320,21 @@ class TokenBreakdown:
     current: int
     priming: int
     notes: int = 0
+    recall: int = 0  # the recall block
+    state: int = 0  # connectors' current-state lines
 
     @property
     def total(self) -> int:
-        return self.system + self.notes + self.context + self.summary + self.recent + self.current + self.priming
+        return (self.system + self.notes + self.context + self.state + self.recall + self.summary + self.recent
+                + self.current + self.priming)  # fmt: skip
 
     def as_dict(self) -> dict[str, int]:
         return {
             "system": self.system,
             "notes": self.notes,
             "context": self.context,
+            "state": self.state,
+            "recall": self.recall,
             "summary": self.summary,
             "recent": self.recent,
             "current": self.current,
@@ -328,6 +353,8 @@ class Prompt:
     turn: int = 1
     # What the token budget took away (e.g. "recent_cut:assistant", "summary_line_dropped").
     trimmed: tuple[str, ...] = ()
+    # What the recall block holds, and why each was chosen (middleware.core.archive.Recalled).
+    recalled: tuple[Any, ...] = ()
 
     @property
     def saved_tokens(self) -> int:

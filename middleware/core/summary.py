@@ -41,7 +41,7 @@ def _call_action(call: ToolCall, config: SummaryConfig) -> str:
     name = one_line(call.name, 64)
     template = config.templates.get(call.name)
     rendered = _render_template(template, call.args) if template else None
-    return rendered or f"Used {name}"
+    return rendered or (one_line(call.observation) if call.observation else "") or f"Used {name}"
 
 
 def action_of(turn: Turn, config: SummaryConfig) -> str:

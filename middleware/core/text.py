@@ -8,7 +8,9 @@ line to the prompt.
 from __future__ import annotations
 
 import re
+import reprlib
 import unicodedata
+from collections.abc import Iterable
 
 ELLIPSIS = "…"
 
@@ -75,22 +77,41 @@ def brief(text: str, limit: int | None) -> str:
     return head.rstrip(" ,;:.-") + ELLIPSIS
 
 
-# Greedy up to the last '@' of the authority, so a password holding '@' is hidden whole.
-_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.\-]*://[^:@/?#]*:)(?P<secret>[^/?#]*)@", re.IGNORECASE)
+# Greedy up to the last '@' of the authority, so a password holding '@' is hidden whole. The
+# lookbehind starts a scheme only where one can start: without it, every letter of a long run
+# began a fresh scan of the run (quadratic: a minute for 200,000 characters of error text).
+_URL_PASSWORD = re.compile(r"(?<![a-z0-9+.\-])(?P<head>[a-z][a-z0-9+.\-]*://[^:@/?#]*:)(?P<secret>[^/?#]*)@", re.IGNORECASE)
 _QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)[^&]*", re.IGNORECASE)
 
 
-# API keys as providers issue them (sk-..., sk-ant-..., AIza..., gsk_..., xai-...), and
-# key=value pairs whose name says secret.
-_KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|gsk_[A-Za-z0-9]{16,}|xai-[A-Za-z0-9]{16,})")
+# API keys as providers issue them, each alternative capturing the prefix it keeps: OpenAI and
+# Anthropic sk-..., Google AIza..., Groq gsk_..., xAI xai-..., Hugging Face hf_..., Perplexity
+# pplx-..., AWS access key ids, GitHub tokens, Replicate r8_..., and bare hex keys.
+_KEY_LIKE = re.compile(
+    r"\b(?:(sk-)[A-Za-z0-9_\-]{8,}|(AIza)[0-9A-Za-z_\-]{20,}|(gsk_)[A-Za-z0-9]{16,}|(xai-)[A-Za-z0-9]{16,}"
+    r"|(hf_)[A-Za-z0-9]{16,}|(pplx-)[A-Za-z0-9]{16,}|(AKIA|ASIA)[0-9A-Z]{16}\b|(gh[pousr]_)[A-Za-z0-9]{20,}"
+    r"|(github_pat_)[A-Za-z0-9_]{20,}|(r8_)[A-Za-z0-9]{20,}|()[0-9A-Fa-f]{32,}\b)"
+)
 _BEARER = re.compile(r"(?i)\bBearer\s+[A-Za-z0-9._~+/=\-]+")
 _SECRET_PAIR = re.compile(r"(?i)\b((?:api[_-]?key|password|secret|token|authorization)[\"']?\s*[:=]\s*[\"']?)([^\s\"',}&]+)")
+# A known secret shorter than this is not masked: replacing every "abc" of a message would
+# garble it, and so short a value protects nothing anyway.
+MIN_SECRET_CHARS = 6
 
 
-def redact_secrets(text: str) -> str:
-    """Hide passwords in URLs, provider API keys and ``password=...``-style values."""
+def mask(secret: str) -> str:
+    """How a known secret is shown: its first 3 characters (usually the format's prefix) when
+    it is long enough that they give nothing away, then ``***``."""
+    return secret[:3] + "***" if len(secret) >= 16 else "***"
+
+
+def redact_secrets(text: str, known: Iterable[str] = ()) -> str:
+    """Hide the ``known`` secrets wherever they appear, then passwords in URLs, provider API
+    keys by their format, bearer tokens and ``password=...``-style values."""
+    for secret in sorted({s for s in known if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True):
+        text = text.replace(secret, mask(secret))
     text = redact_url(text)
-    text = _KEY_LIKE.sub(lambda m: m.group(1)[:3] + "***", text)
+    text = _KEY_LIKE.sub(lambda m: next(g for g in m.groups() if g is not None) + "***", text)
     text = _BEARER.sub("Bearer ***", text)
     return _SECRET_PAIR.sub(lambda m: m.group(1) + "***", text)
 
@@ -111,3 +132,61 @@ def cut_middle(text: str, limit: int, marker: str = CUT_MARKER) -> str:
     room = max(limit - len(marker), 0)
     head = room - room // 2
     return text[:head] + marker + (text[-(room // 2) :] if room // 2 else "")
+
+
+# What a terminal acts on instead of showing: C0 and C1 controls (ESC opens ANSI colour and
+# OSC 8 hyperlink sequences, U+009B is a one-character CSI), format characters (bidi
+# overrides, zero-width), lone surrogates, and line and paragraph separators.
+_UNSHOWN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def _shown(char: str) -> bool:
+    return char.isprintable() or unicodedata.category(char) not in _UNSHOWN
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with every character a terminal would act on written as its escape (``\\x1b``,
+    ``\\x9b``, ``\\u202e``), so stored or foreign text prints as the text it is; characters
+    in ``keep`` (say ``"\\n"`` for multi-line text) stay as they are."""
+    if text.isprintable():
+        return text
+    return "".join(c if c in keep or _shown(c) else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code > 0xFFFF:  # JSON escapes a character beyond the BMP as its UTF-16 surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def printable_json(document: str) -> str:
+    """A JSON document (as ``json.dumps(..., ensure_ascii=False)`` writes it) with the characters
+    ``printable`` escapes written as ``\\uXXXX`` escapes: the same data, safe on a terminal.
+
+    Outside its strings a JSON document holds only ASCII punctuation, spaces and the line
+    breaks of indentation, which are kept."""
+    if document.isprintable():
+        return document
+    return "".join(c if c == "\n" or _shown(c) else _json_escape(c) for c in document)
+
+
+def _quoter(limit: int) -> reprlib.Repr:
+    quoter = reprlib.Repr()
+    quoter.maxstring = quoter.maxother = limit
+    quoter.maxlevel, quoter.maxlong = 3, 40
+    quoter.maxdict = quoter.maxlist = quoter.maxtuple = quoter.maxset = quoter.maxfrozenset = 8
+    return quoter
+
+
+def quoted(value: object, limit: int = 200) -> str:
+    """``repr(value)`` for an error message, at most ``limit`` characters and marked where cut,
+    built without ever writing out a huge string, container or number in full."""
+    if isinstance(value, int) and value.bit_length() > 256:  # repr() refuses ints past 4,300 digits
+        return f"<an integer of about {int(value.bit_length() * 0.30103) + 1:,} digits>"
+    try:
+        text = _quoter(limit).repr(value)
+    except Exception:  # a broken or refusing __repr__
+        text = f"<{type(value).__name__}>"
+    return cut_middle(text, limit, " … ")

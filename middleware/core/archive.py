@@ -1,0 +1,418 @@
+"""The episodic archive and recall. No I/O.
+
+Every recorded turn is also kept as a few small *pieces*: the user's sentences, each
+tool call with its arguments, an observation of each result, the reply, and what
+connectors observed. A piece has a kind, its text (one line, capped) and its *terms*
+(lower-cased words, lightly stemmed, stop words out), by which the store indexes it.
+
+Before a call, the query (the current message's terms, the recent window's at half
+weight) goes to the store with the load; the store scores archived pieces by the rare
+terms they share with it and sends back the best few (``middleware.core.plans``).
+``rank`` then orders those candidates with older values of context keys (the fact
+history) by that score, recency and overlap with the current context, drops what the
+prompt already shows, and keeps what fits ``memory.recall_tokens``. ``render_recall``
+quotes them, one line each, in a block the model is told is data.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .state import Piece, ToolCall, Turn, compact_json, to_text
+from .text import one_line
+
+__all__ = ["MAX_PIECES", "Piece", "Recalled", "pieces_of", "query_terms", "rank", "render_recall", "terms_of"]
+
+MAX_PIECES = 32
+MIN_SCORE = 1.0  # a candidate's lexical score must reach this: about one term that is not common  # per turn (the store deletes a turn's pieces as ids <turn>.0 … <turn>.31)
+_PIECE_CHARS = 240
+_SENTENCES = 12
+_RESULT_CHUNKS = 4  # observation pieces of one large result at most
+_QUERY_TERMS = 24
+
+# Kinds, and the label a recalled line carries.
+KINDS = {"user": "user said", "call": "tool call", "obs": "tool result", "reply": "assistant said", "state": "observed",
+         "fact": "earlier value"}  # fmt: skip
+
+_STOP = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "if",
+        "then",
+        "else",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "with",
+        "from",
+        "into",
+        "onto",
+        "over",
+        "under",
+        "about",
+        "as",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "am",
+        "do",
+        "does",
+        "did",
+        "done",
+        "have",
+        "has",
+        "had",
+        "having",
+        "i",
+        "me",
+        "my",
+        "mine",
+        "we",
+        "us",
+        "our",
+        "you",
+        "your",
+        "yours",
+        "he",
+        "him",
+        "his",
+        "she",
+        "her",
+        "it",
+        "its",
+        "they",
+        "them",
+        "their",
+        "this",
+        "that",
+        "these",
+        "those",
+        "there",
+        "here",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "when",
+        "where",
+        "why",
+        "how",
+        "all",
+        "any",
+        "both",
+        "each",
+        "few",
+        "more",
+        "most",
+        "other",
+        "some",
+        "such",
+        "no",
+        "nor",
+        "not",
+        "only",
+        "own",
+        "same",
+        "so",
+        "than",
+        "too",
+        "very",
+        "can",
+        "will",
+        "just",
+        "should",
+        "would",
+        "could",
+        "may",
+        "might",
+        "must",
+        "shall",
+        "now",
+        "also",
+        "please",
+        "thanks",
+        "thank",
+        "hi",
+        "hello",
+        "ok",
+        "okay",
+        "yes",
+        "yeah",
+        "let",
+        "lets",
+        "let's",
+        "get",
+        "got",
+        "make",
+        "made",
+        "want",
+        "need",
+        "like",
+        "know",
+        "one",
+        "two",
+        "use",
+        "using",
+        "used",
+        "go",
+        "going",
+        "tell",
+        "show",
+        "give",
+        "me's",
+        "i'm",
+        "it's",
+        "that's",
+        "don't",
+    ]
+)
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def _stem(word: str) -> str:
+    """A light English stem: enough that "files" finds "file" and "booked" finds "book"."""
+    if word.isdigit() or len(word) <= 3:
+        return word
+    for suffix, keep in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
+            word = word[: -len(suffix)] + keep
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 4 else word  # "navigate" and "navigated" meet
+
+
+def terms_of(text: str) -> list[str]:
+    """The distinct index terms of ``text``, in order of first appearance."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(text.lower()):
+        if word in _STOP or (len(word) < 2 and not word.isdigit()):
+            continue
+        seen.setdefault(_stem(word), None)
+    return list(seen)
+
+
+class _Counter(Protocol):
+    def count(self, text: str) -> int: ...
+
+
+def _sentences(text: str) -> list[str]:
+    """The text's sentences, short fragments joined to the next, each one line."""
+    parts, pending = [], ""
+    for chunk in _SENTENCE_END.split(text):
+        pending = f"{pending} {chunk}".strip() if pending else chunk.strip()
+        if len(pending) >= 24:
+            parts.append(pending)
+            pending = ""
+    if pending:
+        parts.append(pending)
+    return [one_line(part, _PIECE_CHARS) for part in parts if part.strip()]
+
+
+def _call_text(call: ToolCall) -> tuple[str, str]:
+    """The call as one line, and what of it is indexed: its values (a tool's and its
+    arguments' names say what was done, not what was found)."""
+    if call.args is None:
+        return one_line(f"{call.name}({call.arguments_text})", _PIECE_CHARS), call.arguments_text[:_PIECE_CHARS]
+    values = [_scalar(value) for value in call.args.values()]
+    arguments = ", ".join(f"{key}={value}" for key, value in zip(call.args, values, strict=True))
+    return one_line(f"{call.name}({arguments})", _PIECE_CHARS), " ".join(values)
+
+
+def _scalar(value: Any) -> str:
+    return value if isinstance(value, str) else one_line(to_text(value), 80)
+
+
+# Result fields that say how the call went rather than what it found: not worth recalling.
+_NOISE = frozenset({"success", "ok", "status", "error", "errors", "message", "detail", "details"})
+_DEPTH = 6  # deeper parts of a result are shown as text (and a cycle cannot recurse forever)
+
+
+def _leaves(value: Any, path: str = "", depth: int = 0) -> Iterable[tuple[str, str]]:
+    """(path, value) for every scalar inside a JSON-like result, in order."""
+    if depth >= _DEPTH and isinstance(value, (Mapping, list, tuple)):
+        yield path, one_line(to_text(value), 80)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _leaves(item, f"{path}.{key}" if path else str(key), depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _leaves(item, f"{path}[{index}]", depth + 1)
+    elif value is not None and not isinstance(value, bool) and path.rpartition(".")[2] not in _NOISE:
+        yield path, str(value)
+
+
+def _observations(call: ToolCall) -> list[tuple[str, str]]:
+    """What the call's result showed, as (text, indexed text): its rendered observation
+    when the tool has one, else its scalar fields (or text) in a few capped chunks, so a
+    value read from a large result later can still be found."""
+    if call.observation:
+        text = one_line(call.observation, _PIECE_CHARS)
+        return [(text, text)]
+    if call.result is None:
+        return []
+    result = call.result
+    # A text result: its first lines or sentences (its start usually says what it is).
+    leaves = (
+        _leaves(result) if isinstance(result, (Mapping, list, tuple)) else (("", t) for t in _sentences(call.result_text[:4_000]))
+    )
+    prefix = f"{call.name} → "
+    chunks: list[tuple[str, str]] = []
+    text, indexed = "", ""
+    for path, value in leaves:
+        leaf = one_line(f"{path}: {value}" if path else value, _PIECE_CHARS)
+        if text and len(prefix) + len(text) + len(leaf) + 2 > _PIECE_CHARS:
+            chunks.append((prefix + text, indexed))
+            text, indexed = "", ""
+            if len(chunks) == _RESULT_CHUNKS:
+                break
+        text, indexed = (f"{text}; {leaf}", f"{indexed} {value}") if text else (leaf, value)
+    if text and len(chunks) < _RESULT_CHUNKS:
+        chunks.append((prefix + text, indexed))
+    return [(one_line(t, _PIECE_CHARS), i) for t, i in chunks]
+
+
+def pieces_of(turn: Turn, reply: str, tokenizer: _Counter, observed: Sequence[str] = ()) -> tuple[Piece, ...]:
+    """The pieces of one turn, at most ``MAX_PIECES``: sentences first, then each call
+    and what it returned, then what connectors observed, then the reply."""
+    texts: list[tuple[str, str, str]] = [("user", s, s) for s in _sentences(turn.user)[:_SENTENCES]]
+    for call in turn.tool_calls:
+        texts.append(("call", *_call_text(call)))
+        texts += [("obs", text, indexed) for text, indexed in _observations(call)]
+    texts += [("state", line, line) for line in (one_line(text, _PIECE_CHARS) for text in observed) if line]
+    if reply.strip():
+        line = one_line(reply, _PIECE_CHARS)
+        texts.append(("reply", line, line))
+    pieces = []
+    for kind, text, indexed in texts[:MAX_PIECES]:
+        terms = tuple(terms_of(indexed))
+        if terms:
+            pieces.append(Piece(kind, text, terms, tokenizer.count(text)))
+    return tuple(pieces)
+
+
+def query_terms(current: str, recent: Sequence[Mapping[str, str]]) -> list[tuple[str, float]]:
+    """What recall looks for: the current message's terms (weight 1), then the recent
+    window's (0.5, the assistant's last words first), at most ``_QUERY_TERMS``."""
+    weighted: dict[str, float] = dict.fromkeys(terms_of(current), 1.0)
+    for message in reversed(recent):
+        for term in terms_of(message.get("content", "")):
+            weighted.setdefault(term, 0.5)
+    return list(weighted.items())[:_QUERY_TERMS]
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """A line of the recall block, and why it was chosen."""
+
+    text: str
+    kind: str
+    turn: int
+    score: float
+    why: str
+    tokens: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "kind": self.kind, "turn": self.turn, "score": round(self.score, 3), "why": self.why}
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A piece the store chose for the query: its id (``<turn>.<n>``), lexical score and record."""
+
+    turn: int
+    kind: str
+    text: str
+    tokens: int
+    score: float
+    matched: tuple[str, ...] = ()  # the query's terms it holds
+    terms: tuple[str, ...] = ()  # every term it is indexed by
+
+
+def rank(
+    candidates: Sequence[Candidate],
+    facts: Mapping[str, Sequence[tuple[str, int]]],
+    *,
+    query: Sequence[tuple[str, float]],
+    context: Mapping[str, str],
+    turns: int,
+    shown: str,
+    budget: int,
+    count: _Counter,
+) -> list[Recalled]:
+    """The recall block's lines, best first, within ``budget`` tokens.
+
+    A candidate's score is its lexical score from the store, raised by recency (a piece
+    of the last turns counts up to twice one from long ago) and by naming a current
+    context value; older values of context keys (``facts``) score by the query terms of
+    their key and value they share. Left out: weak matches, matches on the recent
+    window's terms alone (they rank, the current message selects), and pieces that say
+    nothing the prompt does not already say (every term of theirs is in ``shown``)."""
+    if budget <= 0:
+        return []
+    wanted = dict(query)
+    asked = {term for term, weight in query if weight >= 1.0}  # the current message's own terms
+    known = set(terms_of(shown))
+    values = {value.lower() for value in context.values() if len(value) >= 3}
+    scored: list[Recalled] = []
+    for c in candidates:
+        if c.score < MIN_SCORE or asked.isdisjoint(c.matched) or known.issuperset(c.terms or terms_of(c.text)):
+            continue  # a weak match, one the current message does not ask for, or nothing new
+        age = max(turns - c.turn, 0)
+        recency = 1.0 + math.exp(-age / 40)
+        overlap = 1.25 if any(value in c.text.lower() for value in values) else 1.0
+        why = f"shares {', '.join(c.matched[:4])}" if c.matched else "recent"
+        scored.append(Recalled(c.text, c.kind, c.turn, c.score * recency * overlap, why, c.tokens))
+    for key, history in facts.items():
+        key_terms = set(terms_of(key.replace("_", " ")))
+        for value, turn in history:
+            hits = [t for t in {*key_terms, *terms_of(value)} if t in wanted]
+            if asked.isdisjoint(hits):
+                continue
+            score = sum(2.0 * wanted[t] for t in hits)
+            text = f"{key} = {value}"
+            why = f"earlier value of {key}" + (f"; shares {', '.join(sorted(hits)[:3])}" if hits else "")
+            scored.append(Recalled(text, "fact", turn, score, why, count.count(text) + 4))
+    scored.sort(key=lambda r: (-r.score, -r.turn))
+    chosen, used, seen = [], 0, set()
+    shown_lower = shown.lower()
+    for item in scored:
+        key = item.text.lower()
+        if key in seen or key in shown_lower:
+            continue
+        cost = item.tokens + 6  # the line's prefix: "- [turn 12, tool call] "
+        if used + cost > budget:
+            continue
+        chosen.append(item)
+        seen.add(key)
+        used += cost
+    return chosen
+
+
+def render_recall(items: Sequence[Recalled], header: str) -> str:
+    """The recall block: the header, then one quoted line per item, oldest first. Each text
+    is one line (the archive keeps it so, and it is flattened again here), so archived
+    text cannot add a line or a section of its own."""
+    if not items:
+        return ""
+    lines = [header]
+    for item in sorted(items, key=lambda r: (r.turn, r.kind)):
+        lines.append(f"- [turn {item.turn}, {KINDS.get(item.kind, item.kind)}] {compact_json(one_line(item.text))}")
+    return "\n".join(lines)
