@@ -5,9 +5,10 @@
     python -m benchmarks load --soak-seconds 60  # a shorter soak
 
 Everything runs on this machine, on loopback: a mock OpenAI-compatible upstream that
-answers at once (so only what sits in front of it is measured), a redis-server, then in
-turn the mock called directly, ``middleware serve`` and ``litellm`` (the proxy), each a
-single process forwarding to the same mock. Clients each hold a connection and send one
+answers at once (so only what sits in front of it is measured), a redis-server,
+``middleware serve`` and ``litellm`` (the proxy), each a single process forwarding to the
+same mock; at each level the mock called directly, the endpoint and the proxy are
+measured back to back. Clients each hold a connection and send one
 request after another (a new user message each, their own session each); added latency is
 a system's percentile minus the direct call's at the same concurrency. Afterwards every
 turn the endpoint answered is looked for in Redis: lost and duplicated turns are counted.
@@ -205,45 +206,39 @@ def soak(url: str, pid: int, seconds: float, rate: float, concurrency: int) -> l
 
 
 def run(
-    *, soak_seconds: float = 600, soak_rate: float = 100, levels: tuple[int, ...] = LEVELS, scale: float = 1.0
+    *, soak_seconds: float = 600, soak_rate: float = 50, levels: tuple[int, ...] = LEVELS, scale: float = 1.0
 ) -> dict[str, Any]:
+    """Every system at every level, the three measured back to back at each level (so a load
+    that comes and goes on a shared machine weighs on them alike), then the soak."""
     from middleware.testing import RedisServer, free_port
 
     results: dict[str, Any] = {"runs": [], "levels": levels}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        mock_port = free_port()
+        mock_port, serve_port, proxy_port = free_port(), free_port(), free_port()
+        mock = f"http://127.0.0.1:{mock_port}/v1"
         with RedisServer(folder / "redis") as redis, _running(_mock(mock_port)) as mock_process:
-            mock = f"http://127.0.0.1:{mock_port}/v1"
-            _wait_http(f"http://127.0.0.1:{mock_port}/v1/models", mock_process)
-            serve_port, proxy_port = free_port(), free_port()
-            systems = [("direct", f"{mock}/chat/completions", {}, None),
-                       ("middleware serve", f"http://127.0.0.1:{serve_port}/v1/chat/completions", {}, "serve"),
-                       ("LiteLLM proxy", f"http://127.0.0.1:{proxy_port}/v1/chat/completions",
-                        {"Authorization": f"Bearer {MASTER_KEY}"}, "proxy")]  # fmt: skip
-            for name, url, headers, kind in systems:
-                process = (_serve(folder, serve_port, redis.url, mock) if kind == "serve"
-                           else _litellm_proxy(folder, proxy_port, mock) if kind == "proxy" else None)  # fmt: skip
-                with _running(process) if process else _nothing():
-                    if process:  # each answers its own health check (the proxy's /v1/models needs its key)
-                        health = "/health" if kind == "serve" else "/health/liveliness"
-                        _wait_http(url.split("/v1/")[0] + health, process)
-                    for level in levels:
-                        total = max(int(REQUESTS.get(level, 2000) * scale), level * 4)
+            _wait_http(f"{mock}/models", mock_process)
+            with (
+                _running(_serve(folder, serve_port, redis.url, mock)) as serve,
+                _running(_litellm_proxy(folder, proxy_port, mock)) as proxy,
+            ):
+                _wait_http(f"http://127.0.0.1:{serve_port}/health", serve)
+                _wait_http(f"http://127.0.0.1:{proxy_port}/health/liveliness", proxy)  # its /v1/models needs its key
+                systems = [("direct", f"{mock}/chat/completions", {}),
+                           ("middleware serve", f"http://127.0.0.1:{serve_port}/v1/chat/completions", {}),
+                           ("LiteLLM proxy", f"http://127.0.0.1:{proxy_port}/v1/chat/completions", {"Authorization": f"Bearer {MASTER_KEY}"})]  # fmt: skip
+                for level in levels:
+                    total = max(int(REQUESTS.get(level, 2000) * scale), level * 4)
+                    for name, url, headers in systems:
                         print(f"  {name} at {level} clients: {total} requests", flush=True)
                         results["runs"].append(measure(url, name, level, total, headers, f"L{level}"))
-                    if kind == "serve" and process is not None:
-                        results["turns"] = count_turns(redis.url, [r for r in results["runs"] if r.system == name])
-                        if soak_seconds > 0:
-                            print(f"  soak: {soak_seconds:g} s at {soak_rate:g} requests/s", flush=True)
-                            results["soak"] = soak(url, process.pid, soak_seconds, soak_rate, 16)
-                            results["soak_settings"] = (soak_seconds, soak_rate)
+                results["turns"] = count_turns(redis.url, [r for r in results["runs"] if r.system == "middleware serve"])
+                if soak_seconds > 0:
+                    print(f"  soak: {soak_seconds:g} s at {soak_rate:g} requests/s", flush=True)
+                    results["soak"] = soak(systems[1][1], serve.pid, soak_seconds, soak_rate, 16)
+                    results["soak_settings"] = (soak_seconds, soak_rate)
     return results
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def render(results: dict[str, Any], command: str) -> str:

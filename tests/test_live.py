@@ -11,6 +11,7 @@ import pytest
 from middleware import Config, SessionManager
 from middleware.core import live, plans
 from middleware.core.composer import Composer
+from middleware.core.effects import Batch
 from middleware.core.live import OpenTurn, read_messages
 from middleware.core.state import Turn
 from middleware.exceptions import InvalidMessageError, InvalidToolCallError
@@ -207,3 +208,20 @@ def test_a_turn_waiting_for_tool_results_lets_later_turns_through(store: Any, st
     assert recorded(config, store_url) == ["second"]
     finish(config, driver, waiting.seq, "tools")
     assert recorded(config, store_url) == ["second", "tools"]
+
+
+def test_piggyback_sends_commands_with_a_plans_first_batch() -> None:
+    """One round trip for both: the commands go first; the plan gets its own replies and goes on."""
+
+    def plan() -> Any:
+        first = yield Batch([("get", "a")])
+        second = yield Batch([("get", "b")])
+        return first + second
+
+    combined = live.piggyback([("incr", "n")], plan())
+    batch = next(combined)
+    assert [c[0] for c in batch.commands] == ["incr", "get"]
+    assert combined.send([1, "A"]).commands == [("get", "b")]
+    with pytest.raises(StopIteration) as stop:
+        combined.send(["B"])
+    assert stop.value.value == ([1], ["A", "B"])

@@ -372,3 +372,16 @@ def test_a_tool_call_reply_has_openai_s_fields(client: openai.OpenAI) -> None:
     choice = httpx.post(f"{client.base_url}chat/completions", json=body, headers=sid("raw")).json()["choices"][0]
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
     assert choice["message"]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+
+
+def test_the_endpoint_recalls_from_the_archive_as_chat_does(client: openai.OpenAI) -> None:
+    """A fact from a turn long gone from the summary comes back when a later message needs it."""
+    texts = ["my locker code is zebra42", "tell me about trains", "and about boats", "and planes", "and bikes", "and cars"]
+    for text in texts:
+        client.chat.completions.create(
+            model="scripted/weather", messages=[{"role": "user", "content": text}], extra_headers=sid("rc")
+        )
+    client.chat.completions.create(model="scripted/weather", messages=[{"role": "user", "content": "what is my locker code?"}],
+                                   extra_headers=sid("rc"))  # fmt: skip
+    system = SEEN[-1][0]["content"]
+    assert "## Recalled from earlier" in system and "zebra42" in system

@@ -29,13 +29,13 @@ import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
 from ..exceptions import InvalidMessageError, InvalidToolCallError, StoreError
 from .effects import Batch, Command, Plan
-from .plans import RECORD_SCRIPT, Layout, Loaded, decode_state, error_text, index_commands, load_commands, notes, recorded_keys
+from .plans import RECORD_SCRIPT, Layout, Loaded, error_text, index_commands, load, recorded_keys
 
 __all__ = [
     "Arrival",
@@ -44,12 +44,14 @@ __all__ = [
     "arrive",
     "content_text",
     "finish",
+    "piggyback",
     "read_messages",
     "record_arguments",
     "wait_for_results",
     "whole_turns",
 ]
 
+T = TypeVar("T")
 ROLES = ("system", "developer", "user", "assistant", "tool")
 _SHOWN = 40  # characters of a bad value quoted back in an error
 
@@ -349,19 +351,38 @@ class Arrival(NamedTuple):
     first: bool  # the first request to arrive in this session, which may import the history it carries
 
 
+def piggyback(commands: Sequence[Command], plan: Plan[T]) -> Plan[tuple[list[Any], T]]:
+    """``plan`` with ``commands`` sent ahead of its first batch, in the same round trip:
+    their replies, and the plan's result."""
+    try:
+        batch = next(plan)
+    except StopIteration as stop:
+        return list((yield Batch(list(commands)))), stop.value
+    replies = yield Batch([*commands, *batch.commands], transaction=batch.transaction)
+    ours, value = list(replies[: len(commands)]), replies[len(commands) :]
+    while True:
+        try:
+            batch = plan.send(value)
+        except StopIteration as stop:
+            return ours, stop.value
+        value = yield batch
+
+
 def arrive(
-    layout: Layout, session_id: str, *, waiting: Sequence[str], reserve: bool, mark_import: bool, now: float, wait: float
-) -> Plan[Arrival]:
-    """One round trip: apply the turns due, find the open turn the tool results answer (or
-    give the new turn its arrival number), and load the session."""
+    layout: Layout, session_id: str, *, waiting: Sequence[str], reserve: bool, mark_import: bool, now: float, wait: float,
+    query: Sequence[tuple[str, float]] = (),
+) -> Plan[Arrival]:  # fmt: skip
+    """One round trip (two on a cluster): apply the turns due, find the open turn the tool
+    results answer (or give the new turn its arrival number), and load the session (with the
+    archive's pieces for ``query``, as ``plans.load`` does)."""
     fields = [f"open:{call}" for call in waiting]
     script = _script(layout, session_id, ARRIVE, int(reserve), int(mark_import), *fields, now=now, wait=wait)
-    replies = yield Batch([script, *load_commands(layout.session(session_id))])
-    seq, found, first = _checked(replies[:1])[0]
-    loaded = decode_state(session_id, replies[1:], layout.config)
-    owner = loaded.state.owner
-    if owner is not None and layout.notes_shown:
-        loaded = loaded._replace(state=dataclasses.replace(loaded.state, notes=(yield from notes(layout, *owner))))
+    if layout.cluster:  # a cluster client sends a script by its SHA only alone, not in a pipeline: two round trips
+        (reply,) = yield Batch([script])
+        loaded = yield from load(layout, session_id, query=query)
+    else:
+        (reply,), loaded = yield from piggyback([script], load(layout, session_id, query=query))
+    seq, found, first = _checked([reply])[0]
     return Arrival(loaded, int(seq), OpenTurn.from_json(found) if found else None, bool(first))
 
 

@@ -20,6 +20,7 @@ import orjson
 
 from .. import llm
 from ..core import live, plans
+from ..core.archive import query_terms
 from ..core.effects import Program
 from ..core.live import Conversation, OpenTurn
 from ..core.replies import interpret_reply
@@ -73,15 +74,20 @@ class Turns:
         user = conversation.user
         if user is not None:
             user = engine.user_message(user if user.strip() else NO_TEXT)
+        # Recall looks for what the turn's user message needs, on every call of the turn alike.
+        query = query_terms(user, ()) if user is not None and self.layout.recall else ()
         arrival = yield from live.arrive(self.layout, session_id, waiting=conversation.waiting, reserve=user is not None,
-                                         mark_import=bool(conversation.earlier), now=time.time(), wait=self.wait)  # fmt: skip
+                                         mark_import=bool(conversation.earlier), now=time.time(), wait=self.wait, query=query)  # fmt: skip
         turn, drop = self._turn(conversation, arrival, user)
-        state = arrival.loaded.state
+        state, candidates = arrival.loaded.state, arrival.loaded.candidates
+        if user is None and self.layout.recall:  # only the tool results came: recall for the turn's own message
+            loaded = yield from plans.load(self.layout, session_id, query=query_terms(turn.user, ()))
+            state, candidates = loaded.state, loaded.candidates
         if arrival.first and not state.turns and conversation.earlier:
-            state = yield from self._import(session_id, conversation.earlier)
+            state, candidates = yield from self._import(session_id, conversation.earlier, turn.user)
         tools_tokens = llm.tools_tokens(engine.config.tokens.model, tools)
         loop_tokens = sum(map(engine.tokenizer.count_message, turn.loop))
-        prompt = self._compose(state, turn.user, conversation.system, model, tools_tokens + loop_tokens)
+        prompt = self._compose(state, turn.user, conversation.system, model, tools_tokens + loop_tokens, candidates)
         sent = [*prompt.messages[:-1], self._current(prompt, conversation), *turn.loop]
         return Exchange(session_id=session_id, turn=turn, prompt=prompt, messages=sent, drop=drop,
                         loop_tokens=loop_tokens, tools_tokens=tools_tokens)  # fmt: skip
@@ -100,7 +106,9 @@ class Turns:
             raise InvalidMessageError(f"No tool result for call {turn.pending[0][:40]!r}, which the model asked for.")
         return turn, None
 
-    def _import(self, session_id: str, earlier: Sequence[Sequence[dict[str, Any]]]) -> Program[SessionState]:
+    def _import(
+        self, session_id: str, earlier: Sequence[Sequence[dict[str, Any]]], user: str
+    ) -> Program[tuple[SessionState, Any]]:
         """A new session takes the whole turns its first request carried, oldest first."""
         engine = self.engine
         for messages in earlier:
@@ -108,18 +116,20 @@ class Turns:
             user = live.content_text(messages[0].get("content"), "") or NO_TEXT
             update = engine.composer.apply_turn(engine.turn(user, text, calls), turn_id=uuid.uuid4().hex)
             yield from plans.record(self.layout, session_id, update, now=time.time())
-        loaded = yield from plans.load(self.layout, session_id)
-        return loaded.state
+        loaded = yield from plans.load(self.layout, session_id, query=query_terms(user, ()) if self.layout.recall else ())
+        return loaded.state, loaded.candidates
 
-    def _compose(self, state: SessionState, user: str, system: str | None, model: str, extra: int) -> Prompt:
+    def _compose(self, state: SessionState, user: str, system: str | None, model: str, extra: int, candidates: Any) -> Prompt:
         engine = self.engine
         composer = engine.composer
         if system is None:
-            return composer.compose(state, user, budget=engine.budget(model), extra_tokens=extra, checked=True)
+            return composer.compose(
+                state, user, budget=engine.budget(model), extra_tokens=extra, checked=True, candidates=candidates
+            )
         # The client's own system text takes the place of the configured static prefix.
         own = engine.tokenizer.count_chat("system", system)
         prompt = composer.compose(state, user, budget=engine.budget(model), extra_tokens=extra + max(own - composer.static_tokens, 0),
-                                  checked=True)  # fmt: skip
+                                  checked=True, candidates=candidates)  # fmt: skip
         return self._rebased(prompt, system, own)
 
     def _rebased(self, prompt: Prompt, system: str, own: int) -> Prompt:
