@@ -386,6 +386,7 @@ def usage_of(response_or_usage: Any) -> dict[str, int | None]:
     }
 
 
+@functools.lru_cache(maxsize=256)  # read for every call's usage line; litellm's lookup raises for unknown models
 def _model_info(model: str) -> Mapping[str, Any] | None:
     lib = _litellm()
     name = _price_model(model)
