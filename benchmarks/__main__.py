@@ -235,7 +235,7 @@ def _row_for(rows: list[Any], system: str, history: int) -> list[Any]:
 
 
 def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
-    from benchmarks import reliability
+    from benchmarks import recall, reliability
 
     savings, overhead, faults, example, facts = (
         data["savings"],
@@ -445,10 +445,25 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
             for r in example
         ],
         "",
+        recall.section(data["recall"], "python -m benchmarks.recall"),
+        "",
         reliability.section(*data["reliability"]),
         "",
     ]
     return "\n".join(lines)
+
+
+def run_recall(progress: Any, quick: bool) -> dict[str, Any]:
+    from benchmarks import recall
+
+    tasks: dict[str, Any] = {}
+
+    def tick(stage: str, n: int) -> None:
+        if stage not in tasks:
+            tasks[stage] = progress.add_task(f"recall: {stage}", total=None)
+        progress.advance(tasks[stage], n)
+
+    return recall.run(quick, tick)
 
 
 def run_reliability(progress: Any) -> tuple[str, Any]:
@@ -484,6 +499,7 @@ def main() -> None:
         data["overhead"] = run_overhead(progress, args.quick)
         data["faults"] = run_faults(progress)
         data["reliability"] = run_reliability(progress)
+        data["recall"] = run_recall(progress, args.quick)
     data["example"] = run_example()
     command = "python -m benchmarks" + (" --quick" if args.quick else "")
     report = write_report(data, command, time.monotonic() - started)

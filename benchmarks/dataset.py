@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Call", "Conversation", "Turn", "chains", "load"]
+__all__ = ["Call", "Conversation", "Turn", "chains", "load", "mixed_chains"]
 
 DATASET = "BFCL_v4_multi_turn_base"
 LONG_OUTPUTS = "BFCL_v4_multi_turn_long_context"
@@ -124,6 +124,33 @@ def chains(conversations: list[Conversation], min_turns: int = 100) -> list[list
     """Long sessions: conversations of the same tool domain played one after another
     until a session has at least ``min_turns`` turns (leftovers join the last chain)."""
     ordered = sorted(conversations, key=lambda c: (tuple(c.classes), c.id))
+    result: list[list[Conversation]] = []
+    current: list[Conversation] = []
+    for conversation in ordered:
+        current.append(conversation)
+        if sum(len(c.turns) for c in current) >= min_turns:
+            result.append(current)
+            current = []
+    if current and result:
+        result[-1].extend(current)
+    elif current:
+        result.append(current)
+    return result
+
+
+def mixed_chains(conversations: list[Conversation], min_turns: int = 100) -> list[list[Conversation]]:
+    """Long sessions of *different* tasks: conversations taken in turn from each tool
+    domain (the involved classes), so no two neighbours share a domain where another is
+    left, until a session has at least ``min_turns`` turns (leftovers join the last)."""
+    by_domain: dict[tuple[str, ...], list[Conversation]] = {}
+    for conversation in sorted(conversations, key=lambda c: c.id):
+        by_domain.setdefault(tuple(conversation.classes), []).append(conversation)
+    queues = sorted(by_domain.values(), key=len, reverse=True)
+    ordered: list[Conversation] = []
+    while any(queues):
+        for queue in queues:
+            if queue:
+                ordered.append(queue.pop(0))
     result: list[list[Conversation]] = []
     current: list[Conversation] = []
     for conversation in ordered:

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -251,6 +252,79 @@ def attacks() -> list[Case]:
         trace = mgr.inspect("bomb").traces[0]
         cases.append(Case("one turn of 2,000 tool calls with 2 kB results", 1, 1, 0, "", len(trace) < 70_000,
                           f"stored trace {len(trace) / 1024:.0f} kB (cap: traces.max_turn_chars)"))  # fmt: skip
+    return cases + surface_attacks()
+
+
+KEYS = {"sk-": "sk-live-ABCDEFGHIJKLMNOPQRSTUV", "hf_": "hf_abcdefghijklmnopqrstuvwxyz123456", "ghp_": "ghp_" + "a1B2" * 9,
+        "AKIA": "AKIAABCDEFGHIJKLMNOP", "pplx-": "pplx-" + "f" * 40}  # fmt: skip
+
+
+def surface_attacks() -> list[Case]:
+    """Keys echoed by a provider, markup and escapes in stored ids, a config alias bomb, a
+    rebound Host header against the inspector."""
+    import io
+    import logging
+    import tempfile
+    import traceback
+
+    from click.testing import CliRunner
+    from starlette.testclient import TestClient
+
+    from middleware import ConfigError, LLMError, load_config
+    from middleware.cli import main
+    from middleware.inspector_app import create_app
+    from middleware.scripted import register
+
+    cases = []
+    leaked = 0
+    for name, key in KEYS.items():
+
+        def echo(messages: Any, tools: Any, key: str = key) -> Any:
+            raise RuntimeError(f"Incorrect API key provided: {key}")
+
+        register(f"echo-key-{len(name)}", echo)
+        with SessionManager(config("memory://keys")) as mgr:
+            try:
+                mgr.chat("s", "hi", model=f"scripted/echo-key-{len(name)}", api_key=key)
+            except LLMError as exc:
+                stream = io.StringIO()
+                handler = logging.StreamHandler(stream)
+                logging.getLogger("reliability").addHandler(handler)
+                logging.getLogger("reliability").error("failed", exc_info=exc)
+                logging.getLogger("reliability").removeHandler(handler)
+                shown = "".join(traceback.format_exception(exc)) + stream.getvalue() + repr(exc.args)
+                leaked += key in shown
+    cases.append(Case("provider errors echoing the key (sk-, hf_, ghp_, AKIA, pplx- formats)", len(KEYS), len(KEYS) - leaked,
+                      0, "", leaked == 0, "errors, cause chains and logged tracebacks without the key"))  # fmt: skip
+    url = f"memory://cli-{uuid.uuid4().hex}"
+    with SessionManager(config(url)) as mgr:
+        for sid in ("[/bold]", "[link=https://example.invalid]x[/link]", "a\x1b]8;;https://x\x07b"):
+            mgr.record_turn(sid if sid.isprintable() else "escape", user="\x1b[31mred\x1b[0m text", assistant="ok")
+        result = CliRunner().invoke(main, ["--redis-url", url, "sessions", "list"])
+        shown = CliRunner().invoke(main, ["--redis-url", url, "sessions", "show", "escape"])
+        clean = result.exit_code == 0 and "[/bold]" in result.output and "\x1b" not in shown.output
+        cases.append(Case("stored ids and text with rich markup and ANSI/OSC escapes, listed and shown by the CLI", 2,
+                          2 if clean else 0, 0, "", clean, "printed as text: no crash, no link, no escape sequence"))  # fmt: skip
+        app = TestClient(create_app(mgr), base_url="http://127.0.0.1:8765")
+        refused = app.get("/api/sessions", headers={"host": "evil.example"}).status_code == 400
+        cases.append(Case("inspector asked under another Host name (DNS rebinding)", 1, int(refused), 0, "", refused,
+                          "400 before any data"))  # fmt: skip
+    laughs = "\n".join(['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]',
+                        *(f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]" for p, n in zip("abcdefgh", "bcdefghi", strict=True)),
+                        "assistant: {name: *i}"])  # fmt: skip
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder, "laughs.yaml")
+        path.write_text(laughs)
+        started = time.perf_counter()
+        try:
+            load_config(path, env={})
+            message = ""
+        except ConfigError as exc:
+            message = str(exc)
+        took = (time.perf_counter() - started) * 1000
+    ok = bool(message) and len(message) < 1_000
+    cases.append(Case(f"config file of {len(laughs)} bytes whose aliases expand to 9^9 nodes", 1, int(ok), 0,
+                      f"refused in {took:.0f} ms", ok, f"error of {len(message)} characters"))  # fmt: skip
     return cases
 
 

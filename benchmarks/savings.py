@@ -36,7 +36,7 @@ LAST_K = 10
 INSTRUCTIONS = "Use the tools to carry out the user's requests, then say briefly what you did."
 
 
-def bench_config(*, auto: bool, **context: Any) -> Config:
+def bench_config(*, auto: bool, memory: dict[str, Any] | None = None, **context: Any) -> Config:
     """The demo's Atlas config with a neutral system prompt (the same for every strategy);
     ``auto`` drops its tracked keys so every scalar argument becomes context."""
     base = load_config(ATLAS_PATH, env={})
@@ -48,6 +48,8 @@ def bench_config(*, auto: bool, **context: Any) -> Config:
     }
     if auto:
         overrides["context"] = {"keys": None, "tools": None, "labels": {}, **context}
+    if memory is not None:
+        overrides["memory"] = memory
     return base.with_overrides(**overrides)
 
 
@@ -165,10 +167,12 @@ class LangchainTrim(Strategy):
 
 
 class Middleware(Strategy):
-    def __init__(self, *, auto: bool, name: str = "", label: str = "", **context: Any) -> None:
+    def __init__(
+        self, *, auto: bool, name: str = "", label: str = "", memory: dict[str, Any] | None = None, **context: Any
+    ) -> None:
         self.name = name or ("middleware_auto" if auto else "middleware")
         self.label = label or ("middleware, auto context keys" if auto else "middleware, Atlas demo settings")
-        self.config = bench_config(auto=auto, **context)
+        self.config = bench_config(auto=auto, memory=memory, **context)
         self.manager = SessionManager(self.config)
         self.session = ""
 
@@ -255,10 +259,18 @@ class StrategyResult:
     kept: int = 0
     needed_in_full: int = 0
     kept_of_full: int = 0
+    # Strict: among needed values found anywhere earlier in the whole session (user text,
+    # tool arguments and results, replies), the share the prompt holds.
+    strict_needed: int = 0
+    strict_kept: int = 0
+    # ... of which the current task's own history holds none: held only by another task's turns.
+    elsewhere_needed: int = 0
+    elsewhere_kept: int = 0
     valid: int = 0
     errors: int = 0  # turns on which the strategy raised (then the full history is counted)
     over_budget: int = 0  # prompts larger than the strategy's own max_tokens
     misses: Counter[str] = field(default_factory=Counter)
+    strict_misses: Counter[str] = field(default_factory=Counter)
 
     def add(self, position: int, tokens: int) -> None:
         self.tokens.append(tokens)
@@ -283,6 +295,7 @@ def replay(
         for strategy in strategies:
             strategy.start()
         history: Messages = []
+        history_text = ""  # everything the session's full history holds, as text
         position = 0
         for conversation in session:
             # Values count as held by the history only if this conversation's own earlier
@@ -301,6 +314,7 @@ def replay(
                         prompts[strategy.name] = FullHistory().compose(system, history, turn.user)
                 own_text = prompt_text([{"role": "system", "content": system}, *own, {"role": "user", "content": turn.user}])
                 in_full = {v for v in needed if v in own_text}
+                in_session = {v for v in needed if v in history_text}
                 for strategy in strategies:
                     messages = prompts[strategy.name]
                     result = results[strategy.name]
@@ -314,12 +328,19 @@ def replay(
                     result.kept += len(kept)
                     result.needed_in_full += len(in_full)
                     result.kept_of_full += len(kept & in_full)
+                    result.strict_needed += len(in_session)
+                    result.strict_kept += len(kept & in_session)
+                    result.elsewhere_needed += len(in_session - in_full)
+                    result.elsewhere_kept += len(kept & (in_session - in_full))
+                    if strategy.name != "full":
+                        result.strict_misses.update(miss_source(value, history) for value in in_session - kept)
                     result.valid += valid_tool_sequence(messages) and messages[-1].get("role") == "user"
                     if strategy.name != "full":
                         for value in in_full - kept:
                             result.misses[miss_source(value, own)] += 1
                 own += turn_messages(turn, position)
                 history += turn_messages(turn, position)
+                history_text += "\n" + prompt_text(turn_messages(turn, position))
                 for strategy in strategies:
                     strategy.finished(turn)
                 progress(1)
@@ -339,6 +360,10 @@ def summary_rows(results: dict[str, StrategyResult]) -> list[dict[str, Any]]:
             "reduction": 1 - total / full_total,
             "kept_all": result.kept / result.needed if result.needed else 1.0,
             "kept_of_full": result.kept_of_full / result.needed_in_full if result.needed_in_full else 1.0,
+            "strict": result.strict_kept / result.strict_needed if result.strict_needed else 1.0,
+            "strict_needed": result.strict_needed,
+            "elsewhere": result.elsewhere_kept / result.elsewhere_needed if result.elsewhere_needed else 1.0,
+            "elsewhere_needed": result.elsewhere_needed,
             "valid": result.valid / len(result.tokens),
             "errors": result.errors,
             "over_budget": result.over_budget,

@@ -18,6 +18,7 @@ from __future__ import annotations
 from .chat import AsyncChatStream, ChatResult, ChatStream
 from .compose import apply_turn, build_messages, compose
 from .config import Config
+from .connectors import Connector
 from .core.composer import is_valid_chat
 from .core.plans import Inspection
 from .core.state import Prompt, SessionPage, SessionState, SessionSummary, TokenBreakdown, ToolCall, Turn, TurnUpdate
@@ -51,6 +52,7 @@ __all__ = [
     "ChatStream",
     "Config",
     "ConfigError",
+    "Connector",
     "Inspection",
     "InvalidInputError",
     "InvalidMessageError",

@@ -82,11 +82,11 @@ class _Context:
             config = load_config(self.config_path, env=env)
             return config.with_overrides(**overrides) if overrides else config
 
-    def manager(self, config: Config | None = None) -> SessionManager:
+    def manager(self, config: Config | None = None, **options: Any) -> SessionManager:
         from .manager import SessionManager
 
         with _errors():
-            return SessionManager(config or self.config())
+            return SessionManager(config or self.config(), **options)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -134,13 +134,13 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
 
     from . import llm
     from .demo import SCRIPT, demo_config
-    from .demo.device import LAB
+    from .demo.device import LAB, ScreenConnector
     from .report import Totals
 
     with _errors():
         config = demo_config(obj.config(**({"usage_log": {"path": log_path}} if log_path else {})))
     console = _console()
-    mgr = obj.manager(config)
+    mgr = obj.manager(config, connectors=[ScreenConnector(LAB)])
     LAB.reset()
     session = session or f"demo-{datetime.now():%Y%m%d-%H%M%S}"
     with _errors(), mgr:

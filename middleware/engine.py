@@ -20,12 +20,13 @@ from typing import Any, TypeAlias
 
 import orjson
 
+from . import llm
 from .config import Config
 from .connectors import Connector, connector_lines, connector_observations
 from .core import plans
 from .core.archive import query_terms
 from .core.composer import Composer
-from .core.effects import Inline, Program
+from .core.effects import Inline, Io, Program
 from .core.notes import WRITES, apply_operation, notes_tool_schema
 from .core.state import (
     Prompt,
@@ -40,7 +41,7 @@ from .core.state import (
 )
 from .core.text import cut_middle, redact_secrets
 from .events import debug_enabled, log
-from .exceptions import InvalidToolCallError, StoreError, StoreUnavailableError
+from .exceptions import InvalidToolCallError, LLMError, StoreError, StoreUnavailableError
 from .loader import import_tool
 from .lru import Lru
 from .tokens import context_window, get_tokenizer
@@ -91,10 +92,9 @@ class Engine:
         self._pending_bytes = 0
         self._pending_lock = threading.Lock()
         self._prompts: Lru[Prompt] = Lru(4_096)  # composed, not yet recorded
-        # Per session, the last turn this process recorded (user text, reply): the recent
-        # window's part of the next recall query, known before the load that reads it.
-        self._last_turns: Lru[tuple[dict[str, str], ...]] = Lru(4_096)
         self._server_checked = False
+        # Semantic recall: None until the store says whether it has vector search.
+        self._semantic: bool | None = None if config.memory.recall == "semantic" and self.layout.recall else False
         self._owners: Lru[tuple[str, str]] = Lru()
         self._skill_tools: list[Tool] | None = None
         self._budgets: dict[str | None, int | None] = {}  # by model
@@ -194,8 +194,12 @@ class Engine:
                 yield from self._check_server()
             if self._pending:
                 yield from self._flush(session_id, tolerate=True)
-            query = query_terms(user_message, self._last_turns.get(session_id) or ()) if self.layout.recall else ()
-            loaded = yield from plans.load(self.layout, session_id, owner=self._owners.get(session_id), query=query)
+            query = query_terms(user_message, ()) if self.layout.recall else ()  # the store selects by the message's own terms
+            found = (yield from self._vectors([user_message])) if self._semantic is not False else ()
+            vector = found[0] if found else ()
+            loaded = yield from plans.load(
+                self.layout, session_id, owner=self._owners.get(session_id), query=query, vector=vector
+            )
             state, candidates = self._loaded(session_id, loaded), loaded.candidates
         except StoreError as exc:
             if not self.degrade:
@@ -229,13 +233,16 @@ class Engine:
             prompt=_prompt_json(prompt) if prompt else "",
             observed=observed,
         )
-        self._last_turns.put(session_id, tuple(m.as_dict() for m in update.recent))
         try:
             if not self._server_checked:
                 yield from self._check_server()
             if self._pending:
                 yield from self._flush(session_id)
-            turns = self._recorded(session_id, (yield from plans.record(self.layout, session_id, update, now=time.time())))
+            vectors = (yield from self._vectors([p.text for p in update.pieces])) if self._semantic is not False else ()
+            recorded = yield from plans.record(
+                self.layout, session_id, update, now=time.time(), vectors=[plans.encode_vector(v) for v in vectors]
+            )
+            turns = self._recorded(session_id, recorded)
         except StoreError as exc:
             if not self.degrade:
                 raise
@@ -246,6 +253,25 @@ class Engine:
             log.debug("summary.updated", session=session_id, line=self.content(update.summary_line))
             log.debug("turn.recorded", session=session_id, turn=turns, turn_full_tokens=update.full_tokens)
         return turns
+
+    def _vectors(self, texts: list[str]) -> Program[list[list[float]] | tuple[()]]:
+        """Embeddings of ``texts`` for semantic recall, or () (none asked for, the model
+        failed: a warning, and the turn goes on with lexical recall)."""
+        if not texts:
+            return ()
+        model = self.config.memory.embedding_model or ""
+        try:
+            vectors: list[list[float]] = yield Io(lambda: llm.embed(model, texts), lambda: llm.aembed(model, texts))
+        except LLMError as exc:
+            log.warning("recall.embedding_failed", model=model, error=redact_secrets(str(exc))[:200])
+            return ()
+        if self._semantic is None:  # first use: make the store's vector index, or learn it has none
+            self._semantic = yield from plans.vector_index(self.layout, len(vectors[0]))
+            if not self._semantic:
+                log.warning("recall.semantic_unavailable", hint="the store has no vector search (Redis 8, or Redis "
+                            "Stack, outside a cluster): recall ranks lexically")  # fmt: skip
+                return ()
+        return vectors
 
     def _check_server(self) -> Program[None]:
         """Once per process: warn when the server may evict our keys (its maxmemory-policy)."""

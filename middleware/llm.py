@@ -21,7 +21,7 @@ from typing import Any
 
 from .core.text import cut_middle, redact_secrets
 from .exceptions import LLMError, RedactedError
-from .scripted import get_responder
+from .scripted import get_embedder, get_responder
 from .tokens import get_tokenizer
 
 __all__ = [
@@ -102,6 +102,17 @@ def _scripted_handler() -> Any:
 
         def streaming(self, model: str, messages: list[Any], *args: Any, optional_params: Any = None, **kwargs: Any) -> Any:
             return self._chunks(model, messages, optional_params)
+
+        def embedding(self, model: str, input: list[Any], model_response: Any, *args: Any, **kwargs: Any) -> Any:
+            vectors = get_embedder(model.split("/", 1)[-1])([str(text) for text in input])
+            tokens = sum(get_tokenizer(SCRIPTED_PRICE_AS).count(str(text)) for text in input)
+            model_response.model = model
+            model_response.data = [{"object": "embedding", "index": i, "embedding": list(v)} for i, v in enumerate(vectors)]
+            model_response.usage = Usage(prompt_tokens=tokens, completion_tokens=0, total_tokens=tokens)
+            return model_response
+
+        async def aembedding(self, model: str, input: list[Any], model_response: Any, *args: Any, **kwargs: Any) -> Any:
+            return self.embedding(model, input, model_response)
 
         async def astreaming(
             self, model: str, messages: list[Any], *args: Any, optional_params: Any = None, **kwargs: Any
@@ -279,6 +290,35 @@ async def acomplete(
     lib = _litellm()
     try:
         return await lib.acompletion(model=model, messages=list(messages), tools=list(tools) if tools else None, **options)
+    except Exception as exc:
+        error = _llm_error(model, exc, options)
+    raise error
+
+
+def _vectors(response: Any) -> list[list[float]]:
+    data = response["data"] if isinstance(response, Mapping) else response.data
+    ordered = sorted(data, key=lambda item: item["index"] if isinstance(item, Mapping) else item.index)
+    return [list(item["embedding"] if isinstance(item, Mapping) else item.embedding) for item in ordered]
+
+
+def embed(model: str, texts: Sequence[str], **kwargs: Any) -> list[list[float]]:
+    """One vector per text from any litellm embedding model; LLMError when it fails."""
+    options = ProviderOptions(kwargs)
+    del kwargs
+    lib = _litellm()
+    try:
+        return _vectors(lib.embedding(model=model, input=list(texts), **options))
+    except Exception as exc:
+        error = _llm_error(model, exc, options)
+    raise error
+
+
+async def aembed(model: str, texts: Sequence[str], **kwargs: Any) -> list[list[float]]:
+    options = ProviderOptions(kwargs)
+    del kwargs
+    lib = _litellm()
+    try:
+        return _vectors(await lib.aembedding(model=model, input=list(texts), **options))
     except Exception as exc:
         error = _llm_error(model, exc, options)
     raise error

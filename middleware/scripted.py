@@ -12,8 +12,10 @@ model ``scripted/<name>``, so scripted runs take the real litellm call path::
 
     register("pong", my_bot)          # now model="scripted/pong" works in chat()
 
-Built in: ``scripted/echo`` (replies with the user's last message). The demo's
-``scripted/atlas`` is registered when ``middleware.demo`` is imported.
+Built in: ``scripted/echo`` (replies with the user's last message), and the embedding
+model ``scripted/hashed`` (words hashed into a normalised vector: texts sharing words
+are near). The demo's ``scripted/atlas`` is registered when ``middleware.demo`` is imported.
+``register_embedder(name, fn)`` serves ``fn(texts) -> vectors`` as ``scripted/<name>``.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from typing import Any
 
 from .exceptions import LLMError
 
-__all__ = ["Responder", "get_responder", "register"]
+__all__ = ["Embedder", "Responder", "get_embedder", "get_responder", "register", "register_embedder"]
 
 Responder = Callable[[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]] | None], Mapping[str, Any]]
+# texts -> one vector per text, all of one length
+Embedder = Callable[[Sequence[str]], Sequence[Sequence[float]]]
 
 _lock = threading.Lock()
 
@@ -37,6 +41,27 @@ def _echo(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, An
 
 
 _responders: dict[str, Responder] = {"echo": _echo}
+
+
+def _hashed(texts: Sequence[str], dimensions: int = 256) -> list[list[float]]:
+    """Bag of words hashed into ``dimensions`` buckets, normalised: texts that share words
+    are near. A stand-in for a real embedding model in tests (no model, no network)."""
+    import hashlib
+    import math
+    import re
+
+    vectors = []
+    for text in texts:
+        vector = [0.0] * dimensions
+        for word in re.findall(r"[^\W_]+", text.lower()):
+            digest = hashlib.blake2b(word.encode(), digest_size=4).digest()
+            vector[int.from_bytes(digest, "big") % dimensions] += 1.0
+        norm = math.sqrt(sum(v * v for v in vector)) or 1.0
+        vectors.append([v / norm for v in vector])
+    return vectors
+
+
+_embedders: dict[str, Embedder] = {"hashed": _hashed}
 
 
 def register(name: str, responder: Responder) -> None:
@@ -54,3 +79,20 @@ def get_responder(name: str) -> Responder:
     if responder is None:
         raise LLMError(f"No scripted model '{name[:100]}'; registered: {known}.")
     return responder
+
+
+def register_embedder(name: str, embedder: Embedder) -> None:
+    """Serve ``embedder`` as the litellm embedding model ``scripted/<name>``."""
+    if not name or "/" in name:
+        raise ValueError(f"Scripted embedder name {name!r} must be non-empty and hold no '/'.")
+    with _lock:
+        _embedders[name] = embedder
+
+
+def get_embedder(name: str) -> Embedder:
+    with _lock:
+        embedder = _embedders.get(name)
+        known = sorted(_embedders)
+    if embedder is None:
+        raise LLMError(f"No scripted embedding model '{name[:100]}'; registered: {known}.")
+    return embedder

@@ -185,3 +185,10 @@ def test_every_config_key_is_documented() -> None:
     assert len(keys) > 40 and [key for key in [*keys, "skills_dir"] if key not in named] == []
     example = (REPO / "config.yaml").read_text()
     assert [key for key in keys if key.split(".")[-1] + ":" not in example] == []
+
+
+def test_the_recall_snippet_finds_the_order_number(run_snippet: Callable[[str], list[str]]) -> None:
+    """The long-range memory snippet prints the order number recalled from turn 1, with why."""
+    lines = run_snippet("order number A-48213")
+    assert lines[0].startswith("turn 1: The supplier gave me order number A-48213") and "order" in lines[0]
+    assert lines[-1].startswith("recall tokens:") and int(lines[-1].split()[-1]) > 0

@@ -16,11 +16,12 @@ quotes them, one line each, in a block the model is told is data.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .state import Piece, ToolCall, Turn, compact_json, to_text
 from .text import one_line
@@ -28,7 +29,12 @@ from .text import one_line
 __all__ = ["MAX_PIECES", "Piece", "Recalled", "pieces_of", "query_terms", "rank", "render_recall", "terms_of"]
 
 MAX_PIECES = 32
-MIN_SCORE = 1.0  # a candidate's lexical score must reach this: about one term that is not common  # per turn (the store deletes a turn's pieces as ids <turn>.0 … <turn>.31)
+_K1, _B, _AVERAGE_TERMS = 1.2, 0.75, 8.0
+MIN_SCORE = 3.0  # a candidate's lexical score must reach this: about one term that is not common
+RELATIVE = 0.4  # and at least this share of the best candidate's final score
+MIN_SIMILARITY = 0.35  # semantic recall: the cosine similarity that admits a piece on its own
+NEAREST_FLOOR = 0.2  # ... and the nearest piece, at least this similar
+SEMANTIC_WEIGHT = 12.0  # a similarity of 0.5 weighs about as much as one rare shared term  # per turn (the store deletes a turn's pieces as ids <turn>.0 … <turn>.31)
 _PIECE_CHARS = 240
 _SENTENCES = 12
 _RESULT_CHUNKS = 4  # observation pieces of one large result at most
@@ -185,6 +191,9 @@ _STOP = frozenset(
     ]
 )
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# Something specific: a number, a capitalised word after the first, a code or an amount.
+_SPECIFIC = re.compile(r"\d|(?<![.!?]\s)(?<=\s)[A-Z][a-z]|[A-Z]{2,}|[$€£¥]")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
@@ -192,21 +201,31 @@ def _stem(word: str) -> str:
     """A light English stem: enough that "files" finds "file" and "booked" finds "book"."""
     if word.isdigit() or len(word) <= 3:
         return word
-    for suffix, keep in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
-            word = word[: -len(suffix)] + keep
-            break
+    if word.endswith("ies") and len(word) > 4:
+        word = word[:-3] + "y"
+    elif word.endswith(("sses", "xes", "ches", "shes", "zes")):
+        word = word[:-2]
+    elif word.endswith(("ing", "ed")) and len(word) - (3 if word.endswith("ing") else 2) >= 3:
+        word = word[: -3 if word.endswith("ing") else -2]
+    elif word.endswith("s") and not word.endswith("ss"):
+        word = word[:-1]
     return word[:-1] if word.endswith("e") and len(word) > 4 else word  # "navigate" and "navigated" meet
 
 
 def terms_of(text: str) -> list[str]:
     """The distinct index terms of ``text``, in order of first appearance."""
+    return list(_terms(text))
+
+
+@functools.lru_cache(maxsize=8192)
+def _terms(text: str) -> tuple[str, ...]:
+    # Cached: the same summary lines, recent messages and context values come back every turn.
     seen: dict[str, None] = {}
-    for word in _WORD.findall(text.lower()):
+    for word in _WORD.findall(_CAMEL.sub(" ", text).lower()):  # lockDoors: lock, doors
         if word in _STOP or (len(word) < 2 and not word.isdigit()):
             continue
         seen.setdefault(_stem(word), None)
-    return list(seen)
+    return tuple(seen)
 
 
 class _Counter(Protocol):
@@ -226,14 +245,17 @@ def _sentences(text: str) -> list[str]:
     return [one_line(part, _PIECE_CHARS) for part in parts if part.strip()]
 
 
-def _call_text(call: ToolCall) -> tuple[str, str]:
-    """The call as one line, and what of it is indexed: its values (a tool's and its
-    arguments' names say what was done, not what was found)."""
+def _call_text(call: ToolCall) -> tuple[str, str, str]:
+    """The call as one line, what it is found by (all of it), and what it says: its values
+    (the tool's and the arguments' names say what was done, not what was found)."""
     if call.args is None:
-        return one_line(f"{call.name}({call.arguments_text})", _PIECE_CHARS), call.arguments_text[:_PIECE_CHARS]
+        text = one_line(f"{call.name}({call.arguments_text})", _PIECE_CHARS)
+        return text, text, call.arguments_text[:_PIECE_CHARS]
     values = [_scalar(value) for value in call.args.values()]
-    arguments = ", ".join(f"{key}={value}" for key, value in zip(call.args, values, strict=True))
-    return one_line(f"{call.name}({arguments})", _PIECE_CHARS), " ".join(values)
+    text = one_line(
+        f"{call.name}({', '.join(f'{key}={value}' for key, value in zip(call.args, values, strict=True))})", _PIECE_CHARS
+    )
+    return text, text, " ".join(values)
 
 
 def _scalar(value: Any) -> str:
@@ -259,13 +281,13 @@ def _leaves(value: Any, path: str = "", depth: int = 0) -> Iterable[tuple[str, s
         yield path, str(value)
 
 
-def _observations(call: ToolCall) -> list[tuple[str, str]]:
-    """What the call's result showed, as (text, indexed text): its rendered observation
+def _observations(call: ToolCall) -> list[tuple[str, str, str]]:
+    """What the call's result showed, as (text, what finds it, what it says): its rendered observation
     when the tool has one, else its scalar fields (or text) in a few capped chunks, so a
     value read from a large result later can still be found."""
     if call.observation:
         text = one_line(call.observation, _PIECE_CHARS)
-        return [(text, text)]
+        return [(text, text, text)]
     if call.result is None:
         return []
     result = call.result
@@ -286,25 +308,25 @@ def _observations(call: ToolCall) -> list[tuple[str, str]]:
         text, indexed = (f"{text}; {leaf}", f"{indexed} {value}") if text else (leaf, value)
     if text and len(chunks) < _RESULT_CHUNKS:
         chunks.append((prefix + text, indexed))
-    return [(one_line(t, _PIECE_CHARS), i) for t, i in chunks]
+    return [(line, line, values) for line, values in ((one_line(t, _PIECE_CHARS), i) for t, i in chunks)]
 
 
 def pieces_of(turn: Turn, reply: str, tokenizer: _Counter, observed: Sequence[str] = ()) -> tuple[Piece, ...]:
     """The pieces of one turn, at most ``MAX_PIECES``: sentences first, then each call
     and what it returned, then what connectors observed, then the reply."""
-    texts: list[tuple[str, str, str]] = [("user", s, s) for s in _sentences(turn.user)[:_SENTENCES]]
+    texts: list[tuple[str, str, str, str]] = [("user", s, s, s) for s in _sentences(turn.user)[:_SENTENCES]]
     for call in turn.tool_calls:
         texts.append(("call", *_call_text(call)))
-        texts += [("obs", text, indexed) for text, indexed in _observations(call)]
-    texts += [("state", line, line) for line in (one_line(text, _PIECE_CHARS) for text in observed) if line]
+        texts += [("obs", *parts) for parts in _observations(call)]
+    texts += [("state", line, line, line) for line in (one_line(text, _PIECE_CHARS) for text in observed) if line]
     if reply.strip():
         line = one_line(reply, _PIECE_CHARS)
-        texts.append(("reply", line, line))
+        texts.append(("reply", line, line, line))
     pieces = []
-    for kind, text, indexed in texts[:MAX_PIECES]:
-        terms = tuple(terms_of(indexed))
-        if terms:
-            pieces.append(Piece(kind, text, terms, tokenizer.count(text)))
+    for kind, text, found_by, says in texts[:MAX_PIECES]:
+        facts = tuple(terms_of(says))
+        if facts:  # a piece that says nothing (a call without arguments) is not worth recalling
+            pieces.append(Piece(kind, text, tuple(terms_of(found_by)), tokenizer.count(text), facts))
     return tuple(pieces)
 
 
@@ -333,8 +355,7 @@ class Recalled:
         return {"text": self.text, "kind": self.kind, "turn": self.turn, "score": round(self.score, 3), "why": self.why}
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(NamedTuple):
     """A piece the store chose for the query: its id (``<turn>.<n>``), lexical score and record."""
 
     turn: int
@@ -343,7 +364,9 @@ class Candidate:
     tokens: int
     score: float
     matched: tuple[str, ...] = ()  # the query's terms it holds
-    terms: tuple[str, ...] = ()  # every term it is indexed by
+    terms: tuple[str, ...] = ()  # the terms of what it says
+    similarity: float = 0.0  # cosine similarity to the current message (semantic recall)
+    asked: float = 0.0  # the part of ``score`` the current message's own terms gave
 
 
 def rank(
@@ -353,9 +376,10 @@ def rank(
     query: Sequence[tuple[str, float]],
     context: Mapping[str, str],
     turns: int,
-    shown: str,
+    shown: str | Sequence[str],
     budget: int,
     count: _Counter,
+    recent_turns: int = 1,
 ) -> list[Recalled]:
     """The recall block's lines, best first, within ``budget`` tokens.
 
@@ -364,35 +388,58 @@ def rank(
     context value; older values of context keys (``facts``) score by the query terms of
     their key and value they share. Left out: weak matches, matches on the recent
     window's terms alone (they rank, the current message selects), and pieces that say
-    nothing the prompt does not already say (every term of theirs is in ``shown``)."""
+    nothing the prompt does not already say (every term of theirs is in ``shown``).
+    A candidate a vector search found near the current message (``similarity``, semantic
+    recall) is admitted on that alone, and scores by it too."""
     if budget <= 0:
         return []
     wanted = dict(query)
     asked = {term for term, weight in query if weight >= 1.0}  # the current message's own terms
-    known = set(terms_of(shown))
+    parts = [shown] if isinstance(shown, str) else list(shown)
+    known = set().union(*map(_terms, parts))
     values = {value.lower() for value in context.values() if len(value) >= 3}
     scored: list[Recalled] = []
+    # Semantic recall: a similarity well clear of the rest admits the nearest piece even
+    # below MIN_SIMILARITY (embedding models differ in how high their scores run).
+    near = max((c.similarity for c in candidates if c.turn <= turns - recent_turns), default=0.0)
     for c in candidates:
-        if c.score < MIN_SCORE or asked.isdisjoint(c.matched) or known.issuperset(c.terms or terms_of(c.text)):
-            continue  # a weak match, one the current message does not ask for, or nothing new
+        # Asked for by the current message: in what the piece says (its values), or by two of
+        # its words at least (a tool's name alone, "navigate_to_node" for "node", is not enough).
+        hits = asked.intersection(c.matched)
+        lexical = (
+            (c.asked or c.score) >= MIN_SCORE and bool(hits) and (len(hits) >= 2 or not hits.isdisjoint(c.terms) or not c.terms)
+        )
+        semantic = c.similarity >= MIN_SIMILARITY or (c.similarity >= NEAREST_FLOOR and c.similarity >= near - 0.02)
+        if c.turn > turns - recent_turns or not (lexical or semantic) or known.issuperset(c.terms or terms_of(c.text)):
+            continue  # shown in full, a weak match, one the current message does not ask for, or nothing new
         age = max(turns - c.turn, 0)
         recency = 1.0 + math.exp(-age / 40)
         overlap = 1.25 if any(value in c.text.lower() for value in values) else 1.0
-        why = f"shares {', '.join(c.matched[:4])}" if c.matched else "recent"
-        scored.append(Recalled(c.text, c.kind, c.turn, c.score * recency * overlap, why, c.tokens))
+        # BM25's length normalisation: a long sentence shares words by its length alone.
+        length = (1 + _K1) / (1 + _K1 * (1 - _B + _B * len(c.terms or c.matched) / _AVERAGE_TERMS))
+        # The recent window's words rank what the message selected (the store sees only the message's).
+        window = sum(wanted.get(term, 0.0) for term in c.terms if term not in asked)
+        score = ((c.score + window) * length if lexical else 0.0) + (SEMANTIC_WEIGHT * c.similarity if semantic else 0.0)
+        score *= 1.0 if c.kind != "user" or _SPECIFIC.search(c.text[1:]) else 0.5  # memory is for specifics
+        reasons = ([f"shares {', '.join(c.matched[:4])}"] if lexical else []) + (
+            [f"similar ({c.similarity:.2f})"] if semantic else []
+        )
+        scored.append(Recalled(c.text, c.kind, c.turn, score * recency * overlap, "; ".join(reasons), c.tokens))
     for key, history in facts.items():
         key_terms = set(terms_of(key.replace("_", " ")))
         for value, turn in history:
-            hits = [t for t in {*key_terms, *terms_of(value)} if t in wanted]
-            if asked.isdisjoint(hits):
+            shared = {*key_terms, *terms_of(value)}.intersection(wanted)
+            if asked.isdisjoint(shared):
                 continue
-            score = sum(2.0 * wanted[t] for t in hits)
+            score = sum(2.0 * wanted[t] for t in shared)
             text = f"{key} = {value}"
-            why = f"earlier value of {key}" + (f"; shares {', '.join(sorted(hits)[:3])}" if hits else "")
+            why = f"earlier value of {key}; shares {', '.join(sorted(shared)[:3])}"
             scored.append(Recalled(text, "fact", turn, score, why, count.count(text) + 4))
     scored.sort(key=lambda r: (-r.score, -r.turn))
+    floor = scored[0].score * RELATIVE if scored else 0.0  # far weaker than the best: noise, not memory
+    scored = [item for item in scored if item.score >= floor]
     chosen, used, seen = [], 0, set()
-    shown_lower = shown.lower()
+    shown_lower = "\n".join(parts).lower()
     for item in scored:
         key = item.text.lower()
         if key in seen or key in shown_lower:

@@ -277,9 +277,10 @@ class Composer:
         memory = self.config.memory
         if not memory.recall_tokens or not (candidates or state.facts):
             return []
-        shown = "\n".join([*state.summary, *(m["content"] for m in recent), current, *state.context.values()])
+        shown = [*state.summary, *(m["content"] for m in recent), current, *state.context.values()]
         return rank(candidates, state.facts, query=query_terms(current, recent), context=state.context, turns=state.turns,
-                    shown=shown, budget=memory.recall_tokens, count=self.tokenizer)  # fmt: skip
+                    shown=shown, budget=memory.recall_tokens, count=self.tokenizer,
+                    recent_turns=self.config.recent.messages // 2)  # fmt: skip
 
     def compose(
         self,

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -39,7 +40,7 @@ import orjson
 
 from ..config import Config
 from ..exceptions import InvalidInputError, StoreError
-from .archive import Candidate
+from .archive import MIN_SCORE, Candidate
 from .context import sanitize_key, sanitize_value
 from .effects import Batch, Command, Plan
 from .state import SessionPage, SessionState, SessionSummary, StoredMessage, TurnUpdate, built, whole_pairs
@@ -99,10 +100,11 @@ def pair_keys(prefix: str, user_id: str, agent: str) -> PairKeys:
 # Ids of the last turns each session remembers: a write retried after its reply was lost,
 # or a turn held through an outage, is recognised if fewer than this many turns landed since.
 TURN_IDS = 128
-# Archived pieces an index term keeps, newest last: bounds the work and the bytes of a recall.
-POSTINGS = 48
+# Bytes of piece ids an index term keeps (between this and twice this), newest last: about
+# 30 to 60 ids, which bounds the work and the bytes of a recall.
+POSTINGS = 256
 # Pieces a recall sends back at most, best first: the bytes read per call do not grow with the archive.
-CANDIDATES = 24
+CANDIDATES = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,10 +361,13 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
 # The reads of a load, and the archive's best pieces for a query, in one script: the
 # query's terms are looked up in the index, each piece scored by the rare terms it
 # shares (BM25's idf, weighted per term), skipping turns out of the archive and the turns
-# the recent window shows in full; the CANDIDATES best come back with their text.
+# the recent window shows in full; of the pieces holding a term of the current message
+# itself (weight 1: the recent window's terms only rank), the CANDIDATES best come back
+# with their text.
 #
-# KEYS: ctx sum recent meta arc idx. ARGV: archive_turns recent_turns candidates n_terms (term weight)*
-# Returns {ctx (member score)*, summary, recent, meta (field value)*, {id score matched record}*};
+# KEYS: ctx sum recent meta arc idx. ARGV: archive_turns recent_turns candidates n_terms (term weight)* min_score
+# Returns {ctx (member score)*, summary, recent, meta (field value)*, {id score asked matched record}*}
+# (asked: the score of the current message's own terms);
 # a read that fails stands as its error in its place.
 LOAD_SCRIPT = r"""
 local ctx, sum, recent, meta, arc, idx = unpack(KEYS, 1, 6)
@@ -384,11 +389,11 @@ end
 local lists = redis.pcall('HMGET', idx, unpack(terms))
 local size = redis.pcall('HLEN', arc)
 if lists.err or type(size) ~= 'number' then return out end
-local score, matched, turn_of, found = {}, {}, {}, {}
+local score, asked, mask, turn_of = {}, {}, {}, {}
 for j = 1, n_terms do
   local list = lists[j]
   if list then
-    local live = {}
+    local live, bit = {}, 2 ^ (j - 1)
     for id, t in string.gmatch(list, '((%d+)%.%d+)') do
       t = tonumber(t)
       if t >= oldest and t <= newest then
@@ -396,34 +401,44 @@ for j = 1, n_terms do
         turn_of[id] = t
       end
     end
-    if #live > 0 then
-      local idf = weights[j] * math.log(1 + (size - #live + 0.5) / (#live + 0.5))
-      for _, id in ipairs(live) do
-        if score[id] == nil then
-          found[#found + 1] = id
-          score[id], matched[id] = idf, terms[j]
-        else
-          score[id], matched[id] = score[id] + idf, matched[id] .. ' ' .. terms[j]
-        end
-      end
+    local idf = weights[j] * math.log(1 + (size - #live + 0.5) / (#live + 0.5))
+    for _, id in ipairs(live) do
+      score[id] = (score[id] or 0) + idf
+      mask[id] = (mask[id] or 0) + bit
+      -- Only the current message's own terms (weight 1) select; the others rank.
+      if weights[j] >= 1 then asked[id] = (asked[id] or 0) + idf end
     end
   end
 end
+-- The pieces the current message's terms select, above the floor, best first.
+local floor, found = tonumber(ARGV[5 + 2 * n_terms]), {}
+for id, value in pairs(asked) do
+  if value >= floor then found[#found + 1] = id end
+end
+if #found == 0 then return out end
 table.sort(found, function(a, b)
   if score[a] ~= score[b] then return score[a] > score[b] end
   return turn_of[a] > turn_of[b]
 end)
 local best = {}
-for i = 1, math.min(tonumber(ARGV[3]), #found) do best[i] = found[i] end
-if #best == 0 then return out end
+for i = 1, math.min(2 * tonumber(ARGV[3]), #found) do best[i] = found[i] end
 local records = redis.pcall('HMGET', arc, unpack(best))
 if records.err then return out end
+local row, sent, seen = out[5], 0, {}
 for i, id in ipairs(best) do
-  if records[i] then
-    local row = out[5]
+  -- The same text from another turn says nothing new: one of each, at most `candidates`.
+  local text = records[i] and string.match(records[i], '[^\t]*$')
+  if text and not seen[text] and sent < tonumber(ARGV[3]) then
+    seen[text], sent = true, sent + 1
+    local names, m = {}, mask[id]
+    for j = 1, n_terms do
+      if m % 2 == 1 then names[#names + 1] = terms[j] end
+      m = math.floor(m / 2)
+    end
     row[#row + 1] = id
     row[#row + 1] = tostring(score[id])
-    row[#row + 1] = matched[id]
+    row[#row + 1] = tostring(asked[id])
+    row[#row + 1] = table.concat(names, ' ')
     row[#row + 1] = records[i]
   end
 end
@@ -437,6 +452,7 @@ def _load_script(layout: Layout, keys: SessionKeys, query: Sequence[tuple[str, f
     return (
         "evalsha", LOAD_SHA, 6, keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx,
         layout.archive_turns, recent_turns, CANDIDATES, len(query), *(part for term, weight in query for part in (term, weight)),
+        MIN_SCORE,
     )  # fmt: skip
 
 
@@ -449,40 +465,61 @@ def _mapping(flat: Any) -> Any:
     return flat if isinstance(flat, Exception) else {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
 
 
+def _merged(lexical: Sequence[Candidate], near: Sequence[Candidate]) -> tuple[Candidate, ...]:
+    """One candidate per piece: a piece both searches found keeps its lexical score and
+    gains its similarity."""
+    similar = {(c.turn, c.text): c.similarity for c in near}
+    merged = [c._replace(similarity=similar.pop((c.turn, c.text), 0.0)) for c in lexical]
+    return (*merged, *(c for c in near if (c.turn, c.text) in similar))
+
+
 def _candidates(flat: Any) -> tuple[Candidate, ...]:
     found = []
-    for i in range(0, len(flat) - 3, 4):
-        piece_id, score, matched, record = (_text(part) for part in flat[i : i + 4])
+    for i in range(0, len(flat) - 4, 5):
+        piece_id, score, asked, matched, record = (_text(part) for part in flat[i : i + 5])
         kind, tokens, terms, text = [*record.split("\t", 3), "", "", ""][:4]
         if text and tokens.isdigit():
             found.append(Candidate(int(piece_id.split(".")[0]), kind, text, int(tokens), float(score), tuple(matched.split()),
-                                   tuple(terms.split())))  # fmt: skip
+                                   tuple(terms.split()), asked=float(asked)))  # fmt: skip
     return tuple(found)
 
 
 def load(
-    layout: Layout, session_id: str, *, owner: tuple[str, str] | None = None, query: Sequence[tuple[str, float]] = ()
+    layout: Layout,
+    session_id: str,
+    *,
+    owner: tuple[str, str] | None = None,
+    query: Sequence[tuple[str, float]] = (),
+    vector: Sequence[float] = (),
 ) -> Plan[Loaded]:
     """A session's state in one round trip. Its notes join the reads when ``owner`` (the
     owner the caller last saw) is given; a session whose owner turns out different
     takes a second round trip for them. With a ``query`` (terms and weights), the
-    archive's best pieces for it come back too (``Loaded.candidates``)."""
+    archive's best pieces for it come back too (``Loaded.candidates``), and with a
+    ``vector`` (the current message's embedding) the nearest pieces, from the server's
+    vector index, in the same round trip."""
     notes_shown, keys = layout.notes_shown, layout.session(session_id)
     recall = bool(query) and layout.recall
     commands = (_load_script(layout, keys, query),) if recall else load_commands(keys)
     if owner is not None and notes_shown:
         commands = (*commands, ("get", layout.pair(*owner).notes))
+    if vector:
+        commands = (*commands, vector_search(layout, session_id, vector))
     replies = yield Batch(commands)
+    if vector:
+        near, replies = nearest(replies[-1]), replies[:-1]
     candidates: tuple[Candidate, ...] = ()
     if recall:
         if _no_script(replies[0]):
-            replies = yield Batch([("eval", LOAD_SCRIPT, *commands[0][2:]), *commands[1:]])
+            replies = yield Batch([("eval", LOAD_SCRIPT, *commands[0][2:]), *commands[1 : len(replies)]])
         script, *rest = replies
         if isinstance(script, Exception):
             raise _refused(script)
         ctx, summary, recent, meta, found = script
         replies = [_pairs(ctx), summary, recent, _mapping(meta), *rest]
         candidates = _candidates(found)
+    if vector:
+        candidates = _merged(candidates, near)
     loaded = decode_state(session_id, replies, layout.config)._replace(candidates=candidates)
     if "meta" in loaded.missing:  # the ids of the last turns carry the count the meta hash lost
         (last,) = yield Batch([("zrange", keys.ids, -1, -1, False, True)])
@@ -498,6 +535,71 @@ def load(
     return loaded._replace(state=dataclasses.replace(loaded.state, notes=text))
 
 
+# --- semantic recall: the server's own vector index --------------------------------
+
+
+def vector_prefix(layout: Layout, session_id: str) -> str:
+    """Where a session's piece vectors live: under the session's hash tag, behind a
+    prefix of their own that the vector index covers."""
+    return f"{layout.prefix}:v:{{{_escape_tag(session_id)}}}:"
+
+
+def vector_tag(session_id: str) -> str:
+    """The session as the index's tag field holds it: hex, so no id needs escaping."""
+    return hashlib.sha1(session_id.encode()).hexdigest()[:20]
+
+
+def vector_index_name(layout: Layout, dimensions: int) -> str:
+    return f"{layout.prefix}:vectors:{dimensions}"
+
+
+def encode_vector(vector: Sequence[float]) -> bytes:
+    return struct.pack(f"<{len(vector)}f", *vector)
+
+
+def vector_index(layout: Layout, dimensions: int) -> Plan[bool]:
+    """Make the vector index for ``dimensions`` (kept if there); False when the server
+    has no query engine (Redis 7 without modules, the embedded store) or is a cluster."""
+    if layout.cluster:
+        return False
+    (reply,) = yield Batch([(
+        "execute_command", "FT.CREATE", vector_index_name(layout, dimensions), "ON", "HASH", "PREFIX", "1",
+        f"{layout.prefix}:v:", "SCHEMA", "s", "TAG", "turn", "NUMERIC", "vec", "VECTOR", "HNSW", "6",
+        "TYPE", "FLOAT32", "DIM", str(dimensions), "DISTANCE_METRIC", "COSINE",
+    )])  # fmt: skip
+    return not isinstance(reply, Exception) or "already exists" in error_text(reply).lower()
+
+
+def vector_search(layout: Layout, session_id: str, vector: Sequence[float], *, count: int = CANDIDATES) -> Command:
+    """The session's pieces nearest ``vector`` (those the recent window shows are dropped by the caller)."""
+    query = f"(@s:{{{vector_tag(session_id)}}})=>[KNN {count} @vec $q AS dist]"
+    return ("execute_command", "FT.SEARCH", vector_index_name(layout, len(vector)), query, "PARAMS", "2", "q",
+            encode_vector(vector), "RETURN", "3", "rec", "turn", "dist", "SORTBY", "dist", "LIMIT", "0", str(count),
+            "DIALECT", "2")  # fmt: skip
+
+
+def _search_rows(reply: Any) -> list[dict[str, Any]]:
+    """FT.SEARCH's documents as field dicts, from a RESP2 array or a RESP3 map."""
+    if isinstance(reply, dict):
+        results = reply.get(b"results", reply.get("results")) or []
+        rows = [r.get(b"extra_attributes", r.get("extra_attributes")) or {} for r in results if isinstance(r, dict)]
+        return [{_text(k): v for k, v in row.items()} for row in rows]
+    if isinstance(reply, list):
+        return [{_text(f[i]): f[i + 1] for i in range(0, len(f) - 1, 2)} for f in reply[2::2] if isinstance(f, list)]
+    return []
+
+
+def nearest(reply: Any) -> tuple[Candidate, ...]:
+    """The pieces a vector search found, their score the cosine similarity."""
+    found = []
+    for row in _search_rows(reply):
+        kind, tokens, terms, text = [*_text(row.get("rec", b"")).split("\t", 3), "", "", ""][:4]
+        turn, distance = _text(row.get("turn", b"0")), _text(row.get("dist", b"2"))
+        if text and tokens.isdigit() and turn.isdigit():
+            found.append(Candidate(int(turn), kind, text, int(tokens), 0.0, (), tuple(terms.split()), 1.0 - float(distance)))
+    return tuple(found)
+
+
 # --- record ------------------------------------------------------------------
 
 # One turn, written by one server-side script: atomic, idempotent by turn id, and with
@@ -509,13 +611,18 @@ def load(
 #       idx), then the listing index unless on a cluster.
 # ARGV: turn_id now ttl_ms full_tokens max_keys key_history summary_lines recent_messages
 #       trace_entries turn_ids session_id index_cutoff summary_line trace prompt
-#       archive_turns postings
-#       n_context (key value)*n_context  n_recent record*n_recent  n_pieces (kind tokens terms text)*n_pieces
+#       archive_turns postings vector_prefix vector_tag
+#       n_context (key value)*n_context  n_recent record*n_recent
+#       n_pieces (kind tokens terms facts text vector)*n_pieces
+# With semantic recall each piece with a vector also gets a hash of its own,
+# <vector_prefix><turn>.<n> = {s: vector_tag, turn, vec, rec}, which the server's vector
+# index covers (declared keys aside: semantic recall runs only outside a cluster).
 # Returns {turns, written (1, or 0 when the turn id was already recorded), repaired...}.
 #
 # Context members are "key=value" scored turn * 1000 + position: the newest value of a key
 # is its current one, and the score tells the turn that set each value. The archive holds
-# pieces "<turn>.<n>" -> "kind<TAB>tokens<TAB>terms<TAB>text"; the index maps each term to the ids
+# pieces "<turn>.<n>" -> "kind<TAB>tokens<TAB>facts<TAB>text" (facts: the terms of what it
+# says, rather than of the names it says them with); the index maps each term to the ids
 # of the pieces holding it, newest last, at most `postings` of them.
 RECORD_SCRIPT = r"""
 local ctx, sum, recent, meta, traces, prompt, ids, arc, idx = unpack(KEYS, 1, 9)
@@ -539,13 +646,12 @@ local function call(...)
 end
 
 -- The newest `cap` ids of a space-separated list.
+-- The newest ids of a space-separated list, in at most `cap` bytes: past twice that it is
+-- cut back to `cap` at an id boundary, so a write seldom scans the list.
 local function newest(list, cap)
-  local n = 1
-  for _ in string.gmatch(list, ' ') do n = n + 1 end
-  if n <= cap then return list end
-  local at = 0
-  for _ = 1, n - cap do at = string.find(list, ' ', at + 1, true) end
-  return string.sub(list, at + 1)
+  if #list <= 2 * cap then return list end
+  local at = string.find(list, ' ', #list - cap, true)
+  return at and string.sub(list, at + 1) or list
 end
 
 local function record()
@@ -564,7 +670,7 @@ call('HINCRBY', meta, 'full_tokens', ARGV[4])
 call('HSETNX', meta, 'created', now)
 call('HSET', meta, 'updated', now, 'last_turn', turn_id)
 
-local n_context, at = tonumber(ARGV[18]), 19
+local n_context, at = tonumber(ARGV[20]), 21
 if n_context > 0 then
   -- Values written by an earlier version carry a clock in microseconds: give them turn scores.
   local legacy = call('ZRANGEBYSCORE', ctx, '1e12', '+inf')
@@ -614,14 +720,20 @@ if turn_id ~= '' then
   call('ZREMRANGEBYRANK', ids, 0, -tonumber(ARGV[10]) - 1)
 end
 
-local archive, cap, n_pieces = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[at])
+local archive, cap, n_pieces, vectors = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[at]), ARGV[18]
 if archive > 0 then
   if n_pieces > 0 then
     local fields, postings, terms = {}, {}, {}
     for i = 0, n_pieces - 1 do
-      local base, id = at + 1 + 4 * i, turns .. '.' .. i
+      local base, id = at + 1 + 6 * i, turns .. '.' .. i
+      local record = ARGV[base] .. '\t' .. ARGV[base + 1] .. '\t' .. ARGV[base + 3] .. '\t' .. ARGV[base + 4]
       fields[#fields + 1] = id
-      fields[#fields + 1] = ARGV[base] .. '\t' .. ARGV[base + 1] .. '\t' .. ARGV[base + 2] .. '\t' .. ARGV[base + 3]
+      fields[#fields + 1] = record
+      if vectors ~= '' and ARGV[base + 5] ~= '' then  -- semantic recall: the piece's vector, for the server's index
+        local key = vectors .. id
+        redis.call('HSET', key, 's', ARGV[19], 'turn', turns, 'vec', ARGV[base + 5], 'rec', record)
+        if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+      end
       for term in string.gmatch(ARGV[base + 2], '%S+') do
         if postings[term] == nil then
           postings[term] = id
@@ -644,9 +756,13 @@ if archive > 0 then
   end
   local gone = turns - archive  -- the turn that falls out of the archive now
   if gone >= 1 then
-    local old = {}
-    for n = 0, 31 do old[#old + 1] = gone .. '.' .. n end
+    local old, keys = {}, {}
+    for n = 0, 31 do
+      old[#old + 1] = gone .. '.' .. n
+      keys[#keys + 1] = vectors .. gone .. '.' .. n
+    end
     call('HDEL', arc, unpack(old))
+    if vectors ~= '' then redis.call('DEL', unpack(keys)) end
   end
   -- Sweep: a few terms at random; one whose newest piece fell out of the archive goes.
   local sample = call('HRANDFIELD', idx, 3, 'WITHVALUES')
@@ -680,8 +796,9 @@ def recorded_keys(keys: SessionKeys) -> tuple[str, ...]:
     return tuple(key for name, key in zip(SessionKeys._fields, keys, strict=True) if name != "live")
 
 
-def record_command(layout: Layout, session_id: str, update: TurnUpdate, *, now: float) -> Command:
-    """The one command that records a turn: the script by its SHA (see ``record``)."""
+def record_command(layout: Layout, session_id: str, update: TurnUpdate, *, now: float, vectors: Sequence[bytes] = ()) -> Command:
+    """The one command that records a turn: the script by its SHA (see ``record``);
+    ``vectors``: one encoded vector per piece, for semantic recall."""
     keys = recorded_keys(layout.session(session_id))
     index = () if layout.cluster else (layout.index,)
     cutoff = repr(now - layout.ttl_ms / 1000) if layout.ttl_ms and not layout.cluster else ""
@@ -689,13 +806,17 @@ def record_command(layout: Layout, session_id: str, update: TurnUpdate, *, now: 
     # One record per turn (its events in order): one encode, one list element.
     trace = _dumps({"ts": now, "turn_id": update.turn_id, "events": update.traces}) if update.traces else ""
     pieces = update.pieces if layout.archive_turns else ()
+    blobs = list(vectors) if len(vectors) == len(pieces) else [b""] * len(pieces)
+    prefix, tag = (vector_prefix(layout, session_id), vector_tag(session_id)) if any(blobs) else ("", "")
     return (
         "evalsha", RECORD_SHA, len(keys) + len(index), *keys, *index,
         update.turn_id, repr(now), layout.ttl_ms, update.full_tokens, layout.max_keys,
         layout.key_history, layout.summary_lines, layout.recent_messages if update.recent else 0, layout.trace_entries,
         layout.turn_ids, session_id, cutoff, update.summary_line, trace, update.prompt, layout.archive_turns, POSTINGS,
+        prefix, tag,
         len(update.context), *(part for pair in update.context for part in pair), len(recent), *recent,
-        len(pieces), *(part for p in pieces for part in (p.kind, p.tokens, " ".join(p.terms), p.text)),
+        len(pieces), *(part for p, blob in zip(pieces, blobs, strict=True)
+                       for part in (p.kind, p.tokens, " ".join(p.terms), " ".join(p.facts), p.text, blob)),
     )  # fmt: skip
 
 
@@ -719,12 +840,12 @@ def _no_script(reply: Any) -> bool:
     return isinstance(reply, Exception) and (type(reply).__name__ == "NoScriptError" or "NOSCRIPT" in error_text(reply))
 
 
-def record(layout: Layout, session_id: str, update: TurnUpdate, *, now: float) -> Plan[Recorded]:
+def record(layout: Layout, session_id: str, update: TurnUpdate, *, now: float, vectors: Sequence[bytes] = ()) -> Plan[Recorded]:
     """Write one turn: one script, run by its SHA (a server that has not seen it yet gets
     it once). Idempotent by ``update.turn_id``: a retry whose first attempt did land (its
     reply lost) writes nothing and says so. On a cluster the listing index, in another
     slot, follows in a round trip of its own that never fails the turn."""
-    command = record_command(layout, session_id, update, now=now)
+    command = record_command(layout, session_id, update, now=now, vectors=vectors)
     (reply,) = yield Batch([command])
     if _no_script(reply):
         (reply,) = yield Batch([("eval", RECORD_SCRIPT, *command[2:])])

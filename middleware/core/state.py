@@ -189,8 +189,9 @@ class Piece(NamedTuple):
 
     kind: str
     text: str
-    terms: tuple[str, ...]
+    terms: tuple[str, ...]  # what it is found by: its words, a call's tool and argument names too
     tokens: int
+    facts: tuple[str, ...] = ()  # the terms of what it says (a call's values): new to the prompt or not
 
 
 class StoredMessage(NamedTuple):

@@ -14,9 +14,13 @@ import threading
 from collections import deque
 from typing import Any
 
+from ..connectors import Connector
+from ..core.state import Turn
+
 __all__ = [
     "LAB",
     "DeviceLab",
+    "ScreenConnector",
     "click_element",
     "get_current_node",
     "get_node_tree",
@@ -86,6 +90,11 @@ class DeviceLab:
     def reset(self) -> None:
         with self._lock:
             self.controlled, self.position = None, {}
+
+    def snapshot(self) -> dict[tuple[str, str], str]:
+        """Where each device is in each interface, now."""
+        with self._lock:
+            return dict(self.position)
 
     def take_control(self, host_name: str, device_id: str) -> dict[str, Any]:
         if device_id not in HOSTS.get(host_name, []):
@@ -235,3 +244,29 @@ def get_node_tree(userinterface_name: str) -> dict[str, Any]:
         userinterface_name: the interface, e.g. "google_tv".
     """
     return LAB.get_node_tree(userinterface_name)
+
+
+class ScreenConnector(Connector):
+    """The demo's connector: what the device under control shows, before every call, and
+    each screen change it sees after a turn (diffing the lab against what it saw last)."""
+
+    name = "screen"
+
+    def __init__(self, lab: DeviceLab | None = None) -> None:
+        self.lab = lab or LAB
+        self._seen: dict[tuple[str, str], str] = {}
+
+    def render(self, session_id: str) -> list[str]:
+        if self.lab.controlled is None:
+            return ["no device under control"]
+        host, device = self.lab.controlled
+        screens = {ui: node for (dev, ui), node in sorted(self.lab.snapshot().items()) if dev == device}
+        shown = ", ".join(f"{ui} on {node}" for ui, node in screens.items()) or "home screen"
+        return [f"{device} on {host}: {shown}"]
+
+    def observe(self, session_id: str, turn: Turn) -> list[str]:
+        now = self.lab.snapshot()
+        changes = [f"{device} {ui}: {self._seen.get((device, ui), 'home')} → {node}"
+                   for (device, ui), node in sorted(now.items()) if self._seen.get((device, ui)) != node]  # fmt: skip
+        self._seen = now
+        return changes

