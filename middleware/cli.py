@@ -1,4 +1,4 @@
-"""The ``middleware`` command line: demo, chat, report and sessions.
+"""The ``middleware`` command line: demo, chat, report, sessions, inspect and serve.
 
 Every command has ``--help``. The store and config come from ``--config`` /
 ``$MIDDLEWARE_CONFIG`` and ``--redis-url`` / ``$REDIS_URL``, as for the library.
@@ -465,6 +465,52 @@ def inspect(ctx: click.Context, host: str, port: int, token: str | None, allowed
                    "'Authorization: Bearer <token>'.")  # fmt: skip
     with _errors(), mgr:
         uvicorn.run(create_app(mgr, token=token, allowed_hosts=hosts), host=host, port=port, log_level="warning")
+
+
+# --- serve -------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--host", help="Address to listen on (default: the config's serve.host, 127.0.0.1).")
+@click.option("--port", type=int, help="Port to listen on (default: the config's serve.port, 8400).")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256), help="Worker processes sharing the store.")
+@click.pass_obj
+def serve(obj: _Context, host: str | None, port: int | None, workers: int) -> None:
+    """Serve an OpenAI-compatible endpoint (POST /v1/chat/completions, GET /v1/models) that
+    gives any chatbot memory: point its base_url here and name the session with the
+    X-Session-Id header (or the request's user field, or metadata.session_id). Upstream
+    keys come from the environment, as litellm reads them. Any number of processes, on
+    any number of machines, can share one Redis or Redis Cluster."""
+    import uvicorn
+
+    config = obj.config()
+    settings = config.serve
+    host, port = host or settings.host, port or settings.port
+    if not _is_loopback(host) and not settings.api_keys:
+        raise click.UsageError(f"--host {host} is not loopback: set serve.api_keys in the config so clients must send a key.")
+    memory = config.store.url.startswith("memory://")
+    if memory and workers > 1:
+        raise click.UsageError("--workers needs a shared store: memory:// lives inside one process (use --redis-url).")
+    click.echo(f"OpenAI-compatible endpoint on http://{host}:{port}/v1  (store {_store_name(config)}; Ctrl-C to stop)")
+    if workers == 1:
+        from .serve import create_app
+
+        with _errors():
+            uvicorn.run(create_app(config), host=host, port=port, log_level="warning")
+        return
+    # Each worker process builds its app from the environment: pass this command's choices on.
+    if obj.config_path:
+        os.environ["MIDDLEWARE_CONFIG"] = str(Path(obj.config_path).resolve())
+    os.environ[ENV_REDIS_URL] = config.store.url
+    uvicorn.run(
+        "middleware.serve.app:app_from_environment", factory=True, host=host, port=port, workers=workers, log_level="warning"
+    )
+
+
+def _store_name(config: Config) -> str:
+    from .core.text import redact_url
+
+    return redact_url(config.store.url)
 
 
 # --- sessions ----------------------------------------------------------------

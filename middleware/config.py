@@ -29,11 +29,13 @@ __all__ = [
     "NotesConfig",
     "PromptConfig",
     "RecentConfig",
+    "ServeConfig",
     "Skill",
     "StoreConfig",
     "SummaryConfig",
     "TokensConfig",
     "TracesConfig",
+    "UpstreamModel",
     "UsageLogConfig",
     "template_for",
     "validate_config",
@@ -367,6 +369,47 @@ class UsageLogConfig(_Section):
     include_content: bool = False
 
 
+class UpstreamModel(_Section):
+    """A model clients may ask for: the litellm model it stands for, and where that model
+    is served when it is not the provider's own address (a local OpenAI-compatible server)."""
+
+    model: str = Field(min_length=1)
+    api_base: str | None = None
+
+
+class ServeConfig(_Section):
+    """``middleware serve``: the OpenAI-compatible endpoint."""
+
+    host: str = "127.0.0.1"  # loopback by default: off loopback it needs api_keys
+    port: int = Field(default=8400, ge=1, le=65535)
+    # Bearer keys clients must send (Authorization: Bearer <key>); empty: no check. Keys for
+    # the upstream providers never come from here: litellm reads them from the environment.
+    api_keys: tuple[str, ...] = Field(default=(), repr=False)
+    # Model names clients may ask for -> the litellm model each stands for (a string, or
+    # {model, api_base}). Empty: any litellm model string is forwarded as it is.
+    models: dict[str, str | UpstreamModel] = Field(default_factory=dict)
+    # How long a finished turn waits for an earlier-arrived turn of its session to finish
+    # before it is recorded anyway (the earlier one's process died during its upstream call).
+    order_wait_seconds: float = Field(default=30.0, ge=0, le=86_400)
+    # The longest request body accepted, in bytes.
+    max_body_bytes: int = Field(default=8_000_000, ge=1_000)
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, value: dict[str, str | UpstreamModel]) -> dict[str, str | UpstreamModel]:
+        for alias, model in value.items():
+            if not alias.strip() or (isinstance(model, str) and not model.strip()):
+                raise ValueError(f"alias {alias!r} -> {model!r}: expected non-empty names")
+        return value
+
+    def upstream(self, name: str) -> UpstreamModel | None:
+        """What the model a client named stands for; None when aliases are set and it is none of them."""
+        if not self.models:
+            return UpstreamModel(model=name)
+        target = self.models.get(name)
+        return UpstreamModel(model=target) if isinstance(target, str) else target
+
+
 class Config(_Section):
     assistant: AssistantConfig = Field(default_factory=AssistantConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)
@@ -383,6 +426,7 @@ class Config(_Section):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     disclosure: DisclosureConfig = Field(default_factory=DisclosureConfig)
     caching: CachingConfig = Field(default_factory=CachingConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
     # The default LLM for chat(); any litellm model string.
     model: str = "gpt-4o-mini"
     # Tool rounds one chat turn may take before it stops with a note.

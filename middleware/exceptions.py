@@ -16,6 +16,7 @@ __all__ = [
     "ConfigError",
     "InvalidInputError",
     "InvalidMessageError",
+    "InvalidRequestError",
     "InvalidSessionIdError",
     "InvalidToolCallError",
     "LLMError",
@@ -56,6 +57,16 @@ class InvalidToolCallError(InvalidInputError):
     """A tool call has no usable name or arguments of an unusable type."""
 
 
+class InvalidRequestError(InvalidInputError):
+    """A request to the OpenAI-compatible endpoint that cannot be served. The message names
+    the parameter and its bad value (cut short), never message content or keys; ``status``
+    is the HTTP status to answer with and ``param``/``code`` fill OpenAI's error fields."""
+
+    def __init__(self, message: str, *, param: str | None = None, status: int = 400, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param, self.status, self.code = param, status, code
+
+
 class NotesError(InvalidInputError):
     """A notes operation that cannot be carried out as asked."""
 
@@ -73,7 +84,12 @@ class StoreUnavailableError(StoreError):
 
 
 class LLMError(MiddlewareError):
-    """The model provider failed or returned something unusable."""
+    """The model provider failed or returned something unusable. ``status_code``: the HTTP
+    status the provider answered with, when it answered with one (401, 429, 500...)."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
 
 
 class RedactedError(MiddlewareError):

@@ -34,9 +34,11 @@ __all__ = [
     "caching_kind",
     "complete",
     "cost_of",
+    "custom_logger_class",
     "input_price",
     "litellm",
     "message_of",
+    "status_of",
     "stream",
     "tool_sizes",
     "tools_tokens",
@@ -144,6 +146,14 @@ def litellm() -> Any:
     return _litellm()
 
 
+def custom_logger_class() -> type[Any]:
+    """litellm's ``CustomLogger``, the base of callbacks and proxy hooks (for the litellm adapter)."""
+    _litellm()
+    from litellm.integrations.custom_logger import CustomLogger
+
+    return CustomLogger
+
+
 def _price_model(model: str) -> str:
     return SCRIPTED_PRICE_AS if model.startswith("scripted/") else model
 
@@ -249,9 +259,16 @@ def _llm_error(model: str, exc: BaseException, options: ProviderOptions) -> LLME
     secrets = options.secrets()
     # litellm's messages can carry a whole traceback: keep the first line (the cause has the rest).
     first = _text_of(exc).strip().split("\n", 1)[0]
-    error = LLMError(f"Model {model!r} failed: {type(exc).__name__}: {redact_secrets(first, secrets)[:500]}")
+    error = LLMError(f"Model {model!r} failed: {type(exc).__name__}: {redact_secrets(first, secrets)[:500]}",
+                     status_code=_provider_status(exc))  # fmt: skip
     error.__cause__, error.__suppress_context__ = _retold(exc, secrets), True
     return error
+
+
+def _provider_status(exc: BaseException) -> int | None:
+    """The HTTP status of a provider's failure (litellm's exceptions carry the provider's own)."""
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) and 400 <= status <= 599 else None
 
 
 # Each call below raises its LLMError outside the `except` block that made it, so the provider's
@@ -375,6 +392,12 @@ async def astream(
     raise error
 
 
+def status_of(error: BaseException) -> int:
+    """The HTTP status a provider failure came with (an LLMError's, or a litellm exception's
+    own); 502 when it has none."""
+    return _provider_status(error) or 502
+
+
 def message_of(response: Any) -> dict[str, Any]:
     """The first choice's message as an OpenAI-format dict."""
     message = response.choices[0].message
@@ -412,6 +435,7 @@ def usage_of(response_or_usage: Any) -> dict[str, int | None]:
     return {key: value if isinstance(value, int) or value is None else None for key, value in reported.items()}
 
 
+@functools.lru_cache(maxsize=256)  # read for every call's usage line; litellm's lookup raises for unknown models
 def _model_info(model: str) -> Mapping[str, Any] | None:
     lib = _litellm()
     name = _price_model(model)

@@ -202,7 +202,10 @@ def make_client(url: str, config: StoreConfig, *, asyncio: bool = False) -> Any:
     if asyncio:
         import redis.asyncio as aioredis
 
-        return aioredis.Redis.from_url(url, **options)
+        # More operations at once than connections (an endpoint under load) wait for one,
+        # within the timeout, instead of failing with "Too many connections".
+        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=100, timeout=config.timeout_seconds, **options)
+        return aioredis.Redis.from_pool(pool)  # owns the pool: closing the client closes it
     import redis
 
     return redis.Redis.from_url(url, **options)

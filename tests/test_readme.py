@@ -6,7 +6,9 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,15 +30,44 @@ def test_readme_has_python_snippets() -> None:
     assert len(SNIPPETS) >= 2
 
 
+ENDPOINT = "http://127.0.0.1:8400"  # where the README's client snippet points: `middleware serve` as it starts
+
+
+@contextmanager
+def readme_endpoint(folder: Path) -> Iterator[None]:
+    """`middleware serve` on its default address, as the README's client snippet expects it, serving
+    the snippet's model name with the offline scripted/echo model (an alias in serve.models)."""
+    import httpx
+
+    (folder / "serve.yaml").write_text("serve:\n  models:\n    gpt-4o-mini: scripted/echo\nusage_log:\n  path: null\n")
+    process = subprocess.Popen([sys.executable, "-m", "middleware", "--config", str(folder / "serve.yaml"), "serve"], cwd=folder,
+                               env=clean_env(), stdout=subprocess.DEVNULL, stderr=(folder / "serve.log").open("w"))  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{ENDPOINT}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, (folder / "serve.log").read_text()
+            time.sleep(0.1)
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
 @pytest.fixture(scope="module")
 def snippet_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, subprocess.CompletedProcess[str]]:
-    """Each ```python block run once, in a fresh interpreter from an unrelated folder;
-    the tests below read what it printed."""
+    """Each ```python block run once, in a fresh interpreter from an unrelated folder (with the
+    endpoint running for the snippet that points a client at it); the tests below read what it printed."""
     runs = {}
-    for index, snippet in enumerate(SNIPPETS):
-        folder = tmp_path_factory.mktemp(f"snippet{index}")
-        runs[index] = subprocess.run([sys.executable, "-c", snippet], cwd=folder, env=clean_env(),
-                                     capture_output=True, text=True, timeout=120)  # fmt: skip
+    with readme_endpoint(tmp_path_factory.mktemp("endpoint")):
+        for index, snippet in enumerate(SNIPPETS):
+            folder = tmp_path_factory.mktemp(f"snippet{index}")
+            runs[index] = subprocess.run([sys.executable, "-c", snippet], cwd=folder, env=clean_env(),
+                                         capture_output=True, text=True, timeout=120)  # fmt: skip
     return runs
 
 
@@ -78,6 +109,29 @@ def test_tools_snippet_runs_the_tool_and_keeps_its_argument(run_snippet: Callabl
     assert lines[0].startswith("clear, 18°C in Paris | [('get_weather'")
     assert lines[1] == "{'city': 'Paris'}"
     assert lines[2] == "clear, 18°C in Paris"  # the streamed reply
+
+
+def test_the_openai_client_snippet_talks_to_the_endpoint(run_snippet: Callable[[str], list[str]]) -> None:
+    """The five lines reach `middleware serve` on its default address and print the reply."""
+    assert run_snippet('base_url="http://127.0.0.1:8400/v1"') == ["echo: goto shop"]
+
+
+def test_the_in_process_endpoint_snippet_answers_in_one_session(run_snippet: Callable[[str], list[str]]) -> None:
+    """Two turns through the endpoint, then the usage of the last call."""
+    lines = run_snippet("with serving(create_app(Config())) as url:")
+    assert lines[:2] == ["echo: my name is Ada", "echo: what is my name?"] and lines[2].startswith("CompletionUsage(")
+
+
+def test_the_agents_snippet_remembers_across_runs(run_snippet: Callable[[str], list[str]]) -> None:
+    """Runner.run with the session twice; get_items is the composed memory (the summary exchange and
+    the last turn), not the transcript."""
+    assert run_snippet("MiddlewareSession(") == ["echo: my name is Ada", "echo: what is my name?",
+                                                 "['user', 'assistant', 'user', 'assistant']"]  # fmt: skip
+
+
+def test_the_langchain_snippet_records_both_turns(run_snippet: Callable[[str], list[str]]) -> None:
+    """create_agent with MemoryMiddleware answers twice and remembers two turns."""
+    assert run_snippet("MemoryMiddleware(manager)") == ["echo: my name is Ada", "echo: what is my name?", "2 turns remembered"]
 
 
 def test_readme_test_command_is_what_ci_runs() -> None:

@@ -15,6 +15,7 @@ in one Redis Cluster slot)::
     <prefix>:{<sid>}:ids      zset   ids of the last turns written, score = turn number
     <prefix>:{<sid>}:arc      hash   the episodic archive: "<turn>.<n>" -> "kind\ttokens\tterms\ttext"
     <prefix>:{<sid>}:idx      hash   term -> ids of the archived pieces holding it, newest last
+    <prefix>:{<sid>}:live     hash   the endpoint's turns in flight (see middleware.core.live)
     <prefix>:{u:<user>|<agent>}:active / :sessions / :notes   a (user, agent) pair
     <prefix>:sessions         zset   session id -> last update (seconds): the listing index
 
@@ -73,6 +74,7 @@ class SessionKeys(NamedTuple):
     ids: str
     arc: str
     idx: str
+    live: str  # written by the endpoint only; here so that it expires and resets with the session
 
 
 class PairKeys(NamedTuple):
@@ -830,10 +832,15 @@ return redis.error_reply(tostring(result))
 RECORD_SHA = hashlib.sha1(RECORD_SCRIPT.encode()).hexdigest()
 
 
+def recorded_keys(keys: SessionKeys) -> tuple[str, ...]:
+    """The keys RECORD_SCRIPT writes, in SessionKeys order: all but the endpoint's ``live`` hash."""
+    return tuple(key for name, key in zip(SessionKeys._fields, keys, strict=True) if name != "live")
+
+
 def record_command(layout: Layout, session_id: str, update: TurnUpdate, *, now: float, vectors: Sequence[bytes] = ()) -> Command:
     """The one command that records a turn: the script by its SHA (see ``record``);
     ``vectors``: one encoded vector per piece, for semantic recall."""
-    keys = layout.session(session_id)
+    keys = recorded_keys(layout.session(session_id))
     index = () if layout.cluster else (layout.index,)
     cutoff = repr(now - layout.ttl_ms / 1000) if layout.ttl_ms and not layout.cluster else ""
     recent = [_dumps({"role": m.role, "content": m.content, "tokens": m.tokens, "turn": update.turn_id}) for m in update.recent]

@@ -1,0 +1,126 @@
+"""A LiteLLM proxy hook (``pip install "token-middleware[litellm-proxy]"``): the proxy's
+clients get the same memory as ``middleware serve`` gives, added by config::
+
+    # the proxy's config.yaml
+    litellm_settings:
+      callbacks: middleware.adapters.litellm_proxy.hook
+
+Before each call (``async_pre_call_hook``) the request's messages are replaced by the
+session's composed prompt and the turn's tool loop; after it (``async_log_success_event``)
+the turn is recorded, or kept open for the client's tool results, exactly as the endpoint
+does (``middleware.serve.turns``). The session is the request's ``user``, else
+``metadata.session_id``, else the ``X-Session-Id`` header; other requests pass untouched.
+``hook`` is made on first use from ``$MIDDLEWARE_CONFIG`` and ``$REDIS_URL``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from .. import llm
+from ..config import Config
+from ..engine import Engine
+from ..events import log
+from ..exceptions import InvalidInputError
+from ..loader import load_config
+from ..lru import Lru
+from ..runner import arun
+from ..serve.turns import Exchange, Turns
+from ..store import AsyncRedisStore, AsyncSessionStore
+from .memory import require
+
+__all__ = ["MiddlewareHook", "hook"]  # noqa: F822 (hook is made on first use, by __getattr__)
+
+require("litellm.proxy", "litellm-proxy", '"litellm[proxy]"')
+
+
+def session_of(data: Mapping[str, Any]) -> str | None:
+    """The session a proxied request names, if any."""
+    metadata = data.get("metadata") or data.get("litellm_metadata") or {}
+    request = data.get("proxy_server_request") or {}
+    headers = {str(k).lower(): v for k, v in {**(metadata.get("headers") or {}), **(request.get("headers") or {})}.items()}
+    for found in (data.get("user"), metadata.get("session_id"), headers.get("x-session-id")):
+        if isinstance(found, str) and found:
+            return found
+    return None
+
+
+class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
+    """The middleware as a LiteLLM callback: composes before the call, records after it."""
+
+    def __init__(self, config: Config | None = None, *, store: AsyncSessionStore | None = None) -> None:
+        super().__init__()
+        config = config if config is not None else load_config()
+        self.engine = Engine(config)
+        self.store = store if store is not None else AsyncRedisStore.from_url(config.store.url, config.store)
+        self.turns = Turns(self.engine, wait=config.serve.order_wait_seconds, kind="litellm_proxy")
+        self._exchanges: Lru[tuple[Exchange, float]] = Lru(10_000)  # by litellm call id, from the hook to the callback
+
+    async def async_pre_call_hook(
+        self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any
+    ) -> dict[str, Any]:
+        session = session_of(data)
+        if session is None or str(call_type) not in {
+            "completion",
+            "acompletion",
+            "CallTypes.completion",
+            "CallTypes.acompletion",
+        }:
+            return data
+        try:
+            exchange = await arun(self.turns.begin(session, data.get("messages"), data.get("tools"), str(data.get("model"))),
+                                  self.store.send)  # fmt: skip
+        except InvalidInputError as exc:  # the proxy answers 400 with this message
+            raise ValueError(str(exc)) from None
+        call_id = data.setdefault("litellm_call_id", str(uuid.uuid4()))
+        self._exchanges.put(call_id, (exchange, time.perf_counter()))
+        data["messages"] = exchange.messages
+        return data
+
+    async def async_post_call_success_hook(self, data: dict[str, Any], user_api_key_dict: Any, response: Any) -> Any:
+        # Runs before the proxy answers: the client's next request finds the turn recorded.
+        await self._finish(data, response)
+        return response
+
+    async def async_log_success_event(self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any) -> None:
+        # Streams end here (after the proxy answered); a call finished above is not found again.
+        await self._finish(kwargs, response_obj)
+
+    async def _finish(self, data: Mapping[str, Any], response: Any) -> None:
+        found = self._exchanges.pop(str(data.get("litellm_call_id")))
+        if found is None or not getattr(response, "choices", None):
+            return
+        exchange, started = found
+        model = str(data.get("model") or "")
+        reply = llm.message_of(response)
+        await arun(
+            self.turns.finish(exchange, reply, response, model=model, latency=time.perf_counter() - started), self.store.send
+        )
+
+    async def async_log_failure_event(self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any) -> None:
+        found = self._exchanges.pop(str(kwargs.get("litellm_call_id")))
+        if found is None:
+            return
+        exchange, started = found
+        error = kwargs.get("exception")
+        status = llm.status_of(error) if isinstance(error, BaseException) else 502
+        self.turns.log(
+            exchange, {}, None, model=str(kwargs.get("model") or ""), latency=time.perf_counter() - started, error=status
+        )
+        await arun(self.turns.fail(exchange), self.store.send)
+        log.warning("litellm_proxy.call_failed", session=exchange.session_id, status=status)
+
+
+_hook: list[MiddlewareHook] = []
+
+
+def __getattr__(name: str) -> Any:
+    # ``hook`` is made on first use, so importing this module reads no config.
+    if name == "hook":
+        if not _hook:
+            _hook.append(MiddlewareHook())
+        return _hook[0]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,60 @@
+"""What the framework adapters share: the session's memory as chat messages, and the whole turns
+in a run of chat messages. No framework is imported here."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, NamedTuple
+
+from ..compose import composer_for
+from ..config import Config
+from ..core.live import content_text, whole_turns
+from ..core.replies import interpret_reply
+from ..core.state import SessionState, ToolCall
+from ..tokens import Tokenizer
+
+__all__ = ["ChatTurn", "memory_messages", "require", "turns_in"]
+
+# The composer needs a current message; the adapters leave it out of what they return.
+_PLACEHOLDER = "."
+
+
+def require(module: str, extra: str, package: str) -> ModuleType:
+    """``module``, or an ImportError that says which pip command installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f'{module} is not installed: pip install "token-middleware[{extra}]" (or pip install {package})'
+        ) from exc
+
+
+def memory_messages(state: SessionState, config: Config, tokenizer: Tokenizer) -> list[dict[str, str]]:
+    """The session's memory as chat messages, oldest first: its notes and context sections as one
+    system message (when there are any), the summary exchange and the recent turn. The
+    framework's own instructions stay its system prompt; the manager's static prompt is left out."""
+    composer = composer_for(config, tokenizer)
+    messages = composer.compose(state, _PLACEHOLDER, checked=True).messages
+    memory = messages[0]["content"][len(composer.static_prefix) :].strip("\n")
+    return [*([{"role": "system", "content": memory}] if memory else []), *messages[1:-1]]
+
+
+class ChatTurn(NamedTuple):
+    """A whole turn read from chat messages: what to record."""
+
+    user: str
+    assistant: str
+    tool_calls: list[ToolCall]
+
+
+def turns_in(messages: Sequence[dict[str, Any]]) -> tuple[list[ChatTurn], int]:
+    """The whole turns among OpenAI chat ``messages`` (a user message, its tool calls and results,
+    a final assistant text), and how many messages they used up (the rest is a turn in progress)."""
+    turns, used = [], 0
+    for turn in whole_turns(messages):
+        text, calls, _, _ = interpret_reply(list(turn[1:]))
+        turns.append(ChatTurn(content_text(turn[0].get("content"), "") or "(a message without text)", text, calls))
+        used = next(i for i in range(len(messages) - 1, -1, -1) if messages[i] is turn[-1]) + 1
+    return turns, used

@@ -1,0 +1,280 @@
+"""The OpenAI-compatible endpoint as a Starlette app, served by ``middleware serve``.
+
+    POST /v1/chat/completions   non-streaming and SSE streaming, tools and tool_choice
+    GET  /v1/models             the model names clients may ask for
+    GET  /health                200 once the store answers, 503 when it does not
+
+A request names its session with the ``X-Session-Id`` header, else its ``user`` field,
+else ``metadata.session_id``; one that names none is sent upstream untouched (and logged
+as a passthrough). Upstream keys come from the environment (litellm reads them); client
+keys (``serve.api_keys``) are checked as bearer tokens when configured. Provider errors
+keep their HTTP status in OpenAI's error shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hmac
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .. import llm
+from ..config import Config
+from ..core import plans
+from ..core.effects import Program
+from ..core.text import redact_secrets
+from ..engine import Engine
+from ..events import log
+from ..exceptions import InvalidInputError, InvalidRequestError, InvalidSessionIdError, LLMError, StoreError
+from ..runner import arun
+from ..store import AsyncRedisStore, AsyncSessionStore
+from .turns import Exchange, Turns
+from .wire import Request, error_body, read_request, sse
+
+__all__ = ["Endpoint", "create_app"]
+
+Handler = Callable[[HttpRequest], Awaitable[Response]]
+
+
+def _error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message, param=param, code=code), status_code=status)
+
+
+def _provider_error(error: LLMError) -> JSONResponse:
+    return _error(llm.status_of(error), redact_secrets(str(error))[:1000], code="upstream_error")
+
+
+class Endpoint:
+    """The endpoint over one config and one store; ``app`` is the ASGI app."""
+
+    def __init__(self, config: Config, *, store: AsyncSessionStore | None = None) -> None:
+        self.config, self.serve = config, config.serve
+        self.engine = Engine(config)
+        self.store = store if store is not None else AsyncRedisStore.from_url(config.store.url, config.store)
+        self.turns = Turns(self.engine, wait=self.serve.order_wait_seconds)
+        self._tasks: set[asyncio.Task[Any]] = set()  # turns recorded after their client went away
+        routes = [
+            Route("/v1/chat/completions", self._guarded(self.completions), methods=["POST"]),
+            Route("/v1/models", self._guarded(self.models), methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+        ]
+        self.app = Starlette(routes=routes, lifespan=self._lifespan)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        llm.litellm()  # import and set up litellm before the first request, not during it
+        yield
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.store.close()
+        self.engine.close()
+
+    def _run(self, program: Program[Any]) -> Awaitable[Any]:
+        return arun(program, self.store.send)
+
+    # --- the guard: keys and errors ------------------------------------------------------------
+
+    def _authorized(self, request: HttpRequest) -> bool:
+        keys = self.serve.api_keys
+        if not keys:
+            return True
+        given = request.headers.get("authorization", "").removeprefix("Bearer ").strip().encode()
+        return any(hmac.compare_digest(given, key.encode()) for key in keys)
+
+    def _guarded(self, handler: Handler) -> Handler:
+        async def endpoint(request: HttpRequest) -> Response:
+            if not self._authorized(request):
+                return _error(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'.", code="invalid_api_key")
+            try:
+                return await handler(request)
+            except InvalidRequestError as exc:
+                return _error(exc.status, str(exc), param=exc.param, code=exc.code)
+            except InvalidInputError as exc:
+                return _error(400, str(exc), param="messages")
+            except StoreError as exc:
+                log.error("serve.store_failed", error=redact_secrets(str(exc)))
+                return _error(503, "The session store is unavailable; try again.", code="store_unavailable")
+
+        return endpoint
+
+    # --- routes ---------------------------------------------------------------------------------
+
+    async def health(self, request: HttpRequest) -> Response:
+        try:
+            await self._run(plans.ping(self.engine.layout))
+        except StoreError:
+            return _error(503, "The session store is unavailable.", code="store_unavailable")
+        return JSONResponse({"ok": True})
+
+    async def models(self, request: HttpRequest) -> Response:
+        names = list(self.serve.models) or [self.config.model]
+        return JSONResponse({"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "middleware"}
+                                                        for n in names]})  # fmt: skip
+
+    def upstream(self, chat: Request) -> tuple[str, Request]:
+        """The litellm model a client's model name stands for, and the request with its options."""
+        target = self.serve.upstream(chat.model)
+        if target is None:
+            raise InvalidRequestError(f"The model {chat.model[:100]!r} does not exist; GET /v1/models lists the models served.",
+                                      param="model", status=404, code="model_not_found")  # fmt: skip
+        if target.api_base:
+            chat = dataclasses.replace(chat, options={**chat.options, "api_base": target.api_base})
+        return target.model, chat
+
+    async def _body(self, request: HttpRequest) -> bytes:
+        limit = self.serve.max_body_bytes
+        if int(request.headers.get("content-length") or 0) > limit:
+            raise InvalidRequestError(f"The request body is larger than {limit:,} bytes (serve.max_body_bytes).", status=413)
+        body = await request.body()
+        if len(body) > limit:
+            raise InvalidRequestError(f"The request body is larger than {limit:,} bytes (serve.max_body_bytes).", status=413)
+        return body
+
+    async def completions(self, request: HttpRequest) -> Response:
+        upstream, chat = self.upstream(read_request(await self._body(request), request.headers))
+        if chat.session is None:
+            log.info("serve.passthrough", model=chat.model)
+            return await (self._passthrough_stream(chat, upstream) if chat.stream else self._passthrough(chat, upstream))
+        if chat.options.get("n", 1) != 1:
+            raise InvalidRequestError(f"'n' has value {chat.options['n']!r}; a session's turn records one reply, so only 1 is served.",
+                                      param="n")  # fmt: skip
+        try:
+            exchange = await self._run(self.turns.begin(chat.session, chat.messages, chat.tools, upstream))
+        except InvalidSessionIdError as exc:
+            raise InvalidRequestError(f"{chat.session_from}: {exc}", param=chat.session_from) from None
+        return await (self._stream(chat, upstream, exchange) if chat.stream else self._complete(chat, upstream, exchange))
+
+    # --- a session's turn -------------------------------------------------------------------------
+
+    def _failed(self, exchange: Exchange, upstream: str, error: LLMError, started: float) -> Program[None]:
+        self.turns.log(exchange, {}, None, model=upstream, latency=time.perf_counter() - started, error=llm.status_of(error))
+        return self.turns.fail(exchange)
+
+    async def _complete(self, chat: Request, upstream: str, exchange: Exchange) -> Response:
+        started = time.perf_counter()
+        try:
+            response = await llm.acomplete(upstream, exchange.messages, chat.tools, **chat.options)
+        except LLMError as exc:
+            await self._run(self._failed(exchange, upstream, exc, started))
+            return _provider_error(exc)
+        latency = time.perf_counter() - started
+        await self._run(self.turns.finish(exchange, llm.message_of(response), response, model=upstream, latency=latency))
+        return JSONResponse(_dumped(response, chat.model))
+
+    async def _stream(self, chat: Request, upstream: str, exchange: Exchange) -> Response:
+        started = time.perf_counter()
+        chunks = llm.astream(upstream, exchange.messages, chat.tools, **chat.options)
+        try:
+            first = await anext(chunks)  # a provider error before any event keeps its HTTP status
+        except LLMError as exc:
+            await self._run(self._failed(exchange, upstream, exc, started))
+            return _provider_error(exc)
+        return StreamingResponse(self._events(chat, upstream, exchange, first, chunks, started), media_type="text/event-stream")
+
+    async def _events(
+        self, chat: Request, upstream: str, exchange: Exchange, first: Any, chunks: AsyncIterator[Any], started: float
+    ) -> AsyncIterator[bytes]:
+        streamed, done, chunk = llm.StreamedMessage(), False, first
+        try:
+            while chunk is not None:
+                streamed.add(chunk)
+                yield sse(_dumped(chunk, chat.model))
+                chunk = await anext(chunks, None)
+            done = True
+        except LLMError as exc:  # headers are sent: the error becomes the last event
+            yield sse(error_body(llm.status_of(exc), redact_secrets(str(exc))[:1000], code="upstream_error"))
+        finally:
+            # Record (or keep open) even when the client went away: that runs beside the request,
+            # since a cancelled request cannot wait for it.
+            task = asyncio.ensure_future(self._settle(exchange, streamed, done, upstream, time.perf_counter() - started))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        await asyncio.shield(task)
+        yield b"data: [DONE]\n\n"
+
+    async def _settle(self, exchange: Exchange, streamed: llm.StreamedMessage, done: bool, upstream: str, latency: float) -> None:
+        reply = streamed.message()
+        if not done and not reply.get("tool_calls"):
+            text = (reply.get("content") or "").strip()
+            reply = {"role": "assistant", "content": f"{text} (cut: the stream ended early)".strip(), "tool_calls": None}
+        elif not done:  # tool calls cut mid-stream cannot be run: the turn ends here
+            reply = {"role": "assistant", "content": "(cut: the stream ended early)", "tool_calls": None}
+        try:
+            await self._run(self.turns.finish(exchange, reply, streamed.usage, model=upstream, latency=latency))
+        except StoreError as exc:
+            log.error("serve.turn_not_recorded", session=exchange.session_id, error=redact_secrets(str(exc)))
+
+    # --- passthrough ----------------------------------------------------------------------------
+
+    async def _passthrough(self, chat: Request, upstream: str) -> Response:
+        started = time.perf_counter()
+        try:
+            response = await llm.acomplete(upstream, chat.messages, chat.tools, **chat.options)
+        except LLMError as exc:
+            self.turns.passthrough(
+                chat.messages, chat.tools, None, model=upstream, latency=time.perf_counter() - started, calls=0
+            )
+            return _provider_error(exc)
+        calls = len(llm.message_of(response).get("tool_calls") or ())
+        self.turns.passthrough(
+            chat.messages, chat.tools, response, model=upstream, latency=time.perf_counter() - started, calls=calls
+        )
+        return JSONResponse(_dumped(response, chat.model))
+
+    async def _passthrough_stream(self, chat: Request, upstream: str) -> Response:
+        started = time.perf_counter()
+        chunks = llm.astream(upstream, chat.messages, chat.tools, **chat.options)
+        try:
+            first = await anext(chunks)
+        except LLMError as exc:
+            self.turns.passthrough(
+                chat.messages, chat.tools, None, model=upstream, latency=time.perf_counter() - started, calls=0
+            )
+            return _provider_error(exc)
+
+        async def events() -> AsyncIterator[bytes]:
+            streamed, chunk = llm.StreamedMessage(), first
+            try:
+                while chunk is not None:
+                    streamed.add(chunk)
+                    yield sse(_dumped(chunk, chat.model))
+                    chunk = await anext(chunks, None)
+            except LLMError as exc:
+                yield sse(error_body(llm.status_of(exc), redact_secrets(str(exc))[:1000], code="upstream_error"))
+            finally:
+                calls = len(streamed.message().get("tool_calls") or ())
+                self.turns.passthrough(chat.messages, chat.tools, streamed.usage, model=upstream,
+                                       latency=time.perf_counter() - started, calls=calls)  # fmt: skip
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _dumped(response: Any, model: str) -> dict[str, Any]:
+    """A litellm response or chunk as OpenAI's JSON, named by the model the client asked for."""
+    data: dict[str, Any] = response.model_dump(exclude_none=True)
+    data["model"] = model
+    for choice in data.get("choices") or ():
+        if "message" in choice:  # OpenAI sends "content": null beside tool calls; strict clients expect the key
+            choice["message"].setdefault("content", None)
+    return data
+
+
+def create_app(config: Config, *, store: AsyncSessionStore | None = None) -> Starlette:
+    """The endpoint's ASGI app for ``config`` (its store, unless ``store`` is given)."""
+    return Endpoint(config, store=store).app
+
+
+def app_from_environment() -> Starlette:
+    """The app for ``$MIDDLEWARE_CONFIG`` and ``$REDIS_URL``: what each worker process of
+    ``middleware serve --workers N`` builds (uvicorn imports it by name)."""
+    from ..loader import load_config
+
+    return create_app(load_config())

@@ -1,0 +1,129 @@
+"""The OpenAI wire format of the endpoint: reading a chat completions request, the session it
+names, error bodies and server-sent events. No I/O.
+
+Errors name the parameter and its bad value cut short, never message content or keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..exceptions import InvalidRequestError
+
+__all__ = ["Request", "error_body", "read_request", "session_of", "sse"]
+
+SESSION_HEADER = "x-session-id"
+# What a request may carry beside model/messages/tools/stream, forwarded to the model as it is.
+FORWARDED = frozenset({
+    "temperature", "top_p", "n", "stop", "max_tokens", "max_completion_tokens", "presence_penalty", "frequency_penalty",
+    "logit_bias", "logprobs", "top_logprobs", "seed", "response_format", "tool_choice", "parallel_tool_calls", "user",
+    "reasoning_effort", "service_tier", "modalities", "prediction", "audio", "web_search_options", "verbosity",
+})  # fmt: skip
+# Read here and not forwarded: the session's metadata, our own stream options.
+KNOWN = FORWARDED | {"model", "messages", "tools", "stream", "stream_options", "metadata", "store"}
+_SHOWN = 40
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+          408: "timeout_error", 409: "conflict_error", 413: "invalid_request_error", 422: "invalid_request_error",
+          429: "rate_limit_error"}  # fmt: skip
+
+
+def shown(value: Any) -> str:
+    """A bad value as an error message quotes it: its repr, cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
+
+
+def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+    kind = _TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A chat completions request, checked."""
+
+    model: str  # as the client named it
+    messages: list[Any]
+    tools: list[dict[str, Any]] | None
+    stream: bool
+    include_usage: bool
+    options: dict[str, Any]  # forwarded to the model as they are
+    session: str | None  # the session it names (None: passed through untouched)
+    session_from: str  # where it named it: "X-Session-Id", "user" or "metadata.session_id"
+
+
+def _parse(body: bytes) -> dict[str, Any]:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise InvalidRequestError("The request body is not valid JSON.") from None
+    if not isinstance(data, dict):
+        raise InvalidRequestError(f"The request body is a JSON {type(data).__name__}; expected an object.")
+    return data
+
+
+def _tools(data: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    tools = data.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise InvalidRequestError(f"'tools' has a {type(tools).__name__}; expected an array.", param="tools")
+    for index, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or tool.get("type") != "function":
+            raise InvalidRequestError(
+                f"tools[{index}] needs type 'function' and a function with a 'name'.", param=f"tools[{index}]"
+            )
+    return tools or None
+
+
+def read_request(body: bytes, headers: Mapping[str, str]) -> Request:
+    """The request in ``body``; InvalidRequestError naming the first bad parameter."""
+    data = _parse(body)
+    unknown = sorted(set(data) - KNOWN)
+    if unknown:
+        raise InvalidRequestError(f"Unrecognized request argument supplied: {shown(unknown[0])[1:-1]}", param=unknown[0][:_SHOWN])
+    model = data.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise InvalidRequestError(f"'model' has value {shown(model)}; expected a model name.", param="model")
+    if not isinstance(data.get("messages"), list) or not data["messages"]:
+        raise InvalidRequestError("'messages' must be a non-empty array of messages.", param="messages")
+    stream = data.get("stream", False)
+    if not isinstance(stream, bool):
+        raise InvalidRequestError(f"'stream' has value {shown(stream)}; expected true or false.", param="stream")
+    stream_options = data.get("stream_options") or {}
+    if not isinstance(stream_options, dict):
+        raise InvalidRequestError(
+            f"'stream_options' has value {shown(stream_options)}; expected an object.", param="stream_options"
+        )
+    options = {key: value for key, value in data.items() if key in FORWARDED}
+    session, where = session_of(headers, data)
+    return Request(model=model, messages=data["messages"], tools=_tools(data), stream=stream,
+                   include_usage=stream_options.get("include_usage") is True, options=options, session=session,
+                   session_from=where)  # fmt: skip
+
+
+def session_of(headers: Mapping[str, str], data: Mapping[str, Any]) -> tuple[str | None, str]:
+    """The session a request names, and where: the X-Session-Id header, else the ``user``
+    field, else ``metadata.session_id``; (None, "") when it names none."""
+    header = headers.get(SESSION_HEADER)
+    if header is not None:
+        return header, "X-Session-Id"
+    user = data.get("user")
+    if isinstance(user, str) and user:
+        return user, "user"
+    metadata = data.get("metadata")
+    if isinstance(metadata, dict) and isinstance(metadata.get("session_id"), str):
+        return metadata["session_id"], "metadata.session_id"
+    return None, ""
+
+
+def sse(data: Mapping[str, Any] | str) -> bytes:
+    """One server-sent event."""
+    payload = data.encode() if isinstance(data, str) else orjson.dumps(data)
+    return b"data: " + payload + b"\n\n"

@@ -1,0 +1,113 @@
+"""The LangChain adapters, run through the real ``create_agent`` graph and
+``RunnableWithMessageHistory`` with a scripted model (``ChatLiteLLM`` over litellm)."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from typing import Any
+
+import pytest
+
+from middleware import AsyncSessionManager, Config, SessionManager
+from middleware.exceptions import ConfigError
+from tests.adapter_models import MODEL, SEEN, get_weather
+
+pytest.importorskip("langchain.agents")
+pytest.importorskip("langchain_litellm")
+from langchain.agents import create_agent
+from langchain_core.tools import tool
+from langchain_litellm import ChatLiteLLM
+
+from middleware.adapters.langchain import MemoryMiddleware, MiddlewareChatMessageHistory
+
+warnings.filterwarnings("ignore", message="Pydantic serializer warnings")
+
+
+@pytest.fixture
+def config(store_url: str) -> Config:
+    return Config().with_overrides(store={"url": store_url}, usage_log={"path": None})
+
+
+def build(manager: Any, **kwargs: Any) -> Any:
+    return create_agent(
+        ChatLiteLLM(model=MODEL), [tool(get_weather)], system_prompt="Be brief.", middleware=[MemoryMiddleware(manager, **kwargs)]
+    )
+
+
+def ask(agent: Any, text: str, thread: str) -> Any:
+    return agent.invoke({"messages": [{"role": "user", "content": text}]}, {"configurable": {"thread_id": thread}})
+
+
+def test_the_agent_is_sent_the_composed_memory_and_its_turns_are_recorded(config: Config) -> None:
+    """before_model puts memory + the current message in place of the history; after_agent records
+    the turn with its tool call, so the context key reaches the next prompt."""
+    with SessionManager(config) as mgr:
+        agent = build(mgr)
+        first = ask(agent, "weather in Paris?", "t1")
+        ask(agent, "thanks", "t1")
+        out = ask(agent, "and now?", "t1")
+        state = mgr.get_state("t1")
+    assert first["messages"][-1].content == "clear in Paris" and out["messages"][-1].content == "ok: and now?"
+    assert state.turns == 3 and state.context == {"city": "Paris"}
+    assert state.summary == ["• weather in Paris? → Used get_weather", "• thanks → ok: thanks"]
+    sent = SEEN[-1]
+    assert sent[0] == {"role": "system", "content": "Be brief."} and "- city: Paris" in sent[1]["content"]
+    assert [m["content"] for m in sent[-3:]] == ["thanks", "ok: thanks", "and now?"]
+    assert not any(m.get("tool_calls") for m in sent)
+
+
+def test_within_a_turn_the_tool_loop_is_kept(config: Config) -> None:
+    """The model's second call of a turn is sent the tool call and its result after the current message."""
+    with SessionManager(config) as mgr:
+        ask(build(mgr), "weather in Rome?", "t2")
+    roles = [m["role"] for m in SEEN[-1]]
+    assert roles[-3:] == ["user", "assistant", "tool"]
+
+
+def test_the_async_agent_takes_an_async_manager(config: Config) -> None:
+    """ainvoke runs the async hooks, with an AsyncSessionManager and a session given up front."""
+
+    async def scenario() -> Any:
+        mgr = AsyncSessionManager(config)
+        agent = build(mgr, session_id="a-1")
+        await agent.ainvoke({"messages": [{"role": "user", "content": "weather in Lima?"}]})
+        await agent.ainvoke({"messages": [{"role": "user", "content": "ok"}]})
+        state = await mgr.get_state("a-1")
+        await mgr.close()
+        return state
+
+    state = asyncio.run(scenario())
+    assert state.turns == 2 and state.context == {"city": "Lima"}
+
+
+def test_a_sync_agent_with_an_async_manager_says_what_to_pass(config: Config) -> None:
+    async def make() -> AsyncSessionManager:
+        return AsyncSessionManager(config)
+
+    with pytest.raises(ConfigError, match="give MemoryMiddleware a SessionManager"):
+        ask(build(asyncio.run(make())), "hi", "t3")
+
+
+def test_the_chat_history_gives_older_chains_the_composed_memory(config: Config) -> None:
+    """RunnableWithMessageHistory reads the composed memory and adds each exchange, recorded as a turn."""
+    from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+    from langchain_core.runnables.history import RunnableWithMessageHistory
+
+    prompt = ChatPromptTemplate.from_messages([("system", "Be brief."), MessagesPlaceholder("history"), ("human", "{question}")])
+    with SessionManager(config) as mgr:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            chain = RunnableWithMessageHistory(prompt | ChatLiteLLM(model=MODEL), lambda sid: MiddlewareChatMessageHistory(sid, mgr),
+                                               input_messages_key="question", history_messages_key="history")  # fmt: skip
+            for question in ("one", "two", "three"):
+                chain.invoke({"question": question}, {"configurable": {"session_id": "h"}})
+        state = mgr.get_state("h")
+        history = MiddlewareChatMessageHistory("h", mgr)
+        shown = [m.content for m in history.messages]
+        history.clear()
+        assert mgr.get_state("h").turns == 0
+    assert state.turns == 3 and state.summary == ["• one → ok: one", "• two → ok: two"]
+    assert [m["content"] for m in SEEN[-1][1:]] == ["[Previous conversation summary]\n• one → ok: one", "Understood. I have the context.",
+                                                    "two", "ok: two", "three"]  # fmt: skip
+    assert shown[-2:] == ["three", "ok: three"]

@@ -1,0 +1,122 @@
+"""The LiteLLM proxy hook, added by config to a real ``litellm`` proxy process, with the
+official openai client talking to the proxy and a scripted model behind it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from middleware import Config, SessionManager
+from middleware.testing import free_port
+from tests.adapter_models import get_weather
+from tests.conftest import REPO
+
+pytest.importorskip("litellm.proxy.proxy_server")
+pytestmark = pytest.mark.slow
+KEY = "sk-proxy-master-key-for-tests"
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+    }
+]
+
+
+@pytest.fixture
+def proxy(real_redis_url: str, tmp_path: Path) -> Iterator[tuple[str, Config]]:
+    """A litellm proxy whose config adds the middleware's hook; its base URL and the middleware config."""
+    (tmp_path / "mw.yaml").write_text(f"store:\n  url: {real_redis_url}\nusage_log:\n  path: {tmp_path / 'usage.jsonl'}\n")
+    # The proxy loads callbacks from files beside its config: this one brings the scripted model, then the hook.
+    (tmp_path / "with_model.py").write_text(f"import sys\nsys.path.insert(0, {str(REPO)!r})\nimport tests.adapter_models\n"
+                                            "from middleware.adapters.litellm_proxy import hook\n")  # fmt: skip
+    (tmp_path / "proxy.yaml").write_text("model_list:\n  - model_name: weather\n    litellm_params:\n      model: scripted/adapters\n"
+                                         "litellm_settings:\n  callbacks: with_model.hook\n")  # fmt: skip
+    port = free_port()
+    env = {
+        **os.environ,
+        "MIDDLEWARE_CONFIG": str(tmp_path / "mw.yaml"),
+        "LITELLM_MASTER_KEY": KEY,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
+    env.pop("REDIS_URL", None)
+    command = [
+        sys.executable,
+        "-m",
+        "litellm.proxy.proxy_cli",
+        "--config",
+        str(tmp_path / "proxy.yaml"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    process = subprocess.Popen(
+        command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=(tmp_path / "proxy.log").open("w")
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health/liveliness").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "proxy.log").read_text()[-2000:]
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}/v1", Config().with_overrides(store={"url": real_redis_url}, usage_log={"path": None})
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_proxy_clients_get_memory_and_tool_turns_recorded(proxy: tuple[str, Config], tmp_path: Path) -> None:
+    """Through the proxy: a tool round trip sending only new messages, then plain turns; the session
+    remembers the tool's argument and the prompt stays small."""
+    url, config = proxy
+    client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0, timeout=60)
+    first = client.chat.completions.create(model="weather", messages=[{"role": "user", "content": "weather in Paris?"}], tools=TOOLS,  # type: ignore[arg-type]
+                                           user="px")  # fmt: skip
+    (call,) = first.choices[0].message.tool_calls or ()
+    result = get_weather(**json.loads(call.function.arguments))  # type: ignore[union-attr]
+    final = client.chat.completions.create(model="weather", tools=TOOLS, user="px",  # type: ignore[arg-type]
+                                           messages=[{"role": "tool", "tool_call_id": call.id, "content": result}])  # fmt: skip
+    assert final.choices[0].message.content == "clear in Paris"
+    for text in ("one", "two", "three", "four"):
+        reply = client.chat.completions.create(model="weather", messages=[{"role": "user", "content": text}], user="px")
+        with SessionManager(config) as mgr:  # recorded before the proxy answered
+            assert mgr.get_state("px").recent[-1]["content"] == reply.choices[0].message.content
+    with SessionManager(config) as mgr:
+        state = mgr.get_state("px")
+    assert state.turns == 5 and state.context == {"city": "Paris"}
+    lines: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 30  # the proxy logs after it answers
+    while len(lines) < 6 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        lines = (
+            [json.loads(line) for line in (tmp_path / "usage.jsonl").read_text().splitlines()]
+            if (tmp_path / "usage.jsonl").exists()
+            else []
+        )
+    assert [line["kind"] for line in lines] == ["litellm_proxy"] * 6
+    assert lines[-1]["tokens"]["total"] < lines[-1]["full_history_tokens"]  # the summary and the last turn, not the history
+
+
+def test_requests_without_a_session_pass_the_proxy_untouched(proxy: tuple[str, Config]) -> None:
+    """No user or session: the hook leaves the request alone and records nothing."""
+    url, config = proxy
+    client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0, timeout=60)
+    history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
+    reply = client.chat.completions.create(model="weather", messages=history)  # type: ignore[arg-type]
+    assert reply.choices[0].message.content == "ok: c"
+    with SessionManager(config) as mgr:
+        assert mgr.list_sessions().total == 0

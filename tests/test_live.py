@@ -1,0 +1,227 @@
+"""Turns that span requests (middleware.core.live): reading a request's messages, the open turn,
+and the script that records finished turns in arrival order, on the embedded store and real Redis."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from middleware import Config, SessionManager
+from middleware.core import live, plans
+from middleware.core.composer import Composer
+from middleware.core.effects import Batch
+from middleware.core.live import OpenTurn, read_messages
+from middleware.core.state import Turn
+from middleware.exceptions import InvalidMessageError, InvalidToolCallError
+from middleware.runner import run
+from middleware.store import RedisStore
+from middleware.tokens import get_tokenizer
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def said(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def asks(*ids: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in ids]}  # fmt: skip
+
+
+def result(call: str, text: str = "ok") -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call, "content": text}
+
+
+def test_the_turn_in_progress_is_what_follows_the_last_user_message() -> None:
+    """A whole history reads as: the client's system text, whole earlier turns, the current
+    user message, and its tool loop so far."""
+    conversation = read_messages([{"role": "system", "content": "be brief"}, user("a"), said("b"), user("c"), asks("x"),
+                                  said("ignored"), user("d"), asks("1", "2"), result("1"), result("2")])  # fmt: skip
+    assert conversation.system == "be brief" and conversation.user == "d"
+    assert [m["role"] for m in conversation.tail] == ["assistant", "tool", "tool"]
+    assert conversation.waiting == ("1", "2")
+    assert [[m["content"] for m in turn] for turn in conversation.earlier] == [["a", "b"], ["c", None, "ignored"]]
+
+
+@pytest.mark.parametrize(
+    ("messages", "user_text", "waiting"),
+    [
+        ([user("hi")], "hi", ()),
+        ([result("1")], None, ("1",)),
+        ([asks("1"), result("1")], None, ("1",)),
+        ([{"role": "developer", "content": "x"}, {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url"}]}],
+         "look", ()),
+    ],
+    ids=["new message", "tool results only", "tool call and results", "parts"],
+)  # fmt: skip
+def test_new_message_clients_are_read_too(
+    messages: list[dict[str, Any]], user_text: str | None, waiting: tuple[str, ...]
+) -> None:
+    """A client sending only what is new: a user message, or just the tool results."""
+    conversation = read_messages(messages)
+    assert (conversation.user, conversation.waiting) == (user_text, waiting)
+
+
+@pytest.mark.parametrize(
+    ("messages", "says"),
+    [
+        ("nope", "'messages' must be a non-empty array"),
+        ([], "'messages' must be a non-empty array"),
+        ([user("x"), 3], "messages[1] has a int"),
+        ([{"role": "wizard", "content": "secret words"}], "messages[0].role has value 'wizard'"),
+        ([{"role": "user", "content": 5}], "messages[0].content has a int"),
+        ([{"role": "tool", "content": "x"}], "messages[0] is a tool result without a 'tool_call_id'"),
+        ([user("x"), said("y")], "The last message is an assistant message"),
+        ([{"role": "system", "content": "only"}], "holds no user message and no tool results"),
+    ],
+)
+def test_bad_messages_are_named_by_index_and_field(messages: Any, says: str) -> None:
+    """Errors name the message and field, never the content."""
+    with pytest.raises(InvalidMessageError) as caught:
+        read_messages(messages)
+    assert says in str(caught.value) and "secret words" not in str(caught.value)
+
+
+def test_a_tool_call_without_an_id_is_refused() -> None:
+    with pytest.raises(InvalidToolCallError, match=r"messages\[1\].tool_calls\[0\] needs an 'id'"):
+        read_messages([user("x"), {"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}, result("1")])
+
+
+def test_an_open_turn_takes_only_the_results_it_waits_for() -> None:
+    """Results are matched to the pending calls by id, in the calls' order; a missing one is an error."""
+    turn = OpenTurn(seq=3, turn_id="t", user="u").asked(asks("a", "b"))
+    assert turn.pending == ("a", "b") and turn.field == "open:a" and turn.steps == 1
+    answered = turn.answered([result("b", "B"), result("zzz"), result("a", "A")])
+    assert [m.get("tool_call_id") for m in answered.loop] == [None, "a", "b"] and answered.pending == ()
+    with pytest.raises(InvalidMessageError, match="No tool result for call 'b'"):
+        turn.answered([result("a")])
+    assert OpenTurn.from_json(answered.to_json()) == answered
+    assert OpenTurn.from_json(b"not json") is None
+
+
+def test_a_queued_turn_keeps_the_record_script_arguments() -> None:
+    """record_arguments keeps the ARGV of plans.record_command, as text, without the script and its keys."""
+    config = Config()
+    layout = plans.Layout.of(config)
+    composer = Composer(config, get_tokenizer("gpt-4o-mini"))
+    update = composer.apply_turn(Turn(user="go", assistant="done", tool_calls=()), turn_id="t1", prompt="{}")
+    command = plans.record_command(layout, "s", update, now=1.5)
+    arguments = live.record_arguments(command)
+    assert arguments[0] == "t1" and arguments[1] == "1.5" and all(isinstance(a, str) for a in arguments)
+    assert len(arguments) == len(command) - 3 - int(command[2])
+
+
+# --- the ordering script, on the store ------------------------------------------------------------
+
+
+@pytest.fixture
+def store(store_url: str) -> Any:
+    config = Config().with_overrides(store={"url": store_url})
+    driver = RedisStore.from_url(store_url, config.store)
+    yield config, driver
+    driver.close()
+
+
+def arrive(config: Config, driver: RedisStore, *, waiting: tuple[str, ...] = (), wait: float = 3600) -> live.Arrival:
+    layout = plans.Layout.of(config)
+    return run(
+        live.arrive(layout, "s", waiting=waiting, reserve=not waiting, mark_import=True, now=time.time(), wait=wait), driver.send
+    )
+
+
+def finish(config: Config, driver: RedisStore, seq: int, text: str, *, wait: float = 3600) -> None:
+    layout = plans.Layout.of(config)
+    composer = Composer(config, get_tokenizer("gpt-4o-mini"))
+    update = composer.apply_turn(Turn(user=text, assistant=f"re {text}"), turn_id=text)
+    command = plans.record_command(layout, "s", update, now=time.time())
+    run(live.finish(layout, "s", seq, command, drop=None, now=time.time(), wait=wait), driver.send)
+
+
+def recorded(config: Config, url: str) -> list[str]:
+    with SessionManager(config.with_overrides(summary={"lines": 20, "cover_recent": True})) as mgr:
+        return [line.split(" → ")[0].removeprefix("• ") for line in mgr.get_state("s").summary]
+
+
+def test_finished_turns_are_recorded_in_arrival_order(store: Any, store_url: str) -> None:
+    """Turns finishing out of order wait for the ones that arrived before them."""
+    config, driver = store
+    seqs = [arrive(config, driver).seq for _ in range(3)]
+    assert seqs == [1, 2, 3]
+    finish(config, driver, 3, "third")
+    finish(config, driver, 2, "second")
+    assert recorded(config, store_url) == []  # both wait for the first
+    finish(config, driver, 1, "first")
+    assert recorded(config, store_url) == ["first", "second", "third"]
+
+
+def test_a_turn_that_never_finishes_holds_the_line_only_so_long(store: Any, store_url: str) -> None:
+    """With a zero wait, a missing turn is passed over at once; if it finishes later it is still recorded, once."""
+    config, driver = store
+    first, second = arrive(config, driver).seq, arrive(config, driver).seq
+    finish(config, driver, second, "second", wait=0)
+    assert recorded(config, store_url) == ["second"]
+    finish(config, driver, first, "late first", wait=0)
+    assert recorded(config, store_url) == ["second", "late first"]
+    with SessionManager(config) as mgr:
+        assert mgr.get_state("s").turns == 2
+
+
+def test_giving_a_place_up_lets_the_next_turn_through(store: Any, store_url: str) -> None:
+    """A turn whose upstream call failed gives its place up (no commands): the next is recorded at once."""
+    config, driver = store
+    first, second = arrive(config, driver).seq, arrive(config, driver).seq
+    finish(config, driver, second, "second")
+    layout = plans.Layout.of(config)
+    run(live.finish(layout, "s", first, None, drop=None, now=time.time(), wait=3600), driver.send)
+    assert recorded(config, store_url) == ["second"]
+
+
+def test_the_first_arrival_may_import_and_an_open_turn_is_found_by_its_call_ids(store: Any) -> None:
+    """Only the first request may import history; a waiting turn is found by any id of its pending calls."""
+    config, driver = store
+    assert arrive(config, driver).first and not arrive(config, driver).first
+    layout = plans.Layout.of(config)
+    turn = OpenTurn(seq=0, turn_id="t", user="u").asked(asks("c1", "c2"))
+    run(live.wait_for_results(layout, "s", turn, drop=None, now=time.time(), wait=3600), driver.send)
+    found = arrive(config, driver, waiting=("zz", "c1"))
+    assert found.open == turn and found.seq == 0  # no new place for a continued turn
+    with SessionManager(config) as mgr:
+        mgr.reset("s")  # the live hash goes with the session
+    assert arrive(config, driver, waiting=("c1",)).open is None
+
+
+def test_a_turn_waiting_for_tool_results_lets_later_turns_through(store: Any, store_url: str) -> None:
+    """Waiting for the client's tools gives the turn's place up: a later turn is recorded at once,
+    and the tool turn when its results come."""
+    config, driver = store
+    layout = plans.Layout.of(config)
+    first, second = arrive(config, driver).seq, arrive(config, driver).seq
+    turn = OpenTurn(seq=first, turn_id="t", user="tools").asked(asks("c1"))
+    waiting = run(live.wait_for_results(layout, "s", turn, drop=None, now=time.time(), wait=3600), driver.send)
+    assert waiting.seq == 0
+    finish(config, driver, second, "second")
+    assert recorded(config, store_url) == ["second"]
+    finish(config, driver, waiting.seq, "tools")
+    assert recorded(config, store_url) == ["second", "tools"]
+
+
+def test_piggyback_sends_commands_with_a_plans_first_batch() -> None:
+    """One round trip for both: the commands go first; the plan gets its own replies and goes on."""
+
+    def plan() -> Any:
+        first = yield Batch([("get", "a")])
+        second = yield Batch([("get", "b")])
+        return first + second
+
+    combined = live.piggyback([("incr", "n")], plan())
+    batch = next(combined)
+    assert [c[0] for c in batch.commands] == ["incr", "get"]
+    assert combined.send([1, "A"]).commands == [("get", "b")]
+    with pytest.raises(StopIteration) as stop:
+        combined.send(["B"])
+    assert stop.value.value == ([1], ["A", "B"])

@@ -1,0 +1,68 @@
+"""`middleware serve` on the command line: help, refusals, and worker processes sharing a store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from click.testing import CliRunner
+
+from middleware import Config, SessionManager
+from middleware.cli import main
+from middleware.testing import free_port
+
+
+def test_serve_has_help() -> None:
+    result = CliRunner().invoke(main, ["serve", "--help"])
+    assert result.exit_code == 0 and "OpenAI-compatible endpoint" in result.output and "--workers" in result.output
+
+
+def test_serve_refuses_another_address_without_client_keys() -> None:
+    """Off loopback, clients must need a key: serve.api_keys first."""
+    result = CliRunner().invoke(main, ["serve", "--host", "0.0.0.0"], env={"REDIS_URL": "", "MIDDLEWARE_CONFIG": ""})
+    assert result.exit_code == 2 and "serve.api_keys" in result.output
+
+
+def test_serve_refuses_workers_on_the_embedded_store() -> None:
+    """memory:// lives in one process: several workers would each have their own."""
+    result = CliRunner().invoke(main, ["serve", "--workers", "2"], env={"REDIS_URL": "", "MIDDLEWARE_CONFIG": ""})
+    assert result.exit_code == 2 and "--workers needs a shared store" in result.output
+
+
+@pytest.mark.slow
+def test_workers_share_one_redis(real_redis_url: str, tmp_path: Path) -> None:
+    """`middleware serve --workers 2`: the workers build their app from this command's config and store."""
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"usage_log:\n  path: {tmp_path / 'usage.jsonl'}\n")
+    port = free_port()
+    env = {**os.environ, "REDIS_URL": real_redis_url}
+    env.pop("MIDDLEWARE_CONFIG", None)
+    process = subprocess.Popen([sys.executable, "-m", "middleware", "--config", str(config), "serve", "--port", str(port), "--workers", "2"],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
+        for i in range(10):
+            client.chat.completions.create(
+                model="scripted/echo", messages=[{"role": "user", "content": f"m{i}"}], extra_headers={"X-Session-Id": "w"}
+            )
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    with SessionManager(Config().with_overrides(store={"url": real_redis_url}, usage_log={"path": None})) as mgr:
+        assert mgr.get_state("w").turns == 10
+    assert len((tmp_path / "usage.jsonl").read_text().splitlines()) == 10  # the workers read the config file
