@@ -3,7 +3,7 @@
     pip install -e ".[bench]"
     pip install --no-deps bfcl-eval==2026.3.23
     python -m benchmarks                 # about 20 minutes here; --quick for a smoke run
-    python -m benchmarks load            # the endpoint under load beside LiteLLM's proxy (section 5 alone)
+    python -m benchmarks load            # the endpoint under load beside LiteLLM's proxy (section 8 alone)
 
 Medians and ratios measured in the same run; the machine and versions are
 recorded in the report.
@@ -489,7 +489,7 @@ def run_reliability(progress: Any) -> tuple[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description="Run the benchmarks and write BENCHMARKS.md.")
     parser.add_argument(
-        "section", nargs="?", choices=["all", "load"], default="all", help="load: only section 5 (see benchmarks/load.py)"
+        "section", nargs="?", choices=["all", "load"], default="all", help="load: only section 8 (see benchmarks/load.py)"
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run on part of the data (does not write the report)")
     args, rest = parser.parse_known_args()
@@ -521,7 +521,7 @@ def main() -> None:
     draw_chart(data["savings"], CHART)
     from benchmarks.load import kept_section
 
-    loaded = kept_section(REPORT)  # section 5 is remade by `python -m benchmarks load` alone
+    loaded = kept_section(REPORT)  # section 8 is remade by `python -m benchmarks load` alone
     REPORT.write_text(report.rstrip("\n") + "\n\n" + loaded if loaded else report, encoding="utf-8")
     print(f"wrote {REPORT.relative_to(ROOT)} and {CHART.relative_to(ROOT)} in {(time.monotonic() - started) / 60:.1f} min")
 

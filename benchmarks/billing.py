@@ -420,7 +420,7 @@ def _row(rows: list[dict[str, Any]], name: str) -> dict[str, Any]:
 
 def section(data: dict[str, Any], command: str = COMMAND) -> str:
     single, chained = data["single"], data["chains"]
-    lines = [START, "## Billed tokens: tool schemas and prompt caching", ""]
+    lines = [START, "## 6. Billed tokens: tool schemas and prompt caching", ""]
     lines += [
         f"`{command}` ({data['seconds'] / 60:.1f} minutes; also part of `python -m benchmarks`). The BFCL multi-turn conversations "
         f"({data['conversations']} conversations, {data['turns']} turns) played through `SessionManager.chat()` and litellm with a "

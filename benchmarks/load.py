@@ -1,7 +1,7 @@
 """The endpoint under load, side by side with LiteLLM's own proxy, in one run.
 
     pip install -e ".[bench]"
-    python -m benchmarks load                    # about 15 minutes; updates section 5 of BENCHMARKS.md
+    python -m benchmarks load                    # about 15 minutes; updates section 8 of BENCHMARKS.md
     python -m benchmarks load --soak-seconds 60  # a shorter soak
 
 Everything runs on this machine, on loopback: a mock OpenAI-compatible upstream that
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LEVELS = (1, 16, 128)
 REQUESTS = {1: 500, 16: 3000, 128: 6000}  # per system and level, after a warm-up
 MASTER_KEY = "sk-bench-master-key-0000"
-SECTION = "## 5. The endpoint under load"
+SECTION = "## 8. The endpoint under load"
 
 
 @dataclass

@@ -154,27 +154,27 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
     semantic = next((row for name, row in answered.items() if name.startswith("middleware, semantic")), None)
     lines = [
         START,
-        "## 6. Long-range memory: the archive and recall",
+        "## 5. Long-range memory: the archive and recall",
         "",
         f"`{command}` (also part of `python -m benchmarks`). Every turn is archived as small pieces (user sentences, tool calls, observations of results, replies); before each call the store picks the pieces that share the current message's rarer words and the composer keeps what fits `memory.recall_tokens` (160), beside older values of context keys.",
         "",
-        "### 6.1 Targets",
+        "### 5.1 Targets",
         "",
         "| target | measured | |",
         "|---|---|---|",
-        f"| sessions of 100+ turns of different tasks: ≥97% strict survival at ≥94% fewer tokens | {_pct(on['mixed']['strict'])} strict, −{on['mixed']['reduction'] * 100:.1f}% tokens | tokens met; survival not (see 6.3) |",
-        f"| the same with large outputs: ≥95% strict at ≥99% fewer | {_pct(on['mixed_long']['strict'])} strict, −{on['mixed_long']['reduction'] * 100:.1f}% | tokens met; survival not (see 6.3) |",
+        f"| sessions of 100+ turns of different tasks: ≥97% strict survival at ≥94% fewer tokens | {_pct(on['mixed']['strict'])} strict, −{on['mixed']['reduction'] * 100:.1f}% tokens | tokens met; survival not (see 5.3) |",
+        f"| the same with large outputs: ≥95% strict at ≥99% fewer | {_pct(on['mixed_long']['strict'])} strict, −{on['mixed_long']['reduction'] * 100:.1f}% | tokens met; survival not (see 5.3) |",
         f"| tool-free conversations: answer in the prompt for ≥90% of questions, at ≥95% fewer tokens | lexical {_pct(lexical['answered'])}, −{lexical['reduction'] * 100:.1f}%"
         + (f"; semantic {_pct(semantic['answered'])}, −{semantic['reduction'] * 100:.1f}%" if semantic else "")
-        + " | not met (see 6.4) |",
+        + " | not met (see 5.4) |",
         f"| the dataset's own short conversations keep at least today's survival | {_pct(on['single']['kept_of_full'])} (97.7% before) | met |",
         "| load and record one round trip each | one script each (semantic recall: one more call, the embedding, before them) | met |",
         *(
-            f"| `build_messages` with recall at {r['archived']:,} archived turns ≤1.5× the load floor | {r['ratio']:.2f}× ({r['build_p50']:.0f} µs against {r['floor_p50']:.0f} µs); {r['bytes']:,.0f} bytes sent by the server per call | {'met' if r['ratio'] <= 1.5 else 'not met (see 6.5)'} |"
+            f"| `build_messages` with recall at {r['archived']:,} archived turns ≤1.5× the load floor | {r['ratio']:.2f}× ({r['build_p50']:.0f} µs against {r['floor_p50']:.0f} µs); {r['bytes']:,.0f} bytes sent by the server per call | {'met' if r['ratio'] <= 1.5 else 'not met (see 5.5)'} |"
             for r in cost["rows"]
         ),
         "",
-        f"### 6.2 BFCL sessions of different tasks ({bfcl['mixed']['sessions']} sessions of {bfcl['mixed']['turns'][0]}–{bfcl['mixed']['turns'][-1]} turns)",
+        f"### 5.2 BFCL sessions of different tasks ({bfcl['mixed']['sessions']} sessions of {bfcl['mixed']['turns'][0]}–{bfcl['mixed']['turns'][-1]} turns)",
         "",
         *_bfcl_table(bfcl["mixed"]),
         "",
@@ -186,7 +186,7 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
         "",
         *_bfcl_table(bfcl["single"]),
         "",
-        "### 6.3 Why strict survival stays far below 97%",
+        "### 5.3 Why strict survival stays far below 97%",
         "",
         "The strict measure counts a value as held when it appears anywhere earlier in the session. In sessions made of different tasks played back to back, most such values were never the current task's: door names, airport codes, dates or amounts that a *later, unrelated* task's reference call happens to use, which a model gets from the tool's schema, the user's words or its own knowledge, not from memory. The last column isolates them: values that only another task's turns hold. Values the current task's own history holds are kept at the rate of the fourth column. Closing the rest would mean sending most of the history back (a 10-message window keeps less still). Where the misses come from (strict, recall on):",
         "",
@@ -202,7 +202,7 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
             for scope in ("mixed", "mixed_long")
         ),
         "",
-        f"### 6.4 Tool-free conversations ({facts['conversations']} conversations of {facts['turns'][0]}–{facts['turns'][-1]} turns, built by `benchmarks/facts.py`)",
+        f"### 5.4 Tool-free conversations ({facts['conversations']} conversations of {facts['turns'][0]}–{facts['turns'][-1]} turns, built by `benchmarks/facts.py`)",
         "",
         'No public set of this kind ships in a package registry (LoCoMo and LongMemEval live on GitHub and Hugging Face, which this machine does not reach), so the set is generated, deterministically: a user works through one long task (a renovation, a move, a trip, a thesis, a garden) in messages of 40 to 120 words, states 6 to 10 facts about themselves inside them (a name, a city, an order number, a budget, a pet, a partner, an allergy, a deadline, a project name, a car), each in one of two wordings, and asks about each 20 to 100 turns later. About half of the questions share no content word with the statement ("Where am I based these days?" for "We moved to Tampere"): lexical recall cannot find those, by construction.',
         "",
@@ -215,7 +215,7 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
         "",
         'Why the targets are missed: lexical recall finds the questions that share a word with the statement and no others; semantic recall with a small local model (all-MiniLM-L6-v2, 384 dimensions) finds most paraphrases but not all ("based" against "moved to Tampere" scores 0.18). A larger embedding model through `memory.embedding_model` would close more of it. The token target is out of reach on this set for a structural reason: the recent window holds the last user message whole, and these messages run to 120 words, so even with no recall at all the middleware sends 7% of what the full history does; the full history here is short (about 9,500 tokens at turn 100).',
         "",
-        "### 6.5 What recall costs per call",
+        "### 5.5 What recall costs per call",
         "",
         "| archived turns | `build_messages` p50 | load floor p50 | paired ratio | bytes the server sends | server commands |",
         "|---:|---:|---:|---:|---:|---:|",

@@ -360,7 +360,7 @@ def run(progress: Callable[[str], None] = lambda name: None) -> tuple[str, list[
 def section(version: str, cases: list[Case]) -> str:
     lines = [
         START,
-        "## Reliability: faults and attacks",
+        "## 7. Reliability: faults and attacks",
         "",
         f"`python -m benchmarks.reliability` (a few seconds; also part of `python -m benchmarks`): each case against real `redis-server` processes (Redis {version}) and a 3-master cluster on loopback; lost replies come from `middleware.testing.FaultProxy`, which lets a write reach Redis and resets the connection before the reply. *Written*: turns the callers recorded (calls made, for refusals and attacks); *stored*: turns the store holds afterwards (calls that behaved as documented).",
         "",
