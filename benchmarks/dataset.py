@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import json
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,15 +82,18 @@ def _reply(calls: list[Call]) -> str:
     return f"Done ({names}). {gist}".strip()
 
 
-def _execute(conversation: Conversation, *, long_context: bool) -> None:
-    """Run the ground-truth calls turn by turn on BFCL's tool classes, keeping their outputs."""
+def _execute(conversation: Conversation, *, long_context: bool, run: str) -> None:
+    """Run the ground-truth calls turn by turn on BFCL's tool classes, keeping their outputs.
+    BFCL keeps its tool instances by (model name, test id) for the whole process: ``run``
+    names this load, so a second load in the same process starts from the initial state
+    again instead of the state the first one left."""
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
 
     for turn in conversation.turns:
         texts = [c.text for c in turn.calls]
         results, _ = (
             execute_multi_turn_func_call(
-                texts, conversation.initial_config, conversation.classes, "middleware-bench", conversation.id, long_context
+                texts, conversation.initial_config, conversation.classes, run, conversation.id, long_context
             )
             if texts
             else ([], None)
@@ -107,7 +111,7 @@ def load(limit: int | None = None, *, category: str = DATASET) -> list[Conversat
     data = _require()
     questions = _jsonl(data / f"{category}.json")
     answers = {a["id"]: a["ground_truth"] for a in _jsonl(data / "possible_answer" / f"{category}.json")}
-    conversations = []
+    conversations, run = [], f"middleware-bench-{uuid.uuid4().hex[:8]}"
     for entry in questions[:limit]:
         turns = [
             Turn(user=" ".join(m["content"] for m in turn_messages if m.get("role") == "user"),
@@ -115,7 +119,7 @@ def load(limit: int | None = None, *, category: str = DATASET) -> list[Conversat
             for turn_messages, calls in zip(entry["question"], answers[entry["id"]], strict=True)
         ]  # fmt: skip
         conversation = Conversation(entry["id"], turns, entry["involved_classes"], entry["initial_config"])
-        _execute(conversation, long_context="long_context" in category)
+        _execute(conversation, long_context="long_context" in category, run=run)
         conversations.append(conversation)
     return conversations
 

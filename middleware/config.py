@@ -290,7 +290,7 @@ class MemoryConfig(_Section):
     # and replies); 0 keeps none and turns recall off.
     archive_turns: int = Field(default=1_000, ge=0, le=100_000)
     # Tokens of the recall block at most; 0 turns recall off (the archive is still kept).
-    recall_tokens: int = Field(default=160, ge=0, le=20_000)
+    recall_tokens: int = Field(default=120, ge=0, le=20_000)
     # lexical: ranked on the server by rare shared words, recency and the current context
     # (plain Redis 7, a cluster, the embedded store). semantic: by embeddings through
     # litellm and Redis's own vector search where the server has it (else lexical, warned once).
