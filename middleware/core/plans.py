@@ -445,7 +445,9 @@ if records.err then return out end
 local row, sent, seen = out[5], 0, {}
 for i, id in ipairs(best) do
   -- The same text from another turn says nothing new: one of each, at most `candidates`.
-  local text = records[i] and string.match(records[i], '[^\t]*$')
+  -- Anchored at the start (as Python splits it, the text is what follows the third tab):
+  -- an unanchored '[^\t]*$' retries from every position and costs several µs a record.
+  local text = records[i] and string.match(records[i], '^[^\t]*\t[^\t]*\t[^\t]*\t(.*)$')
   if text and not seen[text] and sent < tonumber(ARGV[3]) then
     seen[text], sent = true, sent + 1
     local names, m = {}, mask[id]
