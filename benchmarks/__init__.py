@@ -5,3 +5,14 @@ import os
 # The peers import litellm directly; without this litellm would try to fetch its price
 # map from the network on import. Nothing here downloads at run time.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+def replace_section(report: str, text: str, start: str, end: str, before: str = "") -> str:
+    """``report`` with the section between the markers ``start`` and ``end`` replaced by
+    ``text`` (which carries the markers); a report without it gets it ahead of the
+    marker ``before`` where that is there, else at the end."""
+    if start in report and end in report:
+        return report[: report.index(start)] + text + report[report.index(end) + len(end) :]
+    if before and before in report:
+        return report.replace(before, text + "\n\n" + before, 1)
+    return report.rstrip("\n") + "\n\n" + text + "\n"

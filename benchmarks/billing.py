@@ -35,6 +35,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from benchmarks import replace_section
 from middleware import Config, SessionManager, Tool, llm
 from middleware.core.caching import CacheState, Rules, request_blocks, split, with_breakpoints
 from middleware.scripted import register
@@ -601,21 +602,15 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
     ]
 
 
-def replace_section(report: str, text: str) -> str:
-    if START in report and END in report:
-        return report[: report.index(START)] + text + report[report.index(END) + len(END) :]
-    marker = "<!-- reliability:start -->"
-    if marker in report:
-        return report.replace(marker, text + "\n\n" + marker, 1)
-    return report.rstrip("\n") + "\n\n" + text + "\n"
-
-
 def main() -> None:
     quick = "--quick" in sys.argv[1:]
     saved = next((arg.split("=", 1)[1] for arg in sys.argv[1:] if arg.startswith("--from=")), None)
     if saved:  # re-render a run kept with --keep= (to edit the text without replaying)
         data = pickle.loads(Path(saved).read_bytes())
-        REPORT.write_text(replace_section(REPORT.read_text(encoding="utf-8"), section(data)), encoding="utf-8")
+        REPORT.write_text(
+            replace_section(REPORT.read_text(encoding="utf-8"), section(data), START, END, before="<!-- reliability:start -->"),
+            encoding="utf-8",
+        )
         return
     counts: dict[str, int] = {}
 
@@ -631,7 +626,10 @@ def main() -> None:
     text = section(data, COMMAND + (" --quick" if quick else ""))
     print(text)
     if not quick:
-        REPORT.write_text(replace_section(REPORT.read_text(encoding="utf-8"), text), encoding="utf-8")
+        REPORT.write_text(
+            replace_section(REPORT.read_text(encoding="utf-8"), text, START, END, before="<!-- reliability:start -->"),
+            encoding="utf-8",
+        )
 
 
 if __name__ == "__main__":

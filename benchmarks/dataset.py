@@ -127,19 +127,7 @@ def load(limit: int | None = None, *, category: str = DATASET) -> list[Conversat
 def chains(conversations: list[Conversation], min_turns: int = 100) -> list[list[Conversation]]:
     """Long sessions: conversations of the same tool domain played one after another
     until a session has at least ``min_turns`` turns (leftovers join the last chain)."""
-    ordered = sorted(conversations, key=lambda c: (tuple(c.classes), c.id))
-    result: list[list[Conversation]] = []
-    current: list[Conversation] = []
-    for conversation in ordered:
-        current.append(conversation)
-        if sum(len(c.turns) for c in current) >= min_turns:
-            result.append(current)
-            current = []
-    if current and result:
-        result[-1].extend(current)
-    elif current:
-        result.append(current)
-    return result
+    return _cut(sorted(conversations, key=lambda c: (tuple(c.classes), c.id)), min_turns)
 
 
 def mixed_chains(conversations: list[Conversation], min_turns: int = 100) -> list[list[Conversation]]:
@@ -155,6 +143,11 @@ def mixed_chains(conversations: list[Conversation], min_turns: int = 100) -> lis
         for queue in queues:
             if queue:
                 ordered.append(queue.pop(0))
+    return _cut(ordered, min_turns)
+
+
+def _cut(ordered: list[Conversation], min_turns: int) -> list[list[Conversation]]:
+    """``ordered`` cut into sessions of at least ``min_turns`` turns (leftovers join the last)."""
     result: list[list[Conversation]] = []
     current: list[Conversation] = []
     for conversation in ordered:

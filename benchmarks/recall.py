@@ -29,6 +29,8 @@ from typing import Any
 
 import redis
 
+from benchmarks import replace_section
+
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "BENCHMARKS.md"
 START, END = "<!-- recall:start -->", "<!-- recall:end -->"
@@ -130,6 +132,12 @@ def _pct(value: float) -> str:
     return f"{value * 100:.1f}%"
 
 
+def _verdict(row: dict[str, Any], strict: float, reduction: float) -> str:
+    tokens = "tokens met" if row["reduction"] >= reduction else "tokens not met"
+    survival = "survival met" if row["strict"] >= strict else "survival not (see 5.3)"
+    return f"{tokens}; {survival}"
+
+
 def _saved(row: dict[str, Any]) -> str:
     return "—" if row["strategy"] == "full history" else f"−{row['reduction'] * 100:.1f}%"
 
@@ -163,12 +171,12 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
         "",
         "| target | measured | |",
         "|---|---|---|",
-        f"| sessions of 100+ turns of different tasks: ≥97% strict survival at ≥94% fewer tokens | {_pct(on['mixed']['strict'])} strict, −{on['mixed']['reduction'] * 100:.1f}% tokens | tokens met; survival not (see 5.3) |",
-        f"| the same with large outputs: ≥95% strict at ≥99% fewer | {_pct(on['mixed_long']['strict'])} strict, −{on['mixed_long']['reduction'] * 100:.1f}% | tokens met; survival not (see 5.3) |",
+        f"| sessions of 100+ turns of different tasks: ≥97% strict survival at ≥94% fewer tokens | {_pct(on['mixed']['strict'])} strict, −{on['mixed']['reduction'] * 100:.1f}% tokens | {_verdict(on['mixed'], 0.97, 0.94)} |",
+        f"| the same with large outputs: ≥95% strict at ≥99% fewer | {_pct(on['mixed_long']['strict'])} strict, −{on['mixed_long']['reduction'] * 100:.1f}% | {_verdict(on['mixed_long'], 0.95, 0.99)} |",
         f"| tool-free conversations: answer in the prompt for ≥90% of questions, at ≥95% fewer tokens | lexical {_pct(lexical['answered'])}, −{lexical['reduction'] * 100:.1f}%"
         + (f"; semantic {_pct(semantic['answered'])}, −{semantic['reduction'] * 100:.1f}%" if semantic else "")
         + " | not met (see 5.4) |",
-        f"| the dataset's own short conversations keep at least today's survival | {_pct(on['single']['kept_of_full'])} (recall off: {_pct(off['single']['kept_of_full'])}; 97.7% before the archive) | {'met' if on['single']['kept_of_full'] >= max(off['single']['kept_of_full'], 0.977) - 1e-9 else 'not met'} |",
+        f"| the dataset's own short conversations keep at least today's survival | {_pct(on['single']['kept_of_full'])} (recall off, which sends what was sent before the archive: {_pct(off['single']['kept_of_full'])}) | {'met' if on['single']['kept_of_full'] >= off['single']['kept_of_full'] - 1e-9 else 'not met'} |",
         "| load and record one round trip each | one script each (semantic recall: one more call, the embedding, before them) | met |",
         *(
             f"| `build_messages` with recall at {r['archived']:,} archived turns ≤1.5× the load floor | {r['ratio']:.2f}× ({r['build_p50']:.0f} µs against {r['floor_p50']:.0f} µs); {r['bytes']:,.0f} bytes sent by the server per call | {'met' if r['ratio'] <= 1.5 else 'not met (see 5.5)'} |"
@@ -231,12 +239,6 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
     return "\n".join(lines)
 
 
-def replace_section(report: str, text: str) -> str:
-    if START in report and END in report:
-        return report[: report.index(START)] + text + report[report.index(END) + len(END) :]
-    return report.rstrip("\n") + "\n\n" + text + "\n"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.recall", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run on part of the data (does not write the report)")
@@ -256,7 +258,7 @@ def main() -> None:
     text = section(data, "python -m benchmarks.recall" + (" --quick" if args.quick else ""))
     print(text)
     if not args.quick:
-        REPORT.write_text(replace_section(REPORT.read_text(encoding="utf-8"), text), encoding="utf-8")
+        REPORT.write_text(replace_section(REPORT.read_text(encoding="utf-8"), text, START, END), encoding="utf-8")
     print(f"{(time.monotonic() - started) / 60:.1f} min", file=sys.stderr)
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 import redis
 
+from benchmarks import replace_section
 from middleware import Config, SessionManager, StoreError
 from middleware.core.plans import session_keys
 from middleware.testing import FaultProxy, RedisCluster, RedisServer, capture_events
@@ -377,17 +378,11 @@ def section(version: str, cases: list[Case]) -> str:
     return "\n".join(lines)
 
 
-def replace_section(report: str, text: str) -> str:
-    if START in report and END in report:
-        return report[: report.index(START)] + text + report[report.index(END) + len(END) :]
-    return report.rstrip("\n") + "\n\n" + text + "\n"
-
-
 def main() -> None:
     version, cases = run(lambda name: print(f"… {name}", file=sys.stderr))
     text = section(version, cases)
     print(text)
-    REPORT.write_text(replace_section(REPORT.read_text(encoding="utf-8"), text), encoding="utf-8")
+    REPORT.write_text(replace_section(REPORT.read_text(encoding="utf-8"), text, START, END), encoding="utf-8")
     if not all(c.verdict for c in cases):
         sys.exit(1)
 
