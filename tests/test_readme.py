@@ -22,7 +22,10 @@ SNIPPETS = re.findall(r"```python\n(.*?)```", README, re.DOTALL)
 
 
 def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "MIDDLEWARE_CONFIG"}}
+    """The environment a new user has: no Redis or config of ours, and no flag keeping
+    litellm off the network (the suite sets it for itself; a snippet must not need it)."""
+    unset = {"REDIS_URL", "MIDDLEWARE_CONFIG", "LITELLM_LOCAL_MODEL_COST_MAP"}
+    return {k: v for k, v in os.environ.items() if k not in unset}
 
 
 def test_readme_has_python_snippets() -> None:
@@ -77,6 +80,7 @@ def test_python_snippet_runs_as_written(index: int, snippet_runs: dict[int, subp
     result = snippet_runs[index]
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()
+    assert "model cost map" not in result.stderr, "the snippet made litellm fetch its price map: " + result.stderr[-300:]
 
 
 @pytest.fixture
