@@ -55,3 +55,12 @@ def test_navigation_follows_the_shortest_path_and_needs_control() -> None:
     assert lab.get_current_node("google_tv")["current_node"] == "shop"
     assert lab.navigate_to_node("nowhere", "google_tv")["success"] is False
     assert lab.click_element("featured apps", "google_tv")["success"] is False  # not on this screen
+
+
+def test_every_device_tool_has_a_summary_line_that_says_what_it_did() -> None:
+    """The demo's summary never falls back to 'Used <tool>', which carries no fact."""
+    from middleware import load_config
+    from middleware.demo import CONFIG_PATH
+
+    templates = load_config(CONFIG_PATH, env={}).summary.templates
+    assert {t["function"]["name"] for t in TOOLS} <= set(templates)
