@@ -1,10 +1,16 @@
 """Benchmarks: `python -m benchmarks` runs them all and writes BENCHMARKS.md."""
 
 import os
+from pathlib import Path
 
 # The peers import litellm directly; without this litellm would try to fetch its price
 # map from the network on import. Nothing here downloads at run time.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+def write_section(report: Path, text: str, start: str, end: str, before: str = "") -> None:
+    """Put ``text`` into the file ``report`` in place of its section (see ``replace_section``)."""
+    report.write_text(replace_section(report.read_text(encoding="utf-8"), text, start, end, before), encoding="utf-8")
 
 
 def replace_section(report: str, text: str, start: str, end: str, before: str = "") -> str:

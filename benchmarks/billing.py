@@ -35,7 +35,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from benchmarks import replace_section
+from benchmarks import write_section
 from middleware import Config, SessionManager, Tool, llm
 from middleware.core.caching import CacheState, Rules, request_blocks, split, with_breakpoints
 from middleware.scripted import register
@@ -602,15 +602,16 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
     ]
 
 
+def _write(text: str) -> None:
+    write_section(REPORT, text, START, END, before="<!-- reliability:start -->")  # the section goes ahead of section 7
+
+
 def main() -> None:
     quick = "--quick" in sys.argv[1:]
     saved = next((arg.split("=", 1)[1] for arg in sys.argv[1:] if arg.startswith("--from=")), None)
     if saved:  # re-render a run kept with --keep= (to edit the text without replaying)
         data = pickle.loads(Path(saved).read_bytes())
-        REPORT.write_text(
-            replace_section(REPORT.read_text(encoding="utf-8"), section(data), START, END, before="<!-- reliability:start -->"),
-            encoding="utf-8",
-        )
+        _write(section(data))
         return
     counts: dict[str, int] = {}
 
@@ -626,10 +627,7 @@ def main() -> None:
     text = section(data, COMMAND + (" --quick" if quick else ""))
     print(text)
     if not quick:
-        REPORT.write_text(
-            replace_section(REPORT.read_text(encoding="utf-8"), text, START, END, before="<!-- reliability:start -->"),
-            encoding="utf-8",
-        )
+        _write(text)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from typing import Any
 
 import redis
 
-from benchmarks import replace_section
+from benchmarks import write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "BENCHMARKS.md"
@@ -155,6 +155,8 @@ def _bfcl_table(scope: dict[str, Any]) -> list[str]:
 
 
 def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") -> str:
+    from middleware import Config
+
     bfcl, facts, cost = data["bfcl"], data["facts"], data["cost"]
     on = {scope: next(r for r in bfcl[scope]["rows"] if r["name"] == "recall_on") for scope in bfcl}
     off = {scope: next(r for r in bfcl[scope]["rows"] if r["name"] == "recall_off") for scope in bfcl}
@@ -165,7 +167,7 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
         START,
         "## 5. Long-range memory: the archive and recall",
         "",
-        f"`{command}` (also part of `python -m benchmarks`). Every turn is archived as small pieces (user sentences, tool calls, observations of results, replies); before each call the store picks the pieces that share the current message's rarer words and the composer keeps what fits `memory.recall_tokens` (120), beside older values of context keys.",
+        f"`{command}` (also part of `python -m benchmarks`). Every turn is archived as small pieces (user sentences, tool calls, observations of results, replies); before each call the store picks the pieces that share the current message's rarer words and the composer keeps what fits `memory.recall_tokens` ({Config().memory.recall_tokens}), beside older values of context keys.",
         "",
         "### 5.1 Targets",
         "",
@@ -258,7 +260,7 @@ def main() -> None:
     text = section(data, "python -m benchmarks.recall" + (" --quick" if args.quick else ""))
     print(text)
     if not args.quick:
-        REPORT.write_text(replace_section(REPORT.read_text(encoding="utf-8"), text, START, END), encoding="utf-8")
+        write_section(REPORT, text, START, END)
     print(f"{(time.monotonic() - started) / 60:.1f} min", file=sys.stderr)
 
 

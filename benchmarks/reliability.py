@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 import redis
 
-from benchmarks import replace_section
+from benchmarks import write_section
 from middleware import Config, SessionManager, StoreError
 from middleware.core.plans import session_keys
 from middleware.testing import FaultProxy, RedisCluster, RedisServer, capture_events
@@ -382,7 +382,7 @@ def main() -> None:
     version, cases = run(lambda name: print(f"… {name}", file=sys.stderr))
     text = section(version, cases)
     print(text)
-    REPORT.write_text(replace_section(REPORT.read_text(encoding="utf-8"), text, START, END), encoding="utf-8")
+    write_section(REPORT, text, START, END)
     if not all(c.verdict for c in cases):
         sys.exit(1)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from middleware import load_config
+from middleware.demo import CONFIG_PATH
 from middleware.demo.atlas import respond
 from middleware.demo.device import DeviceLab
 
@@ -59,8 +61,5 @@ def test_navigation_follows_the_shortest_path_and_needs_control() -> None:
 
 def test_every_device_tool_has_a_summary_line_that_says_what_it_did() -> None:
     """The demo's summary never falls back to 'Used <tool>', which carries no fact."""
-    from middleware import load_config
-    from middleware.demo import CONFIG_PATH
-
     templates = load_config(CONFIG_PATH, env={}).summary.templates
     assert {t["function"]["name"] for t in TOOLS} <= set(templates)
