@@ -416,7 +416,9 @@ class WrappedTurn:
     def _choose(self, state: SessionState) -> int:
         if self.catalog is None:
             return llm.tools_tokens(self.engine.config.tokens.model, self.every_schema) if self.tools else 0
-        disclosed = self.catalog.select(state.tool_uses, state.turns + 1, self.message, self.engine.config.disclosure)
+        # The chatbot is handed the tools as it gave them, so they are counted as given.
+        disclosed = self.catalog.select(state.tool_uses, state.turns + 1, self.message, self.engine.config.disclosure,
+                                        exact=True)  # fmt: skip
         self.handed = ToolList(disclosed, self.originals, callables=self.callables)
         self.kwargs["tools"] = self.handed
         return llm.tools_tokens(self.engine.config.tokens.model, disclosed.schemas())

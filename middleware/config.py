@@ -343,6 +343,9 @@ class DisclosureConfig(_Section):
     always: tuple[str, ...] = ()
     # The loader's name: a tool of this name in a chat's tools is an error.
     loader_name: str = Field(default="load_tools", pattern=r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
+    # Tools of a group whose descriptions open with the same sentences (at least 40
+    # characters) carry them once per call: in the first of the group's tools sent.
+    share_preambles: bool = True
     # Send every schema instead when, with the model's prompt caching, that costs less per
     # call (a model whose minimum cached prefix is longer than the disclosed prompt).
     cache_aware: bool = True

@@ -438,3 +438,107 @@ def test_a_wrapped_chatbot_handed_tools_the_middleware_cannot_read_gets_them_as_
     twice = [{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "a"}}]
     mgr.wrap(bot)("w", "hi", tools=twice)
     assert seen[-1] is twice
+
+
+# --- shared preambles ------------------------------------------------------------------------------
+
+_PREAMBLE = "This tool belongs to the file system, which lets users manage files. Tool description: "
+
+
+def _described(name: str, text: str, group: str = "files") -> Any:
+    schema = {"type": "function", "function": {"name": name, "description": text,
+              "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": []}}}  # fmt: skip
+    return entry_of(schema, group)
+
+
+def _preamble_catalog() -> Catalog:
+    return Catalog([
+        _described("cat", _PREAMBLE + "Show a file."),
+        _described("rm", _PREAMBLE + "Remove a file."),
+        _described("touch", _PREAMBLE + "Create a file."),
+        _described("send", "Send a message to a user. Only to users you know.", group="mail"),
+        _described("inbox", "Send nothing; show the inbox of messages received.", group="mail"),
+    ])  # fmt: skip
+
+
+def test_a_groups_shared_opening_is_stated_once_per_call_in_its_first_tool() -> None:
+    catalog = _preamble_catalog()
+    assert catalog.preambles == {"files": _PREAMBLE, "mail": ""}  # "Send " is no whole sentence
+    disclosed = catalog.select({}, 1, "", DisclosureConfig(match_tools=0))
+    disclosed.add(["rm", "send", "cat", "inbox"])
+    sent = {s["function"]["name"]: s["function"]["description"] for s in disclosed.schemas()[1:]}
+    assert sent == {"rm": _PREAMBLE + "Remove a file.", "send": "Send a message to a user. Only to users you know.",
+                    "cat": "Show a file.", "inbox": "Send nothing; show the inbox of messages received."}  # fmt: skip
+    assert sum(text.count("This tool belongs") for text in sent.values()) == 1
+    # Nothing is lost: the request holds every original description once the opening is put back.
+    originals = {e.name: e.schema["function"]["description"] for e in catalog.entries.values()}
+    assert all(text == originals[n] or _PREAMBLE + text == originals[n] for n, text in sent.items())
+    # The parameters travel unchanged.
+    assert all(s["function"]["parameters"] == catalog.entries[s["function"]["name"]].schema["function"]["parameters"]
+               for s in disclosed.schemas()[1:])  # fmt: skip
+
+
+def test_shared_openings_off_or_exact_send_every_description_whole() -> None:
+    catalog = _preamble_catalog()
+    for disclosed in (catalog.select({}, 1, "", DisclosureConfig(match_tools=0, share_preambles=False)),
+                      catalog.select({}, 1, "", DisclosureConfig(match_tools=0), exact=True)):  # fmt: skip
+        disclosed.add(["cat", "rm"])
+        assert [s["function"]["description"] for s in disclosed.schemas()[1:]] == [_PREAMBLE + "Show a file.",
+                                                                                   _PREAMBLE + "Remove a file."]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "descriptions",
+    [
+        ["Short. A", "Short. B"],  # under 40 characters
+        [_PREAMBLE + "Show a file.", _PREAMBLE],  # one description is nothing but the opening
+        [_PREAMBLE + "Show a file."],  # a group of one
+        ["This tool belongs to the file system and shows a file", "This tool belongs to the file system and removes one"],
+    ],
+)
+def test_no_shared_opening_unless_whole_sentences_every_tool_goes_on_from(descriptions: list[str]) -> None:
+    from middleware.core.disclosure import shared_preamble
+
+    assert shared_preamble(descriptions) == ""
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="ab. :", max_size=60), min_size=2, max_size=5))
+def test_a_shared_opening_is_a_prefix_of_every_description_ending_a_sentence(descriptions: list[str]) -> None:
+    from middleware.core.disclosure import shared_preamble
+
+    cut = shared_preamble(descriptions)
+    if cut:
+        assert all(text.startswith(cut) and text[len(cut) :].strip() for text in descriptions)
+        assert len(cut.strip()) >= 40 and cut.rstrip()[-1] in ".:;!?"
+
+
+def test_shared_openings_keep_the_cacheable_prefix_byte_identical(managers: ManagerFactory, log_path: Path) -> None:
+    """Through chat(): the first tool of the group sent carries the opening, the ones appended later
+    do not, and the next turn's request starts with this one's loader and kept tools, byte for byte."""
+
+    class Fs:
+        def show(self, path: str) -> str:
+            """This tool belongs to the file system, which lets users manage files. Tool description: Show a file."""
+            return "hello"
+
+        def remove(self, path: str) -> str:
+            """This tool belongs to the file system, which lets users manage files. Tool description: Remove a file."""
+            return "removed"
+
+        def create(self, path: str) -> str:
+            """This tool belongs to the file system, which lets users manage files. Tool description: Create a file."""
+            return "created"
+
+    fs = Fs()
+    tools = [fs.show, fs.remove, fs.create, *toolset()]
+    model = Needs({"one": [("show", {"path": "a"})], "two": [("remove", {"path": "a"})], "three": []})
+    mgr = managers(disclosing(log_path, match_tools=0))
+    for request in ("one", "two", "three"):
+        mgr.chat("s", request, model=model.model, tools=tools)
+    last = model.raw[-1]
+    assert [t["function"]["name"] for t in last] == ["load_tools", "show", "remove"]
+    assert last[1]["function"]["description"].startswith("This tool belongs")
+    assert last[2]["function"]["description"].startswith("Remove a file")
+    turn_two = next(raw for raw, names in zip(model.raw, model.requests, strict=True) if names == ["load_tools", "show"])
+    assert json.dumps(last).startswith(json.dumps(turn_two)[:-1])

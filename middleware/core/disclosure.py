@@ -16,7 +16,10 @@ schema on every call, a call carries:
    from turn to turn, so they come last.
 
 The loader and the tools that stay (1-3) are the stable prefix a provider can cache; only
-the matched tools and what a turn loads vary. A model that calls a known tool whose schema
+the matched tools and what a turn loads vary. Tools of a group whose descriptions open
+with the same sentences (an API's "This tool belongs to ..." preamble) carry them once per
+call, in the first of the group's tools sent (``disclosure.share_preambles``): the same
+words, stated once. A model that calls a known tool whose schema
 it was not sent gets it run (its arguments checked against the schema) or, when the
 arguments do not fit, loaded with a one-line answer: never an opaque error.
 """
@@ -54,6 +57,9 @@ LOADER_DESCRIPTION = (
 )
 _INDEX_CHARS = 12_000  # the index in the loader's description, at most (names are cut past it)
 
+# A sentence's end within a description: a preamble is cut after one.
+_SENTENCE_END = re.compile(r"[.:;!?]\s+")
+_MIN_PREAMBLE_CHARS = 40  # shorter shared openings are not worth the lookup
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _STOP = frozenset(
     [
@@ -246,6 +252,26 @@ def auto_groups(tools: Sequence[tuple[str, str | None]], skills: Mapping[str, st
     return groups
 
 
+def shared_preamble(descriptions: Sequence[str]) -> str:
+    """The whole sentences that every one of two or more descriptions opens with (at least
+    40 characters, trailing whitespace included), when each description goes on after them; else ""."""
+    if len(descriptions) < 2:
+        return ""
+    first, last = min(descriptions), max(descriptions)  # the common prefix of all is theirs
+    length = next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), min(len(first), len(last)))
+    ends = [match.end() for match in _SENTENCE_END.finditer(first[:length])]
+    cut = first[: ends[-1]] if ends else ""
+    if len(cut.strip()) < _MIN_PREAMBLE_CHARS or any(not text[len(cut) :].strip() for text in descriptions):
+        return ""
+    return cut
+
+
+def _without(schema: Mapping[str, Any], preamble: str) -> dict[str, Any]:
+    function = dict(schema["function"])
+    function["description"] = str(function["description"])[len(preamble) :]
+    return {**schema, "function": function}
+
+
 class _Bm25:
     """Okapi BM25 over the tools' texts: rare words that a tool and the message share score."""
 
@@ -278,6 +304,11 @@ class Catalog:
         for entry in entries:
             self.groups.setdefault(entry.group, []).append(entry.name)
         self._bm25 = _Bm25([entry.text for entry in entries])
+        # Per group, the opening its tools' descriptions share, and their schemas without it.
+        self.preambles = {group: shared_preamble([_description(self.entries[n].schema) for n in names])
+                          for group, names in self.groups.items()}  # fmt: skip
+        self.shortened = {entry.name: _without(entry.schema, self.preambles[entry.group])
+                          for entry in entries if self.preambles[entry.group]}  # fmt: skip
         self._order = {name: index for index, name in enumerate(self.entries)}
         self.loader_schema = self._loader_schema()
 
@@ -330,8 +361,10 @@ class Catalog:
         scored = [(score, -i, name) for i, (name, score) in enumerate(zip(self.entries, self._bm25.scores(message), strict=True))]
         return [name for score, _, name in sorted(scored, reverse=True)[:limit] if score > 0]
 
-    def select(self, uses: Uses, turn: int, message: str, policy: DisclosureConfig) -> DisclosedTools:
-        """What turn number ``turn`` sends up front: pinned, then recently used, then matched tools."""
+    def select(self, uses: Uses, turn: int, message: str, policy: DisclosureConfig, *, exact: bool = False) -> DisclosedTools:
+        """What turn number ``turn`` sends up front: pinned, then recently used, then matched
+        tools. ``exact``: the schemas as given (for a chatbot handed the tools themselves),
+        even with ``policy.share_preambles`` on."""
         pinned, _ = self.resolve(policy.always)
         recent = [name for name, (_, last) in sorted(uses.items(), key=lambda item: item[1][0])
                   if name in self.entries and 0 < turn - last <= policy.recent_turns]  # fmt: skip
@@ -343,7 +376,8 @@ class Catalog:
         matched = sorted(
             (name for name in self.match(message, policy.match_tools) if name not in stable), key=self._order.__getitem__
         )
-        return DisclosedTools(self, names=[*stable, *matched], stable=len(stable))
+        share = policy.share_preambles and not exact
+        return DisclosedTools(self, names=[*stable, *matched], stable=len(stable), share_preambles=share)
 
 
 _MAX_ECHO = 20  # names echoed back in a loader answer
@@ -357,6 +391,7 @@ class DisclosedTools:
     names: list[str]
     stable: int  # the first ``stable`` names (after the loader) stay from turn to turn
     loaded: list[str] = field(default_factory=list)
+    share_preambles: bool = False  # a group's shared opening only in the first of its tools sent
 
     def __contains__(self, name: object) -> bool:
         return name in self.names
@@ -367,8 +402,17 @@ class DisclosedTools:
         return 1 + self.stable
 
     def schemas(self) -> list[dict[str, Any]]:
-        """The loader first, then the disclosed tools in the order they were disclosed."""
-        return [self.catalog.loader_schema, *(dict(self.catalog.entries[name].schema) for name in self.names)]
+        """The loader first, then the disclosed tools in the order they were disclosed; with
+        ``share_preambles``, a tool after the first of its group without the group's shared
+        opening (a tool's schema depends only on those before it: the prefix stays put)."""
+        catalog, opened = self.catalog, set()
+        out = [catalog.loader_schema]
+        for name in self.names:
+            entry = catalog.entries[name]
+            shorter = catalog.shortened.get(name) if self.share_preambles and entry.group in opened else None
+            opened.add(entry.group)
+            out.append(dict(shorter or entry.schema))
+        return out
 
     def add(self, names: Iterable[str]) -> list[str]:
         """Disclose ``names`` from the next call on (appended); returns those that were new."""
@@ -401,6 +445,11 @@ class DisclosedTools:
         model when its arguments did not fit (``problem``)."""
         self.add([name])
         return f"The schema of {name} had not been sent; it is loaded now ({problem}). Call {name} again."
+
+
+def _description(schema: Mapping[str, Any]) -> str:
+    description = (schema.get("function") or {}).get("description")
+    return description if isinstance(description, str) else ""
 
 
 def _names(names: Sequence[str]) -> str:
