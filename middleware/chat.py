@@ -127,9 +127,7 @@ class ChatTurn:
     def _choose(self, state: SessionState) -> int:
         """Given the session, choose what the turn discloses up front; its schemas' tokens."""
         if self.catalog is not None:
-            self.disclosed = self.catalog.select(
-                state.tool_uses, state.turns + 1, self.user_message, self.engine.config.disclosure
-            )
+            self.disclosed = self.engine.disclose(self.catalog, state, self.user_message)
         return self.tools_tokens
 
     def program(self, litellm_kwargs: Mapping[str, Any]) -> Program[ChatResult]:
@@ -417,8 +415,7 @@ class WrappedTurn:
         if self.catalog is None:
             return llm.tools_tokens(self.engine.config.tokens.model, self.every_schema) if self.tools else 0
         # The chatbot is handed the tools as it gave them, so they are counted as given.
-        disclosed = self.catalog.select(state.tool_uses, state.turns + 1, self.message, self.engine.config.disclosure,
-                                        exact=True)  # fmt: skip
+        disclosed = self.engine.disclose(self.catalog, state, self.message, exact=True)
         self.handed = ToolList(disclosed, self.originals, callables=self.callables)
         self.kwargs["tools"] = self.handed
         return llm.tools_tokens(self.engine.config.tokens.model, disclosed.schemas())

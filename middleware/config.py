@@ -338,7 +338,10 @@ class DisclosureConfig(_Section):
     # "tool": the tools called stay; "skill": every tool of their skills (groups) stays.
     recent_scope: Literal["tool", "skill"] = "tool"
     # Tools whose names, descriptions and parameters best match the current message (0: none).
-    match_tools: int = Field(default=5, ge=0, le=1000)
+    match_tools: int = Field(default=3, ge=0, le=1000)
+    # Tools the model called in at least half the turns that called a tool sent up front
+    # (learned from the turns recorded by this process), sent with it (0: none).
+    co_use_tools: int = Field(default=3, ge=0, le=1000)
     # Tool or skill names sent on every call.
     always: tuple[str, ...] = ()
     # The loader's name: a tool of this name in a chat's tools is an error.

@@ -27,7 +27,7 @@ from .connectors import Connector, connector_lines, connector_observations
 from .core import plans
 from .core.archive import query_terms
 from .core.composer import Composer
-from .core.disclosure import Catalog, auto_groups, entry_of
+from .core.disclosure import Catalog, CoUse, DisclosedTools, auto_groups, entry_of
 from .core.effects import Inline, Io, Program
 from .core.notes import WRITES, apply_operation, notes_tool_schema
 from .core.state import (
@@ -104,6 +104,7 @@ class Engine:
         self.billing = Billing(config, self.tokenizer)
         self._billed: Lru[dict[str, Any]] = Lru(4_096)  # a turn's first-call figures, until it is recorded
         self._catalogs: Lru[tuple[Toolset, Catalog | None]] = Lru(256)
+        self._co_use, self._co_use_lock = CoUse(), threading.Lock()  # tools called together, for disclosure
 
     # --- checks and helpers (no I/O) -----------------------------------------------
 
@@ -168,6 +169,13 @@ class Engine:
         catalog = self._make_catalog(toolset)
         self._catalogs.put(key, (toolset, catalog))
         return catalog
+
+    def disclose(self, catalog: Catalog, state: SessionState, message: str, *, exact: bool = False) -> DisclosedTools:
+        """What the session's next turn sends up front from ``catalog`` (see Catalog.select),
+        with the companions of its tools learned from the turns this engine recorded."""
+        with self._co_use_lock:
+            return catalog.select(state.tool_uses, state.turns + 1, message, self.config.disclosure, co_use=self._co_use,
+                                  exact=exact)  # fmt: skip
 
     def _make_catalog(self, toolset: Toolset) -> Catalog | None:
         settings = self.config.disclosure
@@ -275,6 +283,9 @@ class Engine:
         session_id = self.session_id(session_id)
         prompt, billed = self._prompts.pop(session_id), self._billed.pop(session_id)
         turn = self.turn(user, assistant, tool_calls)
+        if turn.tool_calls and self.config.disclosure.co_use_tools:
+            with self._co_use_lock:
+                self._co_use.learn(call.name for call in turn.tool_calls)
         observed = (yield from connector_observations(self.connectors, session_id, turn)) if self.connectors else ()
         update = self.composer.apply_turn(
             turn,

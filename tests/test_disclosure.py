@@ -542,3 +542,52 @@ def test_shared_openings_keep_the_cacheable_prefix_byte_identical(managers: Mana
     assert last[2]["function"]["description"].startswith("Remove a file")
     turn_two = next(raw for raw, names in zip(model.raw, model.requests, strict=True) if names == ["load_tools", "show"])
     assert json.dumps(last).startswith(json.dumps(turn_two)[:-1])
+
+
+# --- tools called together ---------------------------------------------------------------------------
+
+
+def test_co_use_learns_which_tools_go_together() -> None:
+    from middleware.core.disclosure import CoUse
+
+    co_use = CoUse(min_turns=3, min_share=0.5)
+    for _ in range(2):
+        co_use.learn(["cd", "mv"])
+    assert co_use.companions(["mv"]) == []  # seen in 2 turns: too few to go by
+    co_use.learn(["cd", "mv", "mv"])
+    co_use.learn(["mv", "ls"])
+    assert co_use.companions(["mv"]) == ["cd"]  # 3 of mv's 4 turns; ls in 1 of 4 stays out
+    assert co_use.companions(["mv", "cd"]) == []  # what is given is not added again
+    assert co_use.companions(["unknown"]) == []
+    small = CoUse(limit=3, min_turns=1)
+    small.learn(["a", "b"])
+    small.learn(["c", "d"])  # past the limit: starts over
+    assert small.companions(["a"]) == [] and small.companions(["c"]) == ["d"]
+
+
+def test_companions_come_with_the_tools_sent_up_front_and_stay_after_the_stable_ones() -> None:
+    from middleware.core.disclosure import CoUse
+
+    catalog = CATALOG
+    co_use = CoUse(min_turns=1)
+    co_use.learn(["touch", "ls"])
+    policy = DisclosureConfig(match_tools=1, co_use_tools=3)
+    disclosed = catalog.select({"cat": (0, 1)}, 2, "create an empty file", policy, co_use=co_use)
+    assert disclosed.names[: disclosed.stable] == ["cat"]
+    assert sorted(disclosed.names[disclosed.stable :]) == ["ls", "touch"]  # touch matched, ls came with it
+    off = catalog.select({"cat": (0, 1)}, 2, "create an empty file", policy.model_copy(update={"co_use_tools": 0}), co_use=co_use)
+    assert off.names == ["cat", "touch"]
+
+
+def test_chat_learns_companions_from_the_turns_it_records(managers: ManagerFactory, log_path: Path) -> None:
+    """After turns (of other sessions) that called touch and ls together, a request that names
+    only creating a file gets ls up front too and needs no loader round; with co_use_tools 0
+    it loads ls."""
+    for co_use_tools, loads in ((3, False), (0, True)):
+        model = Needs({f"create empty file {i}": [("touch", {"file_name": f"f{i}"}), ("ls", {})] for i in range(5)})
+        mgr = managers(disclosing(log_path, match_tools=1, recent_turns=0, co_use_tools=co_use_tools))
+        for i in range(4):
+            mgr.chat(f"learn-{i}", f"create empty file {i}", model=model.model, tools=toolset())
+        before = len(model.requests)
+        result = mgr.chat("fresh", "create empty file 4", model=model.model, tools=toolset())
+        assert bool(result.loaded) is loads, (co_use_tools, model.requests[before:])

@@ -14,6 +14,9 @@ schema on every call, a call carries:
 4. up to ``disclosure.match_tools`` tools whose names, descriptions and parameters share
    words with the current message (BM25 over stemmed words), after the others: they change
    from turn to turn, so they come last.
+5. up to ``disclosure.co_use_tools`` tools the model has called in most of the turns in
+   which it called one of those (``CoUse``: ``cd`` with a file operation, a login with what
+   needs it), learned from the turns recorded: requests often need tools they do not name.
 
 The loader and the tools that stay (1-3) are the stable prefix a provider can cache; only
 the matched tools and what a turn loads vary. Tools of a group whose descriptions open
@@ -39,6 +42,7 @@ from .text import one_line
 __all__ = [
     "LOADER_DESCRIPTION",
     "Catalog",
+    "CoUse",
     "DisclosedTools",
     "ToolEntry",
     "Uses",
@@ -294,6 +298,43 @@ class _Bm25:
         return out
 
 
+class CoUse:
+    """Which tools are called together, from the turns recorded (tool names only): per tool,
+    the turns that called it and, of those, how many also called each other tool. Bounded:
+    past ``limit`` tools it starts over. Not thread-safe: its owner serializes access."""
+
+    def __init__(self, *, limit: int = 4096, min_turns: int = 3, min_share: float = 0.5) -> None:
+        self.limit, self.min_turns, self.min_share = limit, min_turns, min_share
+        self.turns: Counter[str] = Counter()
+        self.together: dict[str, Counter[str]] = {}
+
+    def learn(self, names: Iterable[str]) -> None:
+        """One turn's called tools."""
+        called = list(dict.fromkeys(names))
+        if len(self.turns) + len(called) > self.limit:
+            self.turns.clear()
+            self.together.clear()
+        for name in called:
+            self.turns[name] += 1
+            counter = self.together.setdefault(name, Counter())
+            counter.update(other for other in called if other != name)
+
+    def companions(self, names: Iterable[str]) -> list[str]:
+        """Tools called in at least ``min_share`` of the turns that called one of ``names`` (each
+        seen in ``min_turns`` turns or more), most often first; ``names`` themselves left out."""
+        given = list(dict.fromkeys(names))
+        best: dict[str, float] = {}
+        for name in given:
+            seen = self.turns[name]
+            if seen < self.min_turns:
+                continue
+            for other, together in self.together.get(name, {}).items():
+                share = together / seen
+                if share >= self.min_share and share > best.get(other, 0.0):
+                    best[other] = share
+        return [name for name in sorted(best, key=lambda n: -best[n]) if name not in given]
+
+
 class Catalog:
     """The tools a chat may use, grouped and indexed, and the loader that opens them."""
 
@@ -361,10 +402,12 @@ class Catalog:
         scored = [(score, -i, name) for i, (name, score) in enumerate(zip(self.entries, self._bm25.scores(message), strict=True))]
         return [name for score, _, name in sorted(scored, reverse=True)[:limit] if score > 0]
 
-    def select(self, uses: Uses, turn: int, message: str, policy: DisclosureConfig, *, exact: bool = False) -> DisclosedTools:
+    def select(
+        self, uses: Uses, turn: int, message: str, policy: DisclosureConfig, *, co_use: CoUse | None = None, exact: bool = False
+    ) -> DisclosedTools:
         """What turn number ``turn`` sends up front: pinned, then recently used, then matched
-        tools. ``exact``: the schemas as given (for a chatbot handed the tools themselves),
-        even with ``policy.share_preambles`` on."""
+        tools and their companions (``co_use``). ``exact``: the schemas as given (for a chatbot
+        handed the tools themselves), even with ``policy.share_preambles`` on."""
         pinned, _ = self.resolve(policy.always)
         recent = [name for name, (_, last) in sorted(uses.items(), key=lambda item: item[1][0])
                   if name in self.entries and 0 < turn - last <= policy.recent_turns]  # fmt: skip
@@ -373,9 +416,11 @@ class Catalog:
             recent = [name for group in groups for name in self.groups[group]]
         stable = list(dict.fromkeys([*pinned, *recent]))
         # The best matches overall: those already sent add nothing, and the list stays put.
-        matched = sorted(
-            (name for name in self.match(message, policy.match_tools) if name not in stable), key=self._order.__getitem__
-        )
+        matched = [name for name in self.match(message, policy.match_tools) if name not in stable]
+        if co_use is not None and policy.co_use_tools:
+            companions = [name for name in co_use.companions([*stable, *matched]) if name in self.entries]
+            matched += [name for name in companions if name not in stable][: policy.co_use_tools]
+        matched.sort(key=self._order.__getitem__)
         share = policy.share_preambles and not exact
         return DisclosedTools(self, names=[*stable, *matched], stable=len(stable), share_preambles=share)
 
