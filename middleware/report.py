@@ -347,8 +347,8 @@ def _table(title: str, rows: Mapping[str, Totals]) -> str:
         for name, t in rows.items()
     )
     return (
-        f"<h2>{html.escape(title)}</h2><table><tr><th>name</th><th>calls</th><th>tokens sent</th><th>cached</th>"
-        f"<th>full history</th><th>cached</th><th>saved, raw</th><th>saved, with caching</th><th>prompt cost</th>"
+        f"<h2>{html.escape(title)}</h2><table><tr><th>name</th><th>calls</th><th>tokens sent</th><th>of it cached</th>"
+        f"<th>full history</th><th>of it cached</th><th>saved, raw</th><th>saved, with caching</th><th>prompt cost</th>"
         f"<th>full history cost</th><th>p50</th><th>p95</th></tr>{body}</table>"
     )
 

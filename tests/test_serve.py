@@ -99,6 +99,26 @@ def test_a_reply_comes_back_with_usage_and_the_turn_is_recorded(client: openai.O
     assert line["tokens"]["total"] == response.usage.prompt_tokens  # our count is the provider's
 
 
+def test_usage_lines_split_each_call_into_what_the_providers_cache_would_read(
+    served: Callable[..., str], config: Config, log_path: Path
+) -> None:
+    """Each serve line carries the cache split for both sides, as chat() and wrap lines do: under
+    OpenAI's rules a client's long system text, the same on every call, is read from the cache
+    from the second call on, and a 1,024-token minimum keeps a short first prompt uncached."""
+    system = "You answer questions about the weather. " * 200  # about 1,600 tokens, above OpenAI's minimum
+    with serving(create_app(config.with_overrides(caching={"rules": "openai"}))) as url:
+        talk = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        for text in ("one", "two"):
+            talk.chat.completions.create(model="scripted/echo", extra_headers=sid("cached"),
+                                         messages=[{"role": "system", "content": system}, {"role": "user", "content": text}])  # fmt: skip
+    first, second = usage_lines(log_path)
+    assert first["cache"]["rules"] == second["cache"]["rules"] == "openai"
+    assert first["cache"]["sent"]["read"] == 0
+    assert second["cache"]["sent"]["read"] >= 1024 and second["cache"]["sent"]["read"] % 128 == 0
+    assert second["cache"]["sent"]["read"] <= second["tokens"]["total"]
+    assert second["cache"]["full_history"]["read"] >= 1024  # the full history's prefix is cached too
+
+
 def test_the_model_is_sent_the_composed_prompt_not_the_history(client: openai.OpenAI) -> None:
     """From the third turn on, the upstream sees the summary and the last turn, not every message."""
     history: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]

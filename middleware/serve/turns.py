@@ -47,6 +47,8 @@ class Exchange:
     drop: str | None  # the live field the turn waited in, forgotten once it moves on
     loop_tokens: int
     tools_tokens: int
+    tools: list[dict[str, Any]] | None = None  # the schemas that go upstream, as the client sent them
+    static_prefix: str = ""  # the system text that does not change from call to call (the client's, else ours)
 
 
 def _prompt_json(prompt: Prompt, sent: Sequence[Mapping[str, Any]]) -> str:
@@ -89,8 +91,10 @@ class Turns:
         loop_tokens = sum(map(engine.tokenizer.count_message, turn.loop))
         prompt = self._compose(state, turn.user, conversation.system, model, tools_tokens + loop_tokens, candidates)
         sent = [*prompt.messages[:-1], self._current(prompt, conversation), *turn.loop]
+        static = conversation.system if conversation.system is not None else engine.composer.static_prefix
         return Exchange(session_id=session_id, turn=turn, prompt=prompt, messages=sent, drop=drop,
-                        loop_tokens=loop_tokens, tools_tokens=tools_tokens)  # fmt: skip
+                        loop_tokens=loop_tokens, tools_tokens=tools_tokens, tools=[dict(t) for t in tools] if tools else None,
+                        static_prefix=static)  # fmt: skip
 
     def _turn(self, conversation: Conversation, arrival: live.Arrival, user: str | None) -> tuple[OpenTurn, str | None]:
         """The turn this request continues (waiting in Redis, or told by a full history) or starts."""
@@ -191,15 +195,20 @@ class Turns:
         self, exchange: Exchange, reply: Mapping[str, Any], usage: Any, *, model: str, latency: float, error: int | None = None
     ) -> dict[str, Any]:
         """One usage line for an upstream call of a session's turn (``error``: the HTTP status it failed with)."""
-        provider = llm.usage_of(usage)
+        provider, engine = llm.usage_of(usage), self.engine
+        # A full-history client resends the same schemas: it sends every one it was given.
+        full = exchange.prompt.full_history_tokens + exchange.loop_tokens + exchange.tools_tokens
+        # What the provider would read from its cache (a failed call leaves its cache as it was).
+        cache = None if error is not None else engine.billing.call(
+            exchange.session_id, model, tools=exchange.tools, messages=exchange.messages, full_tokens=full, now=time.time(),
+            static_prefix=exchange.static_prefix, static_tokens=engine.tokenizer.count_chat("system", exchange.static_prefix),
+        )  # fmt: skip
         record = usage_record(kind=self.kind, session=exchange.session_id, turn=exchange.prompt.turn, step=exchange.turn.steps,
                               model=model, prompt=exchange.prompt, loop_tokens=exchange.loop_tokens,
-                              tools_tokens=exchange.tools_tokens,
-                              # A full-history client resends the same schemas: it sends every one it was given.
-                              full_history_tokens=exchange.prompt.full_history_tokens + exchange.loop_tokens + exchange.tools_tokens,
+                              tools_tokens=exchange.tools_tokens, full_history_tokens=full,
                               provider=provider, cost_usd=llm.cost_of(model, provider),
                               price_per_token=llm.input_price(model), latency_ms=latency * 1000,
-                              tool_calls=len(reply.get("tool_calls") or ()))  # fmt: skip
+                              tool_calls=len(reply.get("tool_calls") or ()), cache=cache)  # fmt: skip
         if error is not None:
             record["error_status"] = error
         return self.engine.usage_log.write(record, content={"messages": exchange.messages, "reply": dict(reply)})
