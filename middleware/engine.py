@@ -283,9 +283,6 @@ class Engine:
         session_id = self.session_id(session_id)
         prompt, billed = self._prompts.pop(session_id), self._billed.pop(session_id)
         turn = self.turn(user, assistant, tool_calls)
-        if turn.tool_calls and self.config.disclosure.co_use_tools:
-            with self._co_use_lock:
-                self._co_use.learn(call.name for call in turn.tool_calls)
         observed = (yield from connector_observations(self.connectors, session_id, turn)) if self.connectors else ()
         update = self.composer.apply_turn(
             turn,
@@ -306,14 +303,23 @@ class Engine:
             turns = self._recorded(session_id, recorded)
         except StoreError as exc:
             if not self.degrade:
-                raise
+                raise  # not learned from: the caller may retry it
+            self._learn(turn)  # held: it will be written
             return self._hold(session_id, update, exc)
+        self._learn(turn)
         if debug_enabled():
             for key, value in update.context:
                 log.debug("context.set", session=session_id, key=key, value=self.content(value))
             log.debug("summary.updated", session=session_id, line=self.content(update.summary_line))
             log.debug("turn.recorded", session=session_id, turn=turns, turn_full_tokens=update.full_tokens)
         return turns
+
+    def _learn(self, turn: Turn) -> None:
+        """Learn which tools the turn called together, for disclosure's companions."""
+        settings = self.config.disclosure
+        if turn.tool_calls and settings.enabled and settings.co_use_tools:
+            with self._co_use_lock:
+                self._co_use.learn(call.name for call in turn.tool_calls)
 
     def _vectors(self, texts: list[str]) -> Program[list[list[float]] | tuple[()]]:
         """Embeddings of ``texts`` for semantic recall, or () (none asked for, the model

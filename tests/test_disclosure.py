@@ -502,11 +502,15 @@ def test_no_shared_opening_unless_whole_sentences_every_tool_goes_on_from(descri
     assert shared_preamble(descriptions) == ""
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.text(alphabet="ab. :", max_size=60), min_size=2, max_size=5))
-def test_a_shared_opening_is_a_prefix_of_every_description_ending_a_sentence(descriptions: list[str]) -> None:
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet="ab. :\n", min_size=30, max_size=80),
+    st.lists(st.text(alphabet="ab. :\n", max_size=30), min_size=2, max_size=5),
+)
+def test_a_shared_opening_is_a_prefix_of_every_description_ending_a_sentence(shared: str, endings: list[str]) -> None:
     from middleware.core.disclosure import shared_preamble
 
+    descriptions = [shared + ending for ending in endings]
     cut = shared_preamble(descriptions)
     if cut:
         assert all(text.startswith(cut) and text[len(cut) :].strip() for text in descriptions)
@@ -561,8 +565,20 @@ def test_co_use_learns_which_tools_go_together() -> None:
     assert co_use.companions(["unknown"]) == []
     small = CoUse(limit=3, min_turns=1)
     small.learn(["a", "b"])
-    small.learn(["c", "d"])  # past the limit: starts over
-    assert small.companions(["a"]) == [] and small.companions(["c"]) == ["d"]
+    small.learn(["a", "b"])
+    small.learn(["c"])
+    small.learn(["d", "e"])  # past the limit: the less used half goes, a (called most) stays
+    assert set(small.turns) == {"a", "d", "e"} and small.companions(["d"]) == ["e"]
+
+
+def test_co_use_stays_bounded_whatever_it_is_taught() -> None:
+    from middleware.core.disclosure import CoUse
+
+    co_use = CoUse(limit=100, per_turn=8, keep=4)
+    for turn in range(500):
+        co_use.learn(f"tool{(turn * 7 + i) % 300}" for i in range(50))  # 50 names a turn, 300 in all
+    assert len(co_use.turns) <= 100 and len(co_use.together) <= 100
+    assert all(len(counter) <= 8 for counter in co_use.together.values())  # per_turn - 1 new a turn, cut back to keep
 
 
 def test_companions_come_with_the_tools_sent_up_front_and_stay_after_the_stable_ones() -> None:

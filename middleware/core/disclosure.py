@@ -272,7 +272,7 @@ def shared_preamble(descriptions: Sequence[str]) -> str:
 
 def _without(schema: Mapping[str, Any], preamble: str) -> dict[str, Any]:
     function = dict(schema["function"])
-    function["description"] = str(function["description"])[len(preamble) :]
+    function["description"] = str(function["description"])[len(preamble) :].lstrip()
     return {**schema, "function": function}
 
 
@@ -301,23 +301,30 @@ class _Bm25:
 class CoUse:
     """Which tools are called together, from the turns recorded (tool names only): per tool,
     the turns that called it and, of those, how many also called each other tool. Bounded:
-    past ``limit`` tools it starts over. Not thread-safe: its owner serializes access."""
+    a turn teaches at most ``per_turn`` names; past ``limit`` names the less used half is
+    forgotten, and a tool keeps its ``2 * keep`` most frequent companions at most. Not
+    thread-safe: its owner serializes access."""
 
-    def __init__(self, *, limit: int = 4096, min_turns: int = 3, min_share: float = 0.5) -> None:
-        self.limit, self.min_turns, self.min_share = limit, min_turns, min_share
+    def __init__(
+        self, *, limit: int = 4096, min_turns: int = 3, min_share: float = 0.5, per_turn: int = 32, keep: int = 64
+    ) -> None:
+        self.limit, self.min_turns, self.min_share, self.per_turn, self.keep = limit, min_turns, min_share, per_turn, keep
         self.turns: Counter[str] = Counter()
         self.together: dict[str, Counter[str]] = {}
 
     def learn(self, names: Iterable[str]) -> None:
         """One turn's called tools."""
-        called = list(dict.fromkeys(names))
-        if len(self.turns) + len(called) > self.limit:
-            self.turns.clear()
-            self.together.clear()
+        called = list(dict.fromkeys(names))[: self.per_turn]
+        if len(self.turns) + sum(1 for name in called if name not in self.turns) > self.limit:
+            for name, _ in self.turns.most_common()[self.limit // 2 :]:  # the less used half goes
+                del self.turns[name]
+                self.together.pop(name, None)
         for name in called:
             self.turns[name] += 1
             counter = self.together.setdefault(name, Counter())
             counter.update(other for other in called if other != name)
+            if len(counter) > 2 * self.keep:
+                self.together[name] = Counter(dict(counter.most_common(self.keep)))
 
     def companions(self, names: Iterable[str]) -> list[str]:
         """Tools called in at least ``min_share`` of the turns that called one of ``names`` (each
