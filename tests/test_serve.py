@@ -355,8 +355,10 @@ def upstream() -> Iterator[str]:
 @pytest.mark.parametrize("status", [401, 429, 500])
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_provider_errors_keep_their_status_and_openai_shape(served: Callable[..., str], upstream: str, config: Config,
-                                                            status: int, stream: bool, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    """A provider's 401/429/500 reaches the client with that status in OpenAI's error shape; nothing is recorded."""
+                                                            status: int, stream: bool, monkeypatch: pytest.MonkeyPatch,
+                                                            log_path: Path) -> None:  # fmt: skip
+    """A provider's 401/429/500 reaches the client with that status in OpenAI's error shape; nothing is recorded,
+    and the call's usage line says the status and models no cache (a failed call cached nothing)."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-from-the-environment")
     url = served(models={"m": {"model": f"openai/error-{status}", "api_base": upstream}})
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
@@ -365,6 +367,8 @@ def test_provider_errors_keep_their_status_and_openai_shape(served: Callable[...
     assert set(response.json()["error"]) == {"message", "type", "param", "code"}
     assert "sk-test-key" not in response.text
     assert state_of(config, "e").turns == 0
+    (line,) = usage_lines(log_path)
+    assert line["error_status"] == status and "cache" not in line
 
 
 def test_an_upstream_behind_an_alias_serves_sessions(served: Callable[..., str], upstream: str, config: Config,
