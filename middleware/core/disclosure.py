@@ -55,9 +55,8 @@ __all__ = [
 Uses = Mapping[str, tuple[int, int]]
 
 LOADER_DESCRIPTION = (
-    "Load the schemas of more tools before you call them: pass tool names, or a group name for all "
-    "of its tools. Their schemas come with your next step; this returns nothing to show the user. "
-    "Tools by group:"
+    "Load tools before calling them: pass tool or group names; their schemas come with your next step. "
+    "Returns nothing to show the user. Tools by group:"
 )
 _INDEX_CHARS = 12_000  # the index in the loader's description, at most (names are cut past it)
 
@@ -382,7 +381,7 @@ class Catalog:
                 "description": f"{LOADER_DESCRIPTION}\n{self.index()}",
                 "parameters": {
                     "type": "object",
-                    "properties": {"names": {"type": "array", "items": {"type": "string"}, "description": "tool or group names"}},
+                    "properties": {"names": {"type": "array", "items": {"type": "string"}}},
                     "required": ["names"],
                 },
             },
