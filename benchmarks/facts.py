@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import random
 import statistics
+import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -157,21 +158,29 @@ class Conversation:
     turns: list[Turn] = field(default_factory=list)
 
 
-def _filler(rng: random.Random, things: Sequence[str], sentences: int) -> str:
-    return " ".join(rng.choice(FILLER).format(thing=rng.choice(things)) for _ in range(sentences))
+def _filler(rng: random.Random, things: Sequence[str], sentences: int, filler: Sequence[str] = FILLER) -> str:
+    return " ".join(rng.choice(filler).format(thing=rng.choice(things)) for _ in range(sentences))
 
 
-def conversations(count: int = 40, seed: int = 2026) -> list[Conversation]:
-    """``count`` conversations, the same every time for a seed."""
+def conversations(count: int = 40, seed: int = 2026, *, heldout: bool = False) -> list[Conversation]:
+    """``count`` conversations, the same every time for a seed. ``heldout``: with the
+    wordings of ``benchmarks.facts_heldout`` (other values, statements, questions and
+    filler, half of it with names, times and prices in passing), written without sight
+    of the rules that find what a user states, to measure how far those rules carry."""
+    if heldout:
+        from benchmarks import facts_heldout as words
+    else:
+        words = sys.modules[__name__]
+    facts, filler, replies = words.FACTS, words.FILLER, words.REPLIES
     rng = random.Random(seed)
     made = []
     for index in range(count):
         task, things = TASKS[index % len(TASKS)]
         length = rng.randint(24, 109)
-        kinds = rng.sample(sorted(FACTS), k=min(rng.randint(6, 10), len(FACTS)))
+        kinds = rng.sample(sorted(facts), k=min(rng.randint(6, 10), len(facts)))
         plan: dict[int, tuple[str, str, str]] = {}  # turn -> (kind, statement or question, answer)
         for kind in kinds:
-            values, statements, questions = FACTS[kind]
+            values, statements, questions = facts[kind]
             value = rng.choice(values)
             for _ in range(50):  # a statement turn and a question 20..100 turns later, both free
                 said = rng.randint(0, max(length - 21, 0))
@@ -188,9 +197,10 @@ def conversations(count: int = 40, seed: int = 2026) -> list[Conversation]:
             if answer:  # a question, asked on its own
                 user = text
             else:
-                before, after = _filler(rng, things, rng.randint(1, 3)), _filler(rng, things, rng.randint(1, 3))
+                before = _filler(rng, things, rng.randint(1, 3), filler)
+                after = _filler(rng, things, rng.randint(1, 3), filler)
                 user = " ".join(part for part in (opening, before, text, after) if part)
-            conversation.turns.append(Turn(user, rng.choice(REPLIES).format(thing=thing), answer))
+            conversation.turns.append(Turn(user, rng.choice(replies).format(thing=thing), answer))
         made.append(conversation)
     return made
 
