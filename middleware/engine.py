@@ -91,7 +91,9 @@ class Engine:
         self.degrade = config.store.on_store_error == "degrade"
         # Turns the store could not take, oldest first, with their sizes; each is written
         # before anything else on its own session's next call that reaches the store.
-        self._pending: deque[tuple[str, TurnUpdate, int]] = deque()
+        # Turns held through an outage: (session, update, bytes held, its pieces' vectors when
+        # they were made before the store failed, else None: made when the turn is written).
+        self._pending: deque[tuple[str, TurnUpdate, int, tuple[bytes, ...] | None]] = deque()
         self._pending_bytes = 0
         self._pending_lock = threading.Lock()
         self._prompts: Lru[Prompt] = Lru(4_096)  # composed, not yet recorded
@@ -206,7 +208,7 @@ class Engine:
     @property
     def pending_turns(self) -> list[tuple[str, TurnUpdate]]:
         with self._pending_lock:
-            return [(session_id, update) for session_id, update, _ in self._pending]
+            return [(session_id, update) for session_id, update, _, _ in self._pending]
 
     def content(self, text: str) -> str:
         """``text`` as logs may show it: itself only with usage_log.include_content."""
@@ -291,21 +293,20 @@ class Engine:
             prompt=_prompt_json(prompt, billed) if prompt else "",
             observed=observed,
         )
+        encoded: tuple[bytes, ...] | None = None
         try:
             if not self._server_checked:
                 yield from self._check_server()
             if self._pending:
                 yield from self._flush(session_id)
-            vectors = (yield from self._vectors([p.text for p in update.pieces])) if self._semantic is not False else ()
-            recorded = yield from plans.record(
-                self.layout, session_id, update, now=time.time(), vectors=[plans.encode_vector(v) for v in vectors]
-            )
+            encoded = yield from self._encoded(update)
+            recorded = yield from plans.record(self.layout, session_id, update, now=time.time(), vectors=encoded)
             turns = self._recorded(session_id, recorded)
         except StoreError as exc:
             if not self.degrade:
                 raise  # not learned from: the caller may retry it
             self._learn(turn)  # held: it will be written
-            return self._hold(session_id, update, exc)
+            return self._hold(session_id, update, exc, encoded)
         self._learn(turn)
         if debug_enabled():
             for key, value in update.context:
@@ -320,6 +321,13 @@ class Engine:
         if turn.tool_calls and settings.enabled and settings.co_use_tools:
             with self._co_use_lock:
                 self._co_use.learn(call.name for call in turn.tool_calls)
+
+    def _encoded(self, update: TurnUpdate) -> Program[tuple[bytes, ...]]:
+        """The vectors of a turn's archived pieces, encoded for the store (semantic recall), or ()."""
+        if self._semantic is False or not update.pieces:
+            return ()
+        vectors = yield from self._vectors([p.text for p in update.pieces])
+        return tuple(plans.encode_vector(v) for v in vectors)
 
     def _vectors(self, texts: list[str]) -> Program[list[list[float]] | tuple[()]]:
         """Embeddings of ``texts`` for semantic recall, or () (none asked for, the model
@@ -359,19 +367,19 @@ class Engine:
             log.warning("store.index_not_updated", session=session_id, error=recorded.index_error)
         return recorded.turns
 
-    def _hold(self, session_id: str, update: TurnUpdate, exc: StoreError) -> int:
-        size = _size(update)
+    def _hold(self, session_id: str, update: TurnUpdate, exc: StoreError, vectors: tuple[bytes, ...] | None) -> int:
+        size = _size(update) + sum(map(len, vectors or ()))
         limits = self.config.store
         with self._pending_lock:
             while self._pending and (
                 len(self._pending) >= limits.max_pending_turns or self._pending_bytes + size > limits.max_pending_bytes
             ):
-                dropped, _, dropped_size = self._pending.popleft()
+                dropped, _, dropped_size, _ = self._pending.popleft()
                 self._pending_bytes -= dropped_size
                 log.error(
                     "store.pending_overflow", session=dropped, turns=limits.max_pending_turns, bytes=limits.max_pending_bytes
                 )
-            self._pending.append((session_id, update, size))
+            self._pending.append((session_id, update, size, vectors))
             self._pending_bytes += size
             waiting = len(self._pending)
         log.warning("store.turn_not_recorded", session=session_id, pending=waiting, line=self.content(update.summary_line),
@@ -389,11 +397,13 @@ class Engine:
             held = [item for item in self._pending if session_id is None or item[0] == session_id]
         written, failed = 0, set()
         for item in held:
-            sid, update, size = item
+            sid, update, size, vectors = item
             if sid in failed:
                 continue  # keep this session's order: nothing after a turn that failed
             try:
-                recorded = yield from plans.record(self.layout, sid, update, now=time.time())
+                # A turn held before its vectors were made gets them now, so semantic recall finds it too.
+                encoded = vectors if vectors is not None else (yield from self._encoded(update))
+                recorded = yield from plans.record(self.layout, sid, update, now=time.time(), vectors=encoded)
             except StoreError as exc:
                 if session_id is not None and (not tolerate or isinstance(exc, StoreUnavailableError)):
                     raise

