@@ -94,6 +94,21 @@ def test_a_write_whose_reply_is_lost_is_stored_once(
     assert redis_server.client().llen(session_keys("mw", "s").traces) == 2
 
 
+def test_a_notes_edit_whose_reply_is_lost_is_applied_once(
+    face: str, tmp_path: Path, proxied: FaultProxy, loop: asyncio.AbstractEventLoop
+) -> None:
+    """The notes' compare-and-set reaches Redis, its reply is lost and redis-py sends it
+    again: the notes already hold what it would write, so it counts as done (it used to
+    find them changed, read them again and append a second time)."""
+    with open_manager(face, auto(tmp_path), loop, redis_url=proxied.url) as mgr:
+        mgr.manage_notes("u", "a", "append", content="Prefers metric units.")
+        proxied.lose_replies(b"EVAL")
+        mgr.manage_notes("u", "a", "append", content="Allergic to walnuts.")
+        assert proxied.lost == 1
+        notes = mgr.manage_notes("u", "a", "read")
+    assert notes.count("Allergic to walnuts.") == 1 and notes.count("Prefers metric units.") == 1
+
+
 # --- 3. a held turn that did land ---------------------------------------------------------
 
 

@@ -960,8 +960,12 @@ def notes(layout: Layout, user_id: str, agent: str) -> Plan[str]:
 
 
 # Set the notes only if they are still what the edit read (compare and set, one key).
+# Notes that already hold what the edit writes count as written: redis-py sends a script
+# again when its reply is lost, and that second run must not report a change it made itself
+# (the edit would be read and applied again: an append twice).
 _NOTES_CAS = """
 local current = redis.call('GET', KEYS[1]) or ''
+if current == ARGV[2] then return 1 end
 if current ~= ARGV[1] then return 0 end
 if ARGV[2] == '' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[2]) end
 return 1
