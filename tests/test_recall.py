@@ -50,6 +50,19 @@ def test_the_archive_keeps_the_last_turns_and_sweeps_their_terms(managers: Manag
     assert raw.hget(keys.idx, "kestrel12") == b"12.0" and raw.hget(keys.idx, "kestrel1") in (None, b"1.0")
 
 
+def test_lowering_archive_turns_sweeps_what_the_longer_archive_kept(managers: ManagerFactory, tmp_path: Path, raw: Any) -> None:
+    """Turns kept under a longer archive go once it is shortened (a few of them with each
+    write, found by sampling the archive), and archive_turns 0 drops the archive and its
+    index at the next write."""
+    keys = session_keys("mw", "s")
+    say(managers(auto(tmp_path, archive_turns=100)), "s", *(f"Turn {i}: the code word is Kestrel{i}." for i in range(1, 41)))
+    assert len({field.split(b".")[0] for field in raw.hkeys(keys.arc)}) == 40
+    say(managers(auto(tmp_path, archive_turns=5)), "s", *(f"Turn {i}: the code word is Osprey{i}." for i in range(41, 81)))
+    assert {int(field.split(b".")[0]) for field in raw.hkeys(keys.arc)} == set(range(76, 81))
+    say(managers(auto(tmp_path, archive_turns=0)), "s", "One more turn.")
+    assert not raw.exists(keys.arc) and not raw.exists(keys.idx)
+
+
 def test_a_fact_from_thirty_turns_ago_is_recalled_when_asked_and_only_then(managers: ManagerFactory, tmp_path: Path) -> None:
     """A user's order number, 30 turns back and out of the summary, is in the prompt when the
     message asks about the order; a message about something else does not pull it in."""

@@ -776,13 +776,27 @@ if archive > 0 then
   end
   local gone = turns - archive  -- the turn that falls out of the archive now
   if gone >= 1 then
-    local old, keys = {}, {}
-    for n = 0, 31 do
-      old[#old + 1] = gone .. '.' .. n
-      keys[#keys + 1] = vectors .. gone .. '.' .. n
+    -- Its pieces go, and those of older turns a few pieces picked at random belong to:
+    -- turns kept while the archive was longer (archive_turns lowered) go a few at a time.
+    local turns_gone, seen = {gone}, {[gone] = true}
+    local picked = call('HRANDFIELD', arc, 4)
+    if type(picked) ~= 'table' then picked = {} end
+    for _, id in ipairs(picked) do
+      local t = tonumber(string.match(id, '^(%d+)%.'))
+      if t and t < gone and not seen[t] then
+        seen[t] = true
+        turns_gone[#turns_gone + 1] = t
+      end
     end
-    call('HDEL', arc, unpack(old))
-    if vectors ~= '' then redis.call('DEL', unpack(keys)) end
+    for _, t in ipairs(turns_gone) do
+      local old, keys = {}, {}
+      for n = 0, 31 do
+        old[#old + 1] = t .. '.' .. n
+        keys[#keys + 1] = vectors .. t .. '.' .. n
+      end
+      call('HDEL', arc, unpack(old))
+      if vectors ~= '' then redis.call('DEL', unpack(keys)) end
+    end
   end
   -- Sweep: a few terms at random; one whose newest piece fell out of the archive goes.
   local sample = call('HRANDFIELD', idx, 3, 'WITHVALUES')
@@ -791,6 +805,8 @@ if archive > 0 then
     local last = tonumber(string.match(sample[i + 1], '(%d+)%.%d+$'))
     if last and last <= gone then call('HDEL', idx, sample[i]) end
   end
+else
+  call('UNLINK', arc, idx)  -- archive_turns 0 keeps none: what an earlier setting kept goes
 end
 
 at = at + 1 + 6 * n_pieces  -- past the pieces
