@@ -1,6 +1,6 @@
 """Would an append-only prompt layout cost less where cache reads cost a tenth? A simulation.
 
-    python -m benchmarks.layout              # about 2 minutes: Claude Sonnet 4.5, epochs of 4, 8 and 16 turns
+    python -m benchmarks.layout              # about half a minute: Claude Sonnet 4.5, epochs of 4, 8 and 16 turns
     python -m benchmarks.layout --model claude-haiku-4-5 --epochs 8
 
 The middleware rewrites its memory every turn (the rolling summary, the recent window,

