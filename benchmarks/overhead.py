@@ -216,7 +216,9 @@ class Floor(System):
         layout = Layout.of(ours.config)
         self.reads = load_commands(layout.session(ours.session))
         update = apply_turn(Turn(user=USER, assistant=REPLY, tool_calls=(NAV,)), ours.config)
-        self.writes = floor_writes(layout, ours.session, update, time.time())
+        # It reads the middleware's session and writes a twin of it: writing the same keys
+        # would move that session's turn counter on, so its archive would skip turns.
+        self.writes = floor_writes(layout, f"{ours.session}-floor", update, time.time())
 
     def _run(self, commands: list[Any], transaction: bool) -> Any:
         pipe = self.client.pipeline(transaction=transaction)
