@@ -336,9 +336,11 @@ def test_vectors_of_turns_out_of_a_shortened_archive_are_not_recalled(
     with open_manager(face, long, loop) as mgr:
         say(mgr, "s", "The blue kayak number two stays in the garage.", *([FILLER] * 19))
     client = search_server.client()
-    turns_with_vectors = lambda: {
-        int(k.decode().rsplit(":", 1)[-1].split(".")[0]) for k in client.keys(vector_prefix(Layout.of(short), "s") + "*")
-    }  # noqa: E731
+
+    def turns_with_vectors() -> set[int]:
+        keys = client.keys(vector_prefix(Layout.of(short), "s") + "*")
+        return {int(key.decode().rsplit(":", 1)[-1].split(".")[0]) for key in keys}
+
     assert 1 in turns_with_vectors()
     with open_manager(face, short, loop) as mgr:
         for _ in range(30):
