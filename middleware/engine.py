@@ -89,10 +89,10 @@ class Engine:
         self.composer = Composer(config, self.tokenizer)
         self.usage_log = UsageLog(config.usage_log.path, include_content=config.usage_log.include_content)
         self.degrade = config.store.on_store_error == "degrade"
-        # Turns the store could not take, oldest first, with their sizes; each is written
-        # before anything else on its own session's next call that reaches the store.
-        # Turns held through an outage: (session, update, bytes held, its pieces' vectors when
-        # they were made before the store failed, else None: made when the turn is written).
+        # Turns the store could not take, oldest first: (session, update, bytes held, its
+        # pieces' vectors if they were made before the store failed, else None: made when it
+        # is written). Each is written before anything else on its own session's next call
+        # that reaches the store.
         self._pending: deque[tuple[str, TurnUpdate, int, tuple[bytes, ...] | None]] = deque()
         self._pending_bytes = 0
         self._pending_lock = threading.Lock()
