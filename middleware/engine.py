@@ -16,7 +16,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import orjson
 
@@ -300,7 +300,7 @@ class Engine:
             if self._pending:
                 yield from self._flush(session_id)
             encoded = yield from self._encoded(update)
-            recorded = yield from plans.record(self.layout, session_id, update, now=time.time(), vectors=encoded)
+            recorded = yield from plans.record(self.layout, session_id, update, now=time.time(), vectors=encoded or ())
             turns = self._recorded(session_id, recorded)
         except StoreError as exc:
             if not self.degrade:
@@ -322,12 +322,17 @@ class Engine:
             with self._co_use_lock:
                 self._co_use.learn(call.name for call in turn.tool_calls)
 
-    def _encoded(self, update: TurnUpdate) -> Program[tuple[bytes, ...]]:
-        """The vectors of a turn's archived pieces, encoded for the store (semantic recall), or ()."""
+    def _encoded(self, update: TurnUpdate) -> Program[tuple[bytes, ...] | None]:
+        """The vectors of a turn's archived pieces, encoded for the store (semantic recall):
+        () when it has none to make, None when the embedding model failed (a held turn tries
+        again when it is written)."""
         if self._semantic is False or not update.pieces:
             return ()
         vectors = yield from self._vectors([p.text for p in update.pieces])
-        return tuple(plans.encode_vector(v) for v in vectors)
+        if vectors:
+            return tuple(plans.encode_vector(v) for v in vectors)
+        # _vectors may have learned that the store has no vector search: none to make; else the model failed
+        return () if cast("bool | None", self._semantic) is False else None
 
     def _vectors(self, texts: list[str]) -> Program[list[list[float]] | tuple[()]]:
         """Embeddings of ``texts`` for semantic recall, or () (none asked for, the model
@@ -413,7 +418,7 @@ class Engine:
             try:
                 # A turn held before its vectors were made gets them now, so semantic recall finds it too.
                 encoded = vectors if vectors is not None else (yield from self._encoded(update))
-                recorded = yield from plans.record(self.layout, sid, update, now=time.time(), vectors=encoded)
+                recorded = yield from plans.record(self.layout, sid, update, now=time.time(), vectors=encoded or ())
             except StoreError as exc:
                 if session_id is not None and (not tolerate or isinstance(exc, StoreUnavailableError)):
                     raise

