@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import random
 import statistics
-import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -167,11 +166,11 @@ def conversations(count: int = 40, seed: int = 2026, *, heldout: bool = False) -
     wordings of ``benchmarks.facts_heldout`` (other values, statements, questions and
     filler, half of it with names, times and prices in passing), written without sight
     of the rules that find what a user states, to measure how far those rules carry."""
+    facts, filler, replies = FACTS, FILLER, REPLIES
     if heldout:
         from benchmarks import facts_heldout as words
-    else:
-        words = sys.modules[__name__]
-    facts, filler, replies = words.FACTS, words.FILLER, words.REPLIES
+
+        facts, filler, replies = words.FACTS, words.FILLER, words.REPLIES
     rng = random.Random(seed)
     made = []
     for index in range(count):

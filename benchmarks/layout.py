@@ -30,18 +30,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from benchmarks import billing
+from benchmarks.billing import _text
 from benchmarks.dataset import chains, load
 from middleware import llm
 from middleware.core.caching import CacheState, request_blocks, split
 from middleware.tokens import get_tokenizer
 
 EPHEMERAL = {"type": "ephemeral"}
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
-    return content if isinstance(content, str) else ""
 
 
 def _plain(message: Mapping[str, Any]) -> dict[str, Any]:

@@ -177,8 +177,11 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
     answered = {row["strategy"]: row for row in facts["rows"]}
     lexical = answered["middleware, lexical recall (default)"]
     semantic = next((row for name, row in answered.items() if name.startswith("middleware, semantic")), None)
-    held_out = ", ".join(f"{name.split(',')[1].split('(')[0].strip()} {_pct(row['answered'])}"
-                         for name, row in ((r["strategy"], r) for r in facts["heldout"]["rows"]) if "recall (" in name or "semantic" in name)  # fmt: skip
+    held = {row["strategy"]: row for row in facts["heldout"]["rows"]}
+    held_semantic = next((row for name, row in held.items() if name.startswith("middleware, semantic")), None)
+    held_out = f"lexical recall {_pct(held['middleware, lexical recall (default)']['answered'])}" + (
+        f", semantic recall {_pct(held_semantic['answered'])}" if held_semantic else ""
+    )
     lines = [
         START,
         "## 5. Long-range memory: the archive and recall",
