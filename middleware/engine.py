@@ -56,6 +56,8 @@ __all__ = ["Engine", "ToolsArg"]
 ToolsArg: TypeAlias = "Iterable[Tool | Callable[..., Any]] | Toolset | None"
 
 _PROMPT_CHARS = 64_000
+# Pieces of held turns embedded per call when they are written (providers cap a call's inputs).
+EMBED_BATCH = 256
 _PARTY_CHARS = 128
 
 
@@ -412,13 +414,17 @@ class Engine:
         with self._pending_lock:
             held = [item for item in self._pending if session_id is None or item[0] == session_id]
         written, failed = 0, set()
+        made: dict[int, tuple[bytes, ...]] | None = None
         for sid, update, _, vectors in held:
             if sid in failed:
                 continue  # keep this session's order: nothing after a turn that failed
             try:
-                # A turn held before its vectors were made gets them now, so semantic recall finds it too.
-                encoded = vectors if vectors is not None else (yield from self._encoded(update))
-                recorded = yield from plans.record(self.layout, sid, update, now=time.time(), vectors=encoded or ())
+                # Turns held before their vectors were made get them now, so semantic recall
+                # finds them too: made for all of them at the first, a few calls rather than one per turn.
+                if vectors is None and made is None:
+                    made = yield from self._held_vectors([u for _, u, _, v in held if v is None])
+                encoded = vectors if vectors is not None else (made or {}).get(id(update), ())
+                recorded = yield from plans.record(self.layout, sid, update, now=time.time(), vectors=encoded)
             except StoreError as exc:
                 if session_id is not None and (not tolerate or isinstance(exc, StoreUnavailableError)):
                     raise
@@ -435,6 +441,25 @@ class Engine:
             log.info("store.pending_recorded" if recorded.written else "store.pending_already_recorded", session=sid,
                      turn=recorded.turns)  # fmt: skip
         return written
+
+    def _held_vectors(self, updates: list[TurnUpdate]) -> Program[dict[int, tuple[bytes, ...]]]:
+        """The vectors of held turns' pieces, by ``id`` of their update, up to EMBED_BATCH
+        pieces per embedding call; after a call that fails none more are tried (the turns
+        are written without them, found by lexical recall)."""
+        made: dict[int, tuple[bytes, ...]] = {}
+        waiting = deque(update for update in updates if update.pieces)
+        while waiting and self._semantic is not False:
+            batch = [waiting.popleft()]
+            while waiting and sum(len(u.pieces) for u in batch) + len(waiting[0].pieces) <= EMBED_BATCH:
+                batch.append(waiting.popleft())
+            vectors = yield from self._vectors([piece.text for update in batch for piece in update.pieces])
+            if not vectors:
+                break
+            at = 0
+            for update in batch:
+                made[id(update)] = tuple(plans.encode_vector(v) for v in vectors[at : at + len(update.pieces)])
+                at += len(update.pieces)
+        return made
 
     def flush_pending(self) -> Program[int]:
         """Write every turn held through an outage (degrade mode), each session in order;

