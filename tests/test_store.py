@@ -227,7 +227,9 @@ def test_load_is_one_round_trip_and_record_is_one_transaction(redis_managers: Ma
     command, the record script by its SHA (what it reads, it reads on the server: no
     read-modify-write from the client, no WATCH)."""
     mgr = redis_managers()
-    mgr.build_messages("warm", "a")  # connect and have the server learn the scripts first: once per server
+    # Connect and have the server learn the scripts first, once per server: the message has
+    # terms, so the load script (recall) runs too.
+    mgr.build_messages("warm", "goto shop")
     mgr.record_turn("warm", user="a", assistant="b")
     admin = redis_server.client()
     assert round_trips(admin, lambda: mgr.build_messages("s", "goto shop")) == 1
