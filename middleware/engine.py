@@ -517,7 +517,7 @@ class Engine:
         if operation not in WRITES:
             edit((yield from plans.notes(self.layout, user_id, agent)))
         else:
-            yield from plans.edit_notes(self.layout, user_id, agent, edit)
+            yield from plans.edit_notes(self.layout, user_id, agent, edit, edit_id=os.urandom(12).hex())
         return said[-1]
 
     # --- listing and inspection ------------------------------------------------------------

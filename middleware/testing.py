@@ -12,7 +12,7 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -240,6 +240,7 @@ class FaultProxy:
         self.lost = 0  # replies lost so far
         self._patterns: tuple[bytes, ...] = ()
         self._times = 0
+        self._meanwhile: Callable[[], object] | None = None
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._open: set[socket.socket] = set()
@@ -248,10 +249,12 @@ class FaultProxy:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def lose_replies(self, *patterns: bytes, times: int = 1) -> None:
-        """Lose the replies to the next ``times`` requests holding any of ``patterns``."""
+    def lose_replies(self, *patterns: bytes, times: int = 1, meanwhile: Callable[[], object] | None = None) -> None:
+        """Lose the replies to the next ``times`` requests holding any of ``patterns``;
+        ``meanwhile`` runs after each lost reply, before the client's connection is reset
+        (another writer acting while the client cannot know its request landed)."""
         with self._lock:
-            self._patterns, self._times = patterns, times
+            self._patterns, self._times, self._meanwhile = patterns, times, meanwhile
 
     def start(self) -> None:
         self._listener = socket.create_server(("127.0.0.1", self.port))
@@ -292,6 +295,9 @@ class FaultProxy:
                 elif not requests and doomed.is_set():
                     with self._lock:
                         self.lost += 1
+                        meanwhile = self._meanwhile
+                    if meanwhile is not None:
+                        meanwhile()
                     break  # the reply is dropped and the connection reset
                 sink.sendall(data)
         except OSError:

@@ -178,13 +178,15 @@ def test_a_notes_edit_is_compare_and_set_and_tries_again_when_someone_wrote_firs
         edits.append(current)
         return (current + "\n- new").strip()
 
-    batches, result = play(plans.edit_notes(LAYOUT, "u", "a", append), [None], [0], [b"- theirs"], [1])
+    batches, result = play(plans.edit_notes(LAYOUT, "u", "a", append, edit_id="e1"), [None], [0], [b"- theirs"], [1])
     assert result == "- theirs\n- new" and edits == ["", "- theirs"]
-    assert batches[1].commands[0][:2] == ("execute_command", "EVAL") and batches[1].commands[0][-2:] == ("", "- new")
+    keys = plans.pair_keys("mw", "u", "a")
+    assert batches[1].commands[0][:2] == ("execute_command", "EVAL")
+    assert batches[1].commands[0][3:] == (2, keys.notes, keys.edits, "", "- new", "e1", plans.NOTES_EDIT_IDS)
 
 
 def test_a_notes_edit_that_never_wins_is_an_error_not_a_loop() -> None:
-    plan = plans.edit_notes(LAYOUT, "u", "a", lambda current: current + "x")  # every set refused
+    plan = plans.edit_notes(LAYOUT, "u", "a", lambda current: current + "x", edit_id="e1")  # every set refused
     with pytest.raises(StoreError, match="changed under"):
         play(plan, *([[None], [0]] * plans._NOTES_ATTEMPTS))
 
@@ -194,7 +196,7 @@ def test_error_replies_are_store_errors_where_nothing_can_be_skipped() -> None:
     with pytest.raises(StoreError, match="NOPERM"):
         play(plans.ping(LAYOUT), [ResponseError("NOPERM this user has no permissions")])
     with pytest.raises(StoreError, match="WRONGTYPE"):
-        play(plans.edit_notes(LAYOUT, "u", "a", str), [ResponseError("WRONGTYPE")])
+        play(plans.edit_notes(LAYOUT, "u", "a", str, edit_id="e1"), [ResponseError("WRONGTYPE")])
 
 
 def test_listing_pages_through_the_index_and_forgets_expired_sessions() -> None:

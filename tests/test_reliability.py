@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from middleware import Config, StoreError, StoreUnavailableError
-from middleware.core.plans import session_keys
+from middleware.core.plans import pair_keys, session_keys
 from middleware.testing import FaultProxy, RedisCluster, RedisServer, capture_events
 from tests.conftest import Manager, ManagerFactory, concurrently, open_manager, require_binary
 
@@ -107,6 +107,22 @@ def test_a_notes_edit_whose_reply_is_lost_is_applied_once(
         assert proxied.lost == 1
         notes = mgr.manage_notes("u", "a", "read")
     assert notes.count("Allergic to walnuts.") == 1 and notes.count("Prefers metric units.") == 1
+
+
+def test_a_notes_edit_whose_reply_is_lost_is_applied_once_when_another_writer_edits_meanwhile(
+    face: str, tmp_path: Path, proxied: FaultProxy, redis_server: RedisServer, loop: asyncio.AbstractEventLoop
+) -> None:
+    """The edit lands, its reply is lost, another writer edits the notes before redis-py
+    sends the edit again: the resent edit is known by its id and counts as done, so
+    neither edit is lost and neither is applied twice."""
+    key = pair_keys("mw", "u", "a").notes
+    with open_manager(face, auto(tmp_path), loop, redis_url=proxied.url) as mgr:
+        mgr.manage_notes("u", "a", "append", content="Prefers metric units.")
+        proxied.lose_replies(b"EVAL", meanwhile=lambda: redis_server.client().append(key, "\n\nLikes tea."))
+        mgr.manage_notes("u", "a", "append", content="Allergic to walnuts.")
+        assert proxied.lost == 1
+        notes = mgr.manage_notes("u", "a", "read")
+    assert [notes.count(line) for line in ("Prefers metric units.", "Allergic to walnuts.", "Likes tea.")] == [1, 1, 1]
 
 
 # --- 3. a held turn that did land ---------------------------------------------------------

@@ -17,6 +17,7 @@ in one Redis Cluster slot)::
     <prefix>:{<sid>}:idx      hash   term -> ids of the archived pieces holding it, newest last
     <prefix>:{<sid>}:live     hash   the endpoint's turns in flight (see middleware.core.live)
     <prefix>:{u:<user>|<agent>}:active / :sessions / :notes   a (user, agent) pair
+    <prefix>:{u:<user>|<agent>}:edits    list   ids of the last edits of its notes, newest first
     <prefix>:sessions         zset   session id -> last update (seconds): the listing index
 
 A load is one round trip. Recording a turn is one server-side script (``RECORD_SCRIPT``):
@@ -78,11 +79,13 @@ class SessionKeys(NamedTuple):
 
 
 class PairKeys(NamedTuple):
-    """The keys of one (user, agent) pair: its active session, its sessions and its notes."""
+    """The keys of one (user, agent) pair: its active session, its sessions, its notes and
+    the ids of the last edits of its notes."""
 
     active: str
     sessions: str
     notes: str
+    edits: str
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -980,29 +983,37 @@ def notes(layout: Layout, user_id: str, agent: str) -> Plan[str]:
     return _text_or_empty(value)
 
 
-# Set the notes only if they are still what the edit read (compare and set, one key).
-# Notes that already hold what the edit writes count as written: redis-py sends a script
-# again when its reply is lost, and that second run must not report a change it made itself
-# (the edit would be read and applied again: an append twice).
+# Set the notes only if they are still what the edit read (compare and set), and file the
+# edit's id. An edit whose id is filed already counts as written: redis-py sends a script
+# again when its reply is lost, and that second run must not find the notes changed (by
+# itself, or by another writer in between) and have the edit read and applied again.
+# KEYS: notes edits. ARGV: what the edit read, what it writes, its id, ids kept.
 _NOTES_CAS = """
-local current = redis.call('GET', KEYS[1]) or ''
-if current == ARGV[2] then return 1 end
-if current ~= ARGV[1] then return 0 end
+for _, done in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+  if done == ARGV[3] then return 1 end
+end
+if (redis.call('GET', KEYS[1]) or '') ~= ARGV[1] then return 0 end
 if ARGV[2] == '' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[2]) end
+redis.call('LPUSH', KEYS[2], ARGV[3])
+redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[4]) - 1)
 return 1
 """
 _NOTES_ATTEMPTS = 50
+# Edits whose ids the notes keep: a resent edit is recognised if fewer than this many others landed since.
+NOTES_EDIT_IDS = 32
 
 
-def edit_notes(layout: Layout, user_id: str, agent: str, edit: Callable[[str], str]) -> Plan[str]:
+def edit_notes(layout: Layout, user_id: str, agent: str, edit: Callable[[str], str], *, edit_id: str) -> Plan[str]:
     """Apply ``edit`` to the notes atomically: read, edit, then set only if no other writer
-    changed them in between (else read again)."""
-    key = layout.pair(user_id, agent).notes
+    changed them in between (else read again). ``edit_id``, unique to this edit, makes a
+    resent write count once."""
+    keys = layout.pair(user_id, agent)
     for _ in range(_NOTES_ATTEMPTS):
-        (value,) = _checked((yield Batch([("get", key)])))
+        (value,) = _checked((yield Batch([("get", keys.notes)])))
         current = _text_or_empty(value)
         updated = edit(current)
-        (written,) = _checked((yield Batch([("execute_command", "EVAL", _NOTES_CAS, 1, key, current, updated)])))
+        cas = ("execute_command", "EVAL", _NOTES_CAS, 2, keys.notes, keys.edits, current, updated, edit_id, NOTES_EDIT_IDS)
+        (written,) = _checked((yield Batch([cas])))
         if written:
             return updated
     raise StoreError(f"The notes of ({user_id!r}, {agent!r}) changed under {_NOTES_ATTEMPTS} edits in a row; try again.")
