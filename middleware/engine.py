@@ -56,8 +56,9 @@ __all__ = ["Engine", "ToolsArg"]
 ToolsArg: TypeAlias = "Iterable[Tool | Callable[..., Any]] | Toolset | None"
 
 _PROMPT_CHARS = 64_000
-# Pieces of held turns embedded per call when they are written (providers cap a call's inputs).
-EMBED_BATCH = 256
+# Pieces of held turns embedded per call when they are written: providers cap a call's
+# inputs (Cohere at 96 texts, Vertex AI at 250); a turn has at most 32.
+EMBED_BATCH = 96
 _PARTY_CHARS = 128
 
 
@@ -72,6 +73,25 @@ def _prompt_json(prompt: Prompt, billed: Mapping[str, Any] | None = None) -> str
         record["messages"] = [{**m, "content": cut_middle(m["content"], 2_000)} for m in prompt.messages]
         text = orjson.dumps(record)
     return text.decode()
+
+
+class _SharedCoUse(CoUse):
+    """CoUse shared by an engine's threads: each call holds its lock, and only for itself
+    (a selection's ranking runs outside it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def learn(self, names: Iterable[str]) -> None:
+        called = list(names)
+        with self._lock:
+            super().learn(called)
+
+    def companions(self, names: Iterable[str]) -> list[str]:
+        given = list(names)
+        with self._lock:
+            return super().companions(given)
 
 
 def _size(update: TurnUpdate) -> int:
@@ -108,7 +128,7 @@ class Engine:
         self.billing = Billing(config, self.tokenizer)
         self._billed: Lru[dict[str, Any]] = Lru(4_096)  # a turn's first-call figures, until it is recorded
         self._catalogs: Lru[tuple[Toolset, Catalog | None]] = Lru(256)
-        self._co_use, self._co_use_lock = CoUse(), threading.Lock()  # tools called together, for disclosure
+        self._co_use = _SharedCoUse()  # tools called together, for disclosure
 
     # --- checks and helpers (no I/O) -----------------------------------------------
 
@@ -177,9 +197,8 @@ class Engine:
     def disclose(self, catalog: Catalog, state: SessionState, message: str, *, exact: bool = False) -> DisclosedTools:
         """What the session's next turn sends up front from ``catalog`` (see Catalog.select),
         with the companions of its tools learned from the turns this engine recorded."""
-        with self._co_use_lock:
-            return catalog.select(state.tool_uses, state.turns + 1, message, self.config.disclosure, co_use=self._co_use,
-                                  exact=exact)  # fmt: skip
+        return catalog.select(state.tool_uses, state.turns + 1, message, self.config.disclosure, co_use=self._co_use,
+                              exact=exact)  # fmt: skip
 
     def _make_catalog(self, toolset: Toolset) -> Catalog | None:
         settings = self.config.disclosure
@@ -321,8 +340,7 @@ class Engine:
         """Learn which tools the turn called together, for disclosure's companions."""
         settings = self.config.disclosure
         if turn.tool_calls and settings.enabled and settings.co_use_tools:
-            with self._co_use_lock:
-                self._co_use.learn(call.name for call in turn.tool_calls)
+            self._co_use.learn(call.name for call in turn.tool_calls)
 
     def _encoded(self, update: TurnUpdate) -> Program[tuple[bytes, ...] | None]:
         """The vectors of a turn's archived pieces, encoded for the store (semantic recall):
@@ -346,6 +364,9 @@ class Engine:
             vectors: list[list[float]] = yield Io(lambda: llm.embed(model, texts), lambda: llm.aembed(model, texts))
         except LLMError as exc:
             log.warning("recall.embedding_failed", model=model, error=redact_secrets(str(exc))[:200])
+            return ()
+        if len(vectors) != len(texts) or not all(vectors):
+            log.warning("recall.embedding_failed", model=model, error=f"{len(vectors)} vectors for {len(texts)} texts")
             return ()
         if self._semantic is None:  # first use: make the store's vector index, or learn it has none
             self._semantic = yield from plans.vector_index(self.layout, len(vectors[0]))
@@ -413,17 +434,18 @@ class Engine:
         goes on; an unreachable one is still an error."""
         with self._pending_lock:
             held = [item for item in self._pending if session_id is None or item[0] == session_id]
-        written, failed = 0, set()
-        made: dict[int, tuple[bytes, ...]] | None = None
-        for sid, update, _, vectors in held:
+        written, failed, made, embedding = 0, set(), dict[int, tuple[bytes, ...]](), True
+        for index, (sid, update, _, vectors) in enumerate(held):
             if sid in failed:
                 continue  # keep this session's order: nothing after a turn that failed
             try:
-                # Turns held before their vectors were made get them now, so semantic recall
-                # finds them too: made for all of them at the first, a few calls rather than one per turn.
-                if vectors is None and made is None:
-                    made = yield from self._held_vectors([u for _, u, _, v in held if v is None])
-                encoded = vectors if vectors is not None else (made or {}).get(id(update), ())
+                # A turn held before its vectors were made gets them now, so semantic recall
+                # finds it too: with the held turns after it, a few calls rather than one per
+                # turn, and kept with them in case the write fails.
+                if vectors is None and update.pieces and id(update) not in made and embedding:
+                    made.update((yield from self._held_vectors([u for _, u, _, v in held[index:] if v is None and u.pieces])))
+                    embedding = id(update) in made  # a call that failed is not tried again in this flush
+                encoded = vectors if vectors is not None else made.get(id(update), ())
                 recorded = yield from plans.record(self.layout, sid, update, now=time.time(), vectors=encoded)
             except StoreError as exc:
                 if session_id is not None and (not tolerate or isinstance(exc, StoreUnavailableError)):
@@ -443,22 +465,34 @@ class Engine:
         return written
 
     def _held_vectors(self, updates: list[TurnUpdate]) -> Program[dict[int, tuple[bytes, ...]]]:
-        """The vectors of held turns' pieces, by ``id`` of their update, up to EMBED_BATCH
-        pieces per embedding call; after a call that fails none more are tried (the turns
-        are written without them, found by lexical recall)."""
-        made: dict[int, tuple[bytes, ...]] = {}
-        waiting = deque(update for update in updates if update.pieces)
-        while waiting and self._semantic is not False:
-            batch = [waiting.popleft()]
-            while waiting and sum(len(u.pieces) for u in batch) + len(waiting[0].pieces) <= EMBED_BATCH:
-                batch.append(waiting.popleft())
-            vectors = yield from self._vectors([piece.text for update in batch for piece in update.pieces])
-            if not vectors:
+        """The vectors of the pieces of the first held turns of ``updates`` (by ``id`` of their
+        update), in one embedding call of up to EMBED_BATCH pieces; {} when it fails. They are
+        kept with the held turns too, within max_pending_bytes, so a write that fails does not
+        have them made again."""
+        batch: list[TurnUpdate] = []
+        for update in updates:
+            if batch and sum(len(u.pieces) for u in batch) + len(update.pieces) > EMBED_BATCH:
                 break
-            at = 0
-            for update in batch:
-                made[id(update)] = tuple(plans.encode_vector(v) for v in vectors[at : at + len(update.pieces)])
-                at += len(update.pieces)
+            if update.pieces:
+                batch.append(update)
+        if not batch or self._semantic is False:
+            return {}
+        vectors = yield from self._vectors([piece.text for update in batch for piece in update.pieces])
+        if not vectors:
+            return {}
+        made, at = {}, 0
+        for update in batch:
+            made[id(update)] = tuple(plans.encode_vector(v) for v in vectors[at : at + len(update.pieces)])
+            at += len(update.pieces)
+        with self._pending_lock:
+            for index, (sid, held, size, kept) in enumerate(self._pending):
+                encoded = made.get(id(held))
+                if kept is None and encoded:
+                    extra = sum(map(len, encoded))
+                    if self._pending_bytes + extra > self.config.store.max_pending_bytes:
+                        break
+                    self._pending[index] = (sid, held, size + extra, encoded)
+                    self._pending_bytes += extra
         return made
 
     def flush_pending(self) -> Program[int]:

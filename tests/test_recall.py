@@ -358,8 +358,10 @@ def test_vectors_of_turns_out_of_a_shortened_archive_are_not_recalled(
 
 def test_held_turns_get_their_vectors_in_one_embedding_call(face: str, tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
     """After an outage, the held turns' pieces are embedded together (up to EMBED_BATCH a
-    call) when they are written, not one call per turn; if that call fails, none more are
-    tried and the turns are still written."""
+    call) when they are written, not one call per turn. While the store stays down, the
+    vectors made for a write that failed are kept with the held turns, not made again on
+    every call; an embedding call that fails is not tried again in that flush, and the
+    turns are written all the same."""
     from middleware.engine import EMBED_BATCH
 
     found = _search_server()
@@ -383,27 +385,35 @@ def test_held_turns_get_their_vectors_in_one_embedding_call(face: str, tmp_path:
         )
         client = server.client()
         with open_manager(face, config, loop) as mgr:
-            server.stop()  # before the first turn: no vectors are made before the writes fail
+            say(mgr, "s", FILLER)  # the server is checked and its vector index made
+            server.stop()
+            failing[0] = True  # no vectors are made for the turns held now
             for i in range(6):
                 mgr.record_turn("s", user=f"Crate {i} holds the spare part number {i}.", assistant="Noted.")
             assert len(mgr.pending_turns) == 6
+            failing[0], calls[:] = False, []
+            for i in range(3):  # the store is still down: each call tries the held turns first
+                mgr.record_turn("s", user=f"Shelf {i} holds the spare screw number {i}.", assistant="Noted.")
+            assert len(calls) == 1 and calls[0] >= 6  # made once for the six, kept when their write failed
             server.start()
-            assert mgr.flush_pending() == 6
-            assert len(calls) == 1 and calls[0] >= 6  # one call for every held piece
+            calls[:] = []
+            assert mgr.flush_pending() == 9
+            assert len(calls) == 1  # the three turns held after them, in one call
             server.stop()
+            failing[0] = True  # the embedding model is down too, and stays down
             for i in range(3):
                 mgr.record_turn("t", user=f"Box {i} holds the spare bolt number {i}.", assistant="Noted.")
             server.start()
-            failing[0], calls[:] = True, []
+            calls[:] = []
             assert mgr.flush_pending() == 3  # written all the same, without vectors
-            assert calls and len(calls) == 1
+            assert len(calls) == 1
         turns = {
             key.decode().rsplit(":", 1)[-1].split(".")[0] for key in client.keys(vector_prefix(Layout.of(config), "s") + "*")
         }
-        assert turns == {str(t) for t in range(1, 7)}
+        assert {str(t) for t in range(2, 11)} <= turns
         assert not client.keys(vector_prefix(Layout.of(config), "t") + "*")
         assert client.hlen(Layout.of(config).session("t").arc) > 0
-    assert EMBED_BATCH >= 32  # a turn's pieces (at most 32) always fit in one call
+    assert 32 <= EMBED_BATCH <= 96  # a turn's pieces (at most 32) fit in one call, within what providers take
 
 
 def test_held_vectors_give_way_before_held_turns(face: str, tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
