@@ -238,6 +238,7 @@ class FaultProxy:
         self.target_port, self.max_connections = target_port, max_connections
         self.port = free_port()
         self.lost = 0  # replies lost so far
+        self.errors: list[Exception] = []  # what ``meanwhile`` callbacks raised
         self._patterns: tuple[bytes, ...] = ()
         self._times = 0
         self._meanwhile: Callable[[], object] | None = None
@@ -297,7 +298,10 @@ class FaultProxy:
                         self.lost += 1
                         meanwhile = self._meanwhile
                     if meanwhile is not None:
-                        meanwhile()
+                        try:
+                            meanwhile()
+                        except Exception as exc:  # kept for the test to see; the connection is reset all the same
+                            self.errors.append(exc)
                     break  # the reply is dropped and the connection reset
                 sink.sendall(data)
         except OSError:

@@ -98,8 +98,8 @@ def test_a_notes_edit_whose_reply_is_lost_is_applied_once(
     face: str, tmp_path: Path, proxied: FaultProxy, loop: asyncio.AbstractEventLoop
 ) -> None:
     """The notes' compare-and-set reaches Redis, its reply is lost and redis-py sends it
-    again: the notes already hold what it would write, so it counts as done (it used to
-    find them changed, read them again and append a second time)."""
+    again: the edit's id is filed with the notes, so it counts as done (it used to find the
+    notes changed, read them again and append a second time)."""
     with open_manager(face, auto(tmp_path), loop, redis_url=proxied.url) as mgr:
         mgr.manage_notes("u", "a", "append", content="Prefers metric units.")
         proxied.lose_replies(b"EVAL")
@@ -115,14 +115,25 @@ def test_a_notes_edit_whose_reply_is_lost_is_applied_once_when_another_writer_ed
     """The edit lands, its reply is lost, another writer edits the notes before redis-py
     sends the edit again: the resent edit is known by its id and counts as done, so
     neither edit is lost and neither is applied twice."""
-    key = pair_keys("mw", "u", "a").notes
+    key, other = pair_keys("mw", "u", "a").notes, redis_server.client()
     with open_manager(face, auto(tmp_path), loop, redis_url=proxied.url) as mgr:
         mgr.manage_notes("u", "a", "append", content="Prefers metric units.")
-        proxied.lose_replies(b"EVAL", meanwhile=lambda: redis_server.client().append(key, "\n\nLikes tea."))
+        proxied.lose_replies(b"EVAL", meanwhile=lambda: other.append(key, "\n\nLikes tea."))
         mgr.manage_notes("u", "a", "append", content="Allergic to walnuts.")
-        assert proxied.lost == 1
+        assert proxied.lost == 1 and not proxied.errors
         notes = mgr.manage_notes("u", "a", "read")
+    other.close()
     assert [notes.count(line) for line in ("Prefers metric units.", "Allergic to walnuts.", "Likes tea.")] == [1, 1, 1]
+
+
+def test_a_notes_edit_replaces_an_edits_key_of_the_wrong_type(redis_managers: ManagerFactory, redis_server: RedisServer) -> None:
+    """Something else written at the key of the notes' edit ids is replaced, as every key of
+    the wrong type is on the next write, rather than failing every edit from then on."""
+    edits = pair_keys("mw", "u", "a").edits
+    redis_server.client().set(edits, "not a list")
+    mgr = redis_managers()
+    mgr.manage_notes("u", "a", "append", content="Prefers metric units.")
+    assert mgr.notes("u", "a") == "Prefers metric units." and redis_server.client().type(edits) == b"list"
 
 
 # --- 3. a held turn that did land ---------------------------------------------------------

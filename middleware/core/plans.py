@@ -989,8 +989,13 @@ def notes(layout: Layout, user_id: str, agent: str) -> Plan[str]:
 # itself, or by another writer in between) and have the edit read and applied again.
 # KEYS: notes edits. ARGV: what the edit read, what it writes, its id, ids kept.
 _NOTES_CAS = """
-for _, done in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
-  if done == ARGV[3] then return 1 end
+local kind = redis.call('TYPE', KEYS[2])['ok']
+if kind == 'list' then
+  for _, done in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+    if done == ARGV[3] then return 1 end
+  end
+elseif kind ~= 'none' then
+  redis.call('DEL', KEYS[2])  -- something else was written there: replaced
 end
 if (redis.call('GET', KEYS[1]) or '') ~= ARGV[1] then return 0 end
 if ARGV[2] == '' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[2]) end
