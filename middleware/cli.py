@@ -100,7 +100,7 @@ class _Context:
 @click.option(
     "--redis-url",
     envvar="REDIS_URL",
-    help="Session store URL: memory://, redis://, rediss:// (default: $REDIS_URL, else the config's).",
+    help="Session store URL: memory://, redis://, rediss://, unix:// (default: $REDIS_URL, else the config's).",
 )
 @click.version_option(package_name="token-middleware", prog_name="middleware")
 @click.pass_context
@@ -322,9 +322,11 @@ def _chat_turn(mgr: SessionManager, session: str, text: str, model: str, stream:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Also write a self-contained HTML page with a chart.")
 def report(log: str, session: str | None, since: str | None, fmt: str, html_path: str | None) -> None:
-    """Summarize a token usage log: totals, per session and per model (calls, tokens
-    sent, full-history tokens, saved, cost, cost saved, p50/p95 prompt tokens).
-    Lines that are not usage records are counted and skipped."""
+    """Summarize a token usage log, led by the saving in effective cost (prompt caching
+    modelled on both sides, tool schemas included), with raw and billed tokens beside it:
+    totals, per session and per model (calls, tokens sent, full-history tokens, saved,
+    cost, cost saved, p50/p95 prompt tokens). Lines that are not usage records are
+    counted and skipped."""
     from .report import build_report, load_report, render_csv, render_html, render_json
 
     try:
