@@ -38,7 +38,7 @@ from typing import Any
 from benchmarks import write_section
 from middleware import Config, SessionManager, Tool, llm
 from middleware.core.caching import CacheState, Rules, request_blocks, split, with_breakpoints
-from middleware.scripted import register
+from middleware.scripted import register, register_embedder
 from middleware.tokens import get_tokenizer
 
 from .dataset import Conversation, Turn, chains, load
@@ -147,6 +147,7 @@ class Played:
     whole: int = 0  # turns whose first call carried every schema and no loader (disclosure.cache_aware)
     schema_tokens: int = 0  # the schemas' tokens, over every call
     loader_tokens: int = 0  # of which the loader's (with its index)
+    embedded_tokens: int = 0  # texts embedded to match tools by meaning (disclosure.embedding_model)
 
 
 class Model:
@@ -212,12 +213,30 @@ def middleware_config(**disclosure: Any) -> Config:
     return bench_config(auto=True).with_overrides(disclosure=disclosure, caching={"anthropic_breakpoints": True})
 
 
+# all-MiniLM-L6-v2 (benchmarks.embeddings), counting the tokens it embeds: an embedding
+# model bills them, apart from the prompts.
+EMBEDDER = "scripted/bfcl-minilm"
+_embedded = [0]
+
+
+def _counted_embedder(texts: Sequence[str]) -> list[list[float]]:
+    from benchmarks import embeddings
+
+    tokenizer = get_tokenizer(COUNTING)
+    _embedded[0] += sum(tokenizer.count(text) for text in texts)
+    return embeddings._embed(texts)
+
+
+register_embedder(EMBEDDER.split("/", 1)[1], _counted_embedder)
+
+
 def play(
     name: str, label: str, sessions: Sequence[Sequence[Conversation]], config: Config, progress: Callable[[int], None]
 ) -> Played:
     """Every session through chat(): the calls as the model received them."""
     played = Played(name, label)
     model = Model(played)
+    embedded = _embedded[0]
     with SessionManager(config) as mgr:
         for number, session in enumerate(sessions):
             outputs = Outputs()
@@ -248,6 +267,7 @@ def play(
                     own += turn_messages(turn, played.turns)
                     progress(1)
             played.sessions.append(own_calls)
+    played.embedded_tokens = _embedded[0] - embedded
     return played
 
 
@@ -357,6 +377,13 @@ VARIANTS: list[tuple[str, str, dict[str, Any], bool]] = [
     ("every_schema", "middleware, every schema (disclosure off)", {"enabled": False}, True),
     ("disclosure", "middleware, tool disclosure (defaults)", {}, True),
     ("match_2", "middleware, tool disclosure, match_tools 2", {"match_tools": 2}, True),
+    ("meaning", "middleware, tool disclosure, matched by meaning too (all-MiniLM-L6-v2)", {"embedding_model": EMBEDDER}, True),
+    (
+        "meaning_2",
+        "middleware, tool disclosure, matched by meaning too, match_tools 2",
+        {"embedding_model": EMBEDDER, "match_tools": 2},
+        True,
+    ),
     (
         "previous",
         "middleware, tool disclosure as before co-use and shared openings (match_tools 5)",
@@ -561,6 +588,12 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
     per_call = lambda value: value / mine.calls  # noqa: E731
     messages = mine.tokens - played.schema_tokens
     long_full, long_ours, long_two = (_row(chained["rows"], name) for name in ("full", "disclosure", "match_2"))
+    long_meaning, long_meaning_two = (_row(chained["rows"], name) for name in ("meaning", "meaning_2"))
+    meaning, meaning_two = (_row(single["rows"], name) for name in ("meaning", "meaning_2"))
+    by_meaning, by_meaning_two = meaning["played"], meaning_two["played"]
+    # What the embedding model bills beside the prompts, priced as text-embedding-3-small.
+    embedding_price = llm.cache_rules("text-embedding-3-small").input_price or 0.0
+    embedding_share = by_meaning.embedded_tokens * embedding_price / meaning["priced"][RAW_MODEL].cost
     sonnet = "claude-sonnet-4-5"
     turns = chained["rows"][0]["played"].turns
 
@@ -581,8 +614,8 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
         f"the messages; and the {played.loader_calls / played.turns:.2f} loader rounds per turn are whole extra calls "
         f"({mine.calls - base.calls:,} of them). Every reference tool is in the first call on "
         f"{_pct(played.sent_up_front / played.turns)} of the turns: BFCL's requests often need tools they do not name (`cd` before a "
-        "file operation, `pressBrakePedal` before `startEngine`, a login first). Two things cut this section's figures since the "
-        "previous run, both on by default and shown apart in the last row: a call states a group's shared description opening "
+        "file operation, `pressBrakePedal` before `startEngine`, a login first). Two things cut these figures, both on by "
+        "default and shown apart in the last row: a call states a group's shared description opening "
         "once (BFCL opens every tool's description with its class's preamble, such as \"This tool belongs to the Gorilla file "
         'system. It is a simple file system that allows users to ...", 18 to 45 tokens; real tool sets without such repetition '
         "gain nothing here), and the tools the model called together with a matched tool in earlier turns come with it "
@@ -594,8 +627,17 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
         f"{_less(1 - _row(single['rows'], 'match_2')['priced'][RAW_MODEL].tokens / base.tokens)} "
         f"but {_row(single['rows'], 'match_2')['played'].loader_calls / played.turns:.2f} loader calls per turn, over the 0.3 target. "
         "What is left is mostly fixed per call: the loader's index of every tool name, which is what lets a model reach any tool, "
-        "and the messages. What would close the gap: a ranker precise enough that about one schema per needed tool goes up front "
-        "(embeddings of the tools against the message, or co-use kept in the store across processes), and a shorter index.",
+        "and the messages. Matching tools by meaning as well as by words (`disclosure.embedding_model`, here all-MiniLM-L6-v2, a "
+        f"small local model) puts every reference tool in the first call on {_pct(by_meaning.sent_up_front / by_meaning.turns)} of "
+        f"the turns, for {by_meaning.loader_calls / by_meaning.turns:.2f} loader calls per turn and "
+        f"{_less(1 - meaning['priced'][RAW_MODEL].tokens / base.tokens)}; with `match_tools: 2` it saves "
+        f"{_less(1 - meaning_two['priced'][RAW_MODEL].tokens / base.tokens)} at "
+        f"{by_meaning_two.loader_calls / by_meaning_two.turns:.2f} loader calls per turn, within the target. It embeds each message "
+        f"once, and each tool's name and description once per process: {by_meaning.embedded_tokens / by_meaning.turns:,.0f} tokens "
+        "a turn here, which the embedding model bills apart from the prompts (at text-embedding-3-small's "
+        f"${embedding_price * 1e6:.2f} per million, {_pct(embedding_share)} of the prompts' cost with gpt-4o-mini). What would "
+        "close the rest: a ranker precise enough that about one schema per needed tool goes up front (a stronger embedding "
+        "model, or co-use kept in the store across processes), and a shorter index.",
         f"- **Sessions of 100+ turns, Claude Sonnet 4.5: {saved(long_ours, sonnet)} against the 60% target** (gpt-5-mini "
         f"{saved(long_ours, 'gpt-5-mini')}, Gemini 2.5 Flash {saved(long_ours, 'gemini/gemini-2.5-flash')}; gpt-4o-mini, whose "
         f"cache reads cost half, {saved(long_ours, 'gpt-4o-mini')}). Where reads cost a tenth, a full history that only grows is "
@@ -605,7 +647,8 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
         "turn (they are rewritten, not appended), and so do the matched schemas. Matching fewer tools keeps more of the prefix "
         f"still: with `match_tools: 2` Sonnet saves {saved(long_two, sonnet)}, gpt-5-mini {saved(long_two, 'gpt-5-mini')}, Gemini "
         f"{saved(long_two, 'gemini/gemini-2.5-flash')}, at the cost of the short conversations' loader target above; the default "
-        "keeps that target. Of what a turn's first call writes, about 150 tokens are schemas, 205 the context and recall blocks, "
+        f"keeps that target. Matching by meaning as well: Sonnet {saved(long_meaning, sonnet)}, and "
+        f"{saved(long_meaning_two, sonnet)} with `match_tools: 2`. Of what a turn's first call writes, about 150 tokens are schemas, 205 the context and recall blocks, "
         "150 the summary and recent window and 40 the message (`python -m benchmarks.layout`). An append-only layout does not "
         "help: simulated from this replay's own requests (the memory of an epoch's first turn kept for K turns, each later turn "
         "appended after it, its context and recall just before its message), it costs −48.3%, −45.6% and −41.3% against the "

@@ -110,6 +110,7 @@ class ChatTurn:
         self.every_schema = self.toolset.schemas or None  # what a full-history chatbot sends
         self.full_tools_tokens = llm.tools_tokens(engine.config.tokens.model, self.every_schema)
         self.disclosed: DisclosedTools | None = None
+        self.vector: Sequence[float] = ()  # the message's embedding, when tools are matched by meaning
         self.breakpoints = engine.config.caching.anthropic_breakpoints and engine.billing.rules(self.model).explicit
         self.lines: list[dict[str, Any]] = []  # the usage lines written, one per LLM call
         self.extra = False  # the next call is one a full-history chatbot would not make (after a loader round)
@@ -127,11 +128,12 @@ class ChatTurn:
     def _choose(self, state: SessionState) -> int:
         """Given the session, choose what the turn discloses up front; its schemas' tokens."""
         if self.catalog is not None:
-            self.disclosed = self.engine.disclose(self.catalog, state, self.user_message)
+            self.disclosed = self.engine.disclose(self.catalog, state, self.user_message, vector=self.vector)
         return self.tools_tokens
 
     def program(self, litellm_kwargs: Mapping[str, Any]) -> Program[ChatResult]:
         stream = self.stream
+        self.vector = yield from self.engine.meaning(self.catalog, self.user_message)
         self.prompt = yield from self.engine.prepare(
             self.session_id, self.user_message, model=self.model, schemas_for=self._choose
         )
@@ -410,12 +412,13 @@ class WrappedTurn:
         self.callables = bool(self.tools) and not all(isinstance(item, Mapping) for item in given or ())
         self.every_schema = [dict(tool.schema or {}) for tool in self.tools] or None
         self.handed: ToolList | None = None
+        self.vector: Sequence[float] = ()  # the message's embedding, when tools are matched by meaning
 
     def _choose(self, state: SessionState) -> int:
         if self.catalog is None:
             return llm.tools_tokens(self.engine.config.tokens.model, self.every_schema) if self.tools else 0
         # The chatbot is handed the tools as it gave them, so they are counted as given.
-        disclosed = self.engine.disclose(self.catalog, state, self.message, exact=True)
+        disclosed = self.engine.disclose(self.catalog, state, self.message, exact=True, vector=self.vector)
         self.handed = ToolList(disclosed, self.originals, callables=self.callables)
         self.kwargs["tools"] = self.handed
         return llm.tools_tokens(self.engine.config.tokens.model, disclosed.schemas())
@@ -423,6 +426,7 @@ class WrappedTurn:
     def program(self, user_message: Any) -> Program[Any]:
         engine, fn, args = self.engine, self.fn, self.args
         self.message = engine.user_message(user_message)
+        self.vector = yield from engine.meaning(self.catalog, self.message)
         prompt = yield from engine.prepare(self.session_id, self.message, schemas_for=self._choose if self.tools else None)
         messages: list[dict[str, Any]] = list(prompt.messages)
         rounds, extra = 0, False

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias, cast
 
 import orjson
@@ -122,6 +122,8 @@ class Engine:
         self._server_checked = False
         # Semantic recall: None until the store says whether it has vector search.
         self._semantic: bool | None = None if config.memory.recall == "semantic" and self.layout.recall else False
+        self._last_embedding: tuple[str, str, list[float]] | None = None  # (model, text, vector): see _embedded
+        self._tool_vectors: Lru[list[float]] = Lru(4_096)  # by model and tool text: see meaning
         self._owners: Lru[tuple[str, str]] = Lru()
         self._skill_tools: list[Tool] | None = None
         self._budgets: dict[str | None, int | None] = {}  # by model
@@ -194,11 +196,57 @@ class Engine:
         self._catalogs.put(key, (toolset, catalog))
         return catalog
 
-    def disclose(self, catalog: Catalog, state: SessionState, message: str, *, exact: bool = False) -> DisclosedTools:
+    def disclose(
+        self, catalog: Catalog, state: SessionState, message: str, *, exact: bool = False, vector: Sequence[float] = ()
+    ) -> DisclosedTools:
         """What the session's next turn sends up front from ``catalog`` (see Catalog.select),
-        with the companions of its tools learned from the turns this engine recorded."""
+        with the companions of its tools learned from the turns this engine recorded, and the
+        message's embedding (``meaning``) when tools are matched by meaning."""
         return catalog.select(state.tool_uses, state.turns + 1, message, self.config.disclosure, co_use=self._co_use,
-                              exact=exact)  # fmt: skip
+                              exact=exact, vector=vector)  # fmt: skip
+
+    def meaning(self, catalog: Catalog | None, message: str) -> Program[Sequence[float]]:
+        """The message's embedding for matching ``catalog``'s tools by meaning
+        (``disclosure.embedding_model``), the tools' own made with it on first use; () when
+        not asked for, or when the model fails (a warning: the turn matches by words)."""
+        model = self.config.disclosure.embedding_model
+        if catalog is None or not model or self.config.disclosure.match_tools <= 0:
+            return ()
+        # A tool's vector is kept by its text: a catalog made again for the same tools (new
+        # bound methods, say) does not embed them again.
+        tools = catalog.meaning_texts() if catalog.vectors is None else []
+        known = [self._tool_vectors.get(f"{model}\x00{text}") for text in tools]
+        texts = [message, *(text for text, vector in zip(tools, known, strict=True) if vector is None)]
+        vectors: list[list[float]] = []
+        try:
+            for start in range(0, len(texts), EMBED_BATCH):
+                batch = texts[start : start + EMBED_BATCH]
+                made = yield from self._embedded(model, batch)
+                if len(made) != len(batch) or not all(made):
+                    raise LLMError(f"{len(made)} vectors for {len(batch)} texts")
+                vectors += made
+        except LLMError as exc:
+            log.warning("disclosure.embedding_failed", model=model, error=redact_secrets(str(exc))[:200],
+                        hint="tools are matched by words this turn")  # fmt: skip
+            return ()
+        if tools:
+            new = iter(vectors[1:])
+            filled = [vector if vector is not None else next(new) for vector in known]
+            for text, vector in zip(tools, filled, strict=True):
+                self._tool_vectors.put(f"{model}\x00{text}", vector)
+            catalog.set_vectors(filled)
+        return vectors[0]
+
+    def _embedded(self, model: str, texts: list[str]) -> Program[list[list[float]]]:
+        """Embeddings of ``texts`` by ``model``; one text is answered from the last one made
+        when it is the same (the message, for tool matching and then for recall)."""
+        last = self._last_embedding
+        if len(texts) == 1 and last is not None and last[0] == model and last[1] == texts[0]:
+            return [last[2]]
+        vectors: list[list[float]] = yield Io(lambda: llm.embed(model, texts), lambda: llm.aembed(model, texts))
+        if len(texts) >= 1 and len(vectors) >= 1 and vectors[0]:
+            self._last_embedding = (model, texts[0], vectors[0])
+        return vectors
 
     def _make_catalog(self, toolset: Toolset) -> Catalog | None:
         settings = self.config.disclosure
@@ -361,7 +409,7 @@ class Engine:
             return ()
         model = self.config.memory.embedding_model or ""
         try:
-            vectors: list[list[float]] = yield Io(lambda: llm.embed(model, texts), lambda: llm.aembed(model, texts))
+            vectors = yield from self._embedded(model, texts)
         except LLMError as exc:
             log.warning("recall.embedding_failed", model=model, error=redact_secrets(str(exc))[:200])
             return ()

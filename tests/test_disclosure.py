@@ -607,3 +607,118 @@ def test_chat_learns_companions_from_the_turns_it_records(managers: ManagerFacto
         before = len(model.requests)
         result = mgr.chat("fresh", "create empty file 4", model=model.model, tools=toolset())
         assert bool(result.loaded) is loads, (co_use_tools, model.requests[before:])
+
+
+# --- matching by meaning (disclosure.embedding_model) -------------------------------------
+
+# A stand-in embedding model with three directions of meaning: mail, files, anything else.
+_MEANINGS = {"mail": ("post", "mail", "inbox"), "files": ("file", "folder", "director", "document")}
+
+
+def _meaning(texts: Sequence[str]) -> list[list[float]]:
+    out = []
+    for text in texts:
+        lowered = text.lower()
+        vector = [float(any(word in lowered for word in words)) for words in _MEANINGS.values()]
+        out.append([*vector, 0.0 if any(vector) else 1.0])
+    return out
+
+
+class Embeddings:
+    """``_meaning`` served as a scripted embedding model, recording each call's texts; it fails while ``failing``."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.failing = False
+        self.model = f"scripted/meaning-{uuid.uuid4().hex[:8]}"
+        from middleware.scripted import register_embedder
+
+        register_embedder(self.model.split("/", 1)[1], self)
+
+    def __call__(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        if self.failing:
+            raise RuntimeError("the embedding model is down")
+        return _meaning(texts)
+
+
+def test_matching_by_meaning_finds_a_tool_that_shares_no_word_with_the_message() -> None:
+    """'any post for me?' shares no word with view_inbox; given its embedding and the tools',
+    it comes first. Word matches still count; without vectors, or with a vector of another
+    size, matching is by words alone; vectors that do not fit the tools are refused."""
+    catalog = Catalog([entry_of(Tool(fn).schema or {}, "all") for fn in toolset()])
+    assert catalog.match("any post for me?", 1) == []
+    texts = catalog.meaning_texts()
+    assert texts[-1] == "view inbox: Show the messages received." and texts[0].startswith("ls: ")
+    catalog.set_vectors(_meaning(texts))
+    assert catalog.match("any post for me?", 1, _meaning(["any post for me?"])[0]) == ["view_inbox"]
+    moving = "please try moving the file notes.txt"  # every file tool means as much: words decide
+    assert catalog.match(moving, 1, _meaning([moving])[0]) == ["mv"]
+    assert catalog.match("any post for me?", 1, [1.0, 0.0]) == []
+    with pytest.raises(ValueError, match="2 vectors for 6 tools"):
+        catalog.set_vectors([[1.0], [0.0]])
+
+
+def test_chat_sends_a_tool_matched_by_meaning_up_front_and_embeds_the_tools_once(
+    managers: ManagerFactory, log_path: Path
+) -> None:
+    """With disclosure.embedding_model, the tool the request means but does not name is in
+    the first call (no loader round); the tools are embedded once, with the first message,
+    and each later turn embeds its message alone, also when the same tools come as new
+    callables. Without it, the model must load the tool."""
+    embeddings = Embeddings()
+    model = Needs({"any post for me?": [("view_inbox", {})], "anything in the mail?": [("view_inbox", {})]})
+    mgr = managers(disclosing(log_path, match_tools=2, embedding_model=embeddings.model))
+    assert mgr.chat("s", "any post for me?", model=model.model, tools=toolset()).text == 'done: ["hi"]'
+    assert "view_inbox" in model.requests[0] and len(model.requests) == 2  # no loader round
+    assert [len(texts) for texts in embeddings.calls] == [7]
+    assert embeddings.calls[0][0] == "any post for me?" and embeddings.calls[0][-1].startswith("view inbox: ")
+    mgr.chat("s2", "anything in the mail?", model=model.model, tools=toolset())
+    assert embeddings.calls[1:] == [["anything in the mail?"]]
+    words_only = Needs({"any post for me?": [("view_inbox", {})]})
+    managers(disclosing(log_path, match_tools=2)).chat("s3", "any post for me?", model=words_only.model, tools=toolset())
+    assert words_only.requests[:2] == [["load_tools"], ["load_tools", "view_inbox"]]
+
+
+def test_a_wrapped_chatbot_is_handed_the_tools_matched_by_meaning(managers: ManagerFactory, log_path: Path) -> None:
+    embeddings = Embeddings()
+    seen: list[list[str]] = []
+
+    def bot(messages: list[dict[str, Any]], tools: list[Any]) -> str:
+        seen.append([fn.__name__ for fn in tools])
+        return "checked"
+
+    mgr = managers(disclosing(log_path, match_tools=1, embedding_model=embeddings.model))
+    assert mgr.wrap(bot)("w", "any post for me?", tools=toolset()) == "checked"
+    assert seen == [["load_tools", "view_inbox"]]
+
+
+def test_a_failing_embedding_model_leaves_matching_by_words_with_a_warning(managers: ManagerFactory, log_path: Path) -> None:
+    """The turn goes on (matched by words, so the model loads the tool), a warning names the
+    model; once the model answers again the tools are embedded and matched by meaning."""
+    from middleware.testing import capture_events
+
+    embeddings = Embeddings()
+    embeddings.failing = True
+    model = Needs({"any post for me?": [("view_inbox", {})]})
+    mgr = managers(disclosing(log_path, match_tools=2, embedding_model=embeddings.model))
+    with capture_events() as events:
+        assert mgr.chat("s", "any post for me?", model=model.model, tools=toolset()).text == 'done: ["hi"]'
+    assert model.requests[:2] == [["load_tools"], ["load_tools", "view_inbox"]]
+    warned = [e for e in events if e["event"] == "disclosure.embedding_failed"]
+    assert len(warned) == 1 and warned[0]["model"] == embeddings.model and "down" in warned[0]["error"]
+    embeddings.failing = False
+    mgr.chat("s2", "any post for me?", model=model.model, tools=toolset())
+    assert "view_inbox" in model.requests[-2]
+
+
+def test_semantic_recall_on_the_same_model_shares_the_messages_embedding(managers: ManagerFactory, log_path: Path) -> None:
+    """One embedding call serves both tool matching and recall (these stores have no vector
+    search, which recall learns from that call: it ranks lexically afterwards)."""
+    embeddings = Embeddings()
+    config = disclosing(log_path, match_tools=2, embedding_model=embeddings.model).with_overrides(
+        memory={"recall": "semantic", "embedding_model": embeddings.model}
+    )
+    model = Needs({"any post for me?": [("view_inbox", {})]})
+    managers(config).chat("s", "any post for me?", model=model.model, tools=toolset())
+    assert [texts[0] for texts in embeddings.calls] == ["any post for me?"]

@@ -13,7 +13,9 @@ schema on every call, a call carries:
    sent, so the list only grows at its end while they stay in use;
 4. up to ``disclosure.match_tools`` tools whose names, descriptions and parameters share
    words with the current message (BM25 over stemmed words), after the others: they change
-   from turn to turn, so they come last.
+   from turn to turn, so they come last. With ``disclosure.embedding_model`` they are
+   ranked by meaning as well (the cosine of the message's and each tool's embedding, added
+   to the word score scaled to the best), so "top up my account" finds ``fund_account``.
 5. up to ``disclosure.co_use_tools`` tools the model has called in most of the turns in
    which it called one of those (``CoUse``: ``cd`` with a file operation, a login with what
    needs it), learned from the turns recorded: requests often need tools they do not name.
@@ -30,6 +32,7 @@ arguments do not fit, loaded with a one-line answer: never an opaque error.
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -54,10 +57,10 @@ __all__ = [
 # Tool name -> (order key of when it was first sent in its current run of use, last turn used).
 Uses = Mapping[str, tuple[int, int]]
 
-LOADER_DESCRIPTION = (
-    "Load tools before calling them: pass tool or group names; their schemas come with your next step. "
-    "Returns nothing to show the user. Tools by group:"
-)
+LOADER_DESCRIPTION = "Load tools by tool or group name before calling them. Tools by group:"
+# In ranking by meaning, the weight of a tool's cosine with the message beside its word
+# score, scaled so that the best word match scores 1 (a cosine runs from -1 to 1).
+MEANING_WEIGHT = 2.0
 _INDEX_CHARS = 12_000  # the index in the loader's description, at most (names are cut past it)
 
 # A sentence's end within a description: a preamble is cut after one.
@@ -358,6 +361,20 @@ class Catalog:
                           for entry in entries if self.preambles[entry.group]}  # fmt: skip
         self._order = {name: index for index, name in enumerate(self.entries)}
         self.loader_schema = self._loader_schema()
+        # Each tool's embedding and its norm, in catalog order, once made (see meaning_texts).
+        self.vectors: list[tuple[Sequence[float], float]] | None = None
+
+    def meaning_texts(self) -> list[str]:
+        """What ranking by meaning embeds of each tool, in catalog order: its name as words
+        and its description without the group's shared opening."""
+        return [f"{' '.join(_WORD.findall(name)).lower()}: {_description(self.shortened.get(name, entry.schema))}"
+                for name, entry in self.entries.items()]  # fmt: skip
+
+    def set_vectors(self, vectors: Sequence[Sequence[float]]) -> None:
+        """The embeddings of ``meaning_texts()``, one per tool in the same order."""
+        if len(vectors) != len(self.entries):
+            raise ValueError(f"{len(vectors)} vectors for {len(self.entries)} tools")
+        self.vectors = [(vector, math.sqrt(sum(x * x for x in vector)) or 1.0) for vector in vectors]
 
     def __contains__(self, name: object) -> bool:
         return name in self.entries
@@ -401,19 +418,35 @@ class Catalog:
                 unknown.append(name)
         return sorted(found, key=self._order.__getitem__), unknown
 
-    def match(self, message: str, limit: int) -> list[str]:
-        """Up to ``limit`` tools sharing words with ``message``, best first (ties: catalog order)."""
+    def match(self, message: str, limit: int, vector: Sequence[float] = ()) -> list[str]:
+        """Up to ``limit`` tools sharing words with ``message``, best first (ties: catalog
+        order); with the message's embedding (``vector``) and the tools' (``set_vectors``),
+        ranked by their meaning as well."""
         if limit <= 0 or not self.entries:
             return []
-        scored = [(score, -i, name) for i, (name, score) in enumerate(zip(self.entries, self._bm25.scores(message), strict=True))]
+        scores = self._bm25.scores(message)
+        if vector and self.vectors is not None and len(vector) == len(self.vectors[0][0]):
+            best, norm = max(scores), math.sqrt(sum(x * x for x in vector)) or 1.0
+            scores = [(score / best if best > 0 else 0.0) + MEANING_WEIGHT * sum(map(operator.mul, vector, tool)) / (norm * size)
+                      for score, (tool, size) in zip(scores, self.vectors, strict=True)]  # fmt: skip
+        scored = [(score, -i, name) for i, (name, score) in enumerate(zip(self.entries, scores, strict=True))]
         return [name for score, _, name in sorted(scored, reverse=True)[:limit] if score > 0]
 
     def select(
-        self, uses: Uses, turn: int, message: str, policy: DisclosureConfig, *, co_use: CoUse | None = None, exact: bool = False
+        self,
+        uses: Uses,
+        turn: int,
+        message: str,
+        policy: DisclosureConfig,
+        *,
+        co_use: CoUse | None = None,
+        exact: bool = False,
+        vector: Sequence[float] = (),
     ) -> DisclosedTools:
         """What turn number ``turn`` sends up front: pinned, then recently used, then matched
-        tools and their companions (``co_use``). ``exact``: the schemas as given (for a chatbot
-        handed the tools themselves), even with ``policy.share_preambles`` on."""
+        tools (by meaning too, given the message's embedding ``vector``) and their companions
+        (``co_use``). ``exact``: the schemas as given (for a chatbot handed the tools
+        themselves), even with ``policy.share_preambles`` on."""
         pinned, _ = self.resolve(policy.always)
         recent = [name for name, (_, last) in sorted(uses.items(), key=lambda item: item[1][0])
                   if name in self.entries and 0 < turn - last <= policy.recent_turns]  # fmt: skip
@@ -422,7 +455,7 @@ class Catalog:
             recent = [name for group in groups for name in self.groups[group]]
         stable = list(dict.fromkeys([*pinned, *recent]))
         # The best matches overall: those already sent add nothing, and the list stays put.
-        matched = [name for name in self.match(message, policy.match_tools) if name not in stable]
+        matched = [name for name in self.match(message, policy.match_tools, vector) if name not in stable]
         if co_use is not None and policy.co_use_tools:
             companions = [name for name in co_use.companions([*stable, *matched]) if name in self.entries]
             matched += [name for name in companions if name not in stable][: policy.co_use_tools]
