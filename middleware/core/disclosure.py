@@ -61,6 +61,11 @@ LOADER_DESCRIPTION = "Load tools by tool or group name before calling them. Tool
 # In ranking by meaning, the weight of a tool's cosine with the message beside its word
 # score, scaled so that the best word match scores 1 (a cosine runs from -1 to 1).
 MEANING_WEIGHT = 2.0
+# A tool that shares no word with the message is matched by meaning only when its cosine
+# stands out: this many standard deviations above the mean over the tool set. Embedding
+# models give unrelated texts small positive cosines, so "thanks!" matches little or nothing.
+MEANING_STANDOUT = 1.5
+_MEANING_CHARS = 1_000  # of a tool's name and description, embedded
 _INDEX_CHARS = 12_000  # the index in the loader's description, at most (names are cut past it)
 
 # A sentence's end within a description: a preamble is cut after one.
@@ -367,13 +372,17 @@ class Catalog:
     def meaning_texts(self) -> list[str]:
         """What ranking by meaning embeds of each tool, in catalog order: its name as words
         and its description without the group's shared opening."""
-        return [f"{' '.join(_WORD.findall(name)).lower()}: {_description(self.shortened.get(name, entry.schema))}"
-                for name, entry in self.entries.items()]  # fmt: skip
+        texts = [f"{' '.join(_WORD.findall(name)).lower()}: {_description(self.shortened.get(name, entry.schema))}"
+                 for name, entry in self.entries.items()]  # fmt: skip
+        return [text[:_MEANING_CHARS] for text in texts]
 
     def set_vectors(self, vectors: Sequence[Sequence[float]]) -> None:
-        """The embeddings of ``meaning_texts()``, one per tool in the same order."""
+        """The embeddings of ``meaning_texts()``, one per tool in the same order, all of one size."""
         if len(vectors) != len(self.entries):
-            raise ValueError(f"{len(vectors)} vectors for {len(self.entries)} tools")
+            raise ValueError(f"{len(vectors)} vectors for {len(self.entries)} tools; expected one per tool")
+        sizes = sorted({len(vector) for vector in vectors})
+        if len(sizes) > 1 or sizes == [0]:
+            raise ValueError(f"vectors of sizes {sizes[:5]}; expected one size, above 0")
         self.vectors = [(vector, math.sqrt(sum(x * x for x in vector)) or 1.0) for vector in vectors]
 
     def __contains__(self, name: object) -> bool:
@@ -421,14 +430,20 @@ class Catalog:
     def match(self, message: str, limit: int, vector: Sequence[float] = ()) -> list[str]:
         """Up to ``limit`` tools sharing words with ``message``, best first (ties: catalog
         order); with the message's embedding (``vector``) and the tools' (``set_vectors``),
-        ranked by their meaning as well."""
+        ranked by their meaning as well: a tool's word score scaled so the best is 1, plus
+        ``MEANING_WEIGHT`` times its cosine, for the tools that share a word with the message
+        or whose cosine stands out (``MEANING_STANDOUT``)."""
         if limit <= 0 or not self.entries:
             return []
         scores = self._bm25.scores(message)
         if vector and self.vectors is not None and len(vector) == len(self.vectors[0][0]):
             best, norm = max(scores), math.sqrt(sum(x * x for x in vector)) or 1.0
-            scores = [(score / best if best > 0 else 0.0) + MEANING_WEIGHT * sum(map(operator.mul, vector, tool)) / (norm * size)
-                      for score, (tool, size) in zip(scores, self.vectors, strict=True)]  # fmt: skip
+            cosines = [sum(map(operator.mul, vector, tool)) / (norm * size) for tool, size in self.vectors]
+            mean = sum(cosines) / len(cosines)
+            spread = math.sqrt(sum((c - mean) ** 2 for c in cosines) / len(cosines))
+            bar = mean + MEANING_STANDOUT * spread if spread > 1e-9 else math.inf  # all alike: none stands out
+            scores = [(score / best if best > 0 else 0.0) + MEANING_WEIGHT * cosine if score > 0 or cosine >= bar else 0.0
+                      for score, cosine in zip(scores, cosines, strict=True)]  # fmt: skip
         scored = [(score, -i, name) for i, (name, score) in enumerate(zip(self.entries, scores, strict=True))]
         return [name for score, _, name in sorted(scored, reverse=True)[:limit] if score > 0]
 
