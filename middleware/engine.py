@@ -124,7 +124,7 @@ class Engine:
         # Semantic recall: None until the store says whether it has vector search.
         self._semantic: bool | None = None if config.memory.recall == "semantic" and self.layout.recall else False
         self._message_vectors: Lru[list[float]] = Lru(64)  # by model and message: made for tools, kept for recall
-        self._tool_vectors: Lru[array[float]] = Lru(4_096)  # by model and tool text: see meaning
+        self._tool_vectors: Lru[array[float]] = Lru(2_048)  # by model and tool text: see _embed_tools
         self._owners: Lru[tuple[str, str]] = Lru()
         self._skill_tools: list[Tool] | None = None
         self._budgets: dict[str | None, int | None] = {}  # by model
@@ -208,35 +208,26 @@ class Engine:
 
     def meaning(self, catalog: Catalog | None, message: str) -> Program[Sequence[float]]:
         """The message's embedding for matching ``catalog``'s tools by meaning
-        (``disclosure.embedding_model``), the tools' own made with it on first use; () when
-        not asked for, or when the model fails (a warning: the turn matches by words)."""
+        (``disclosure.embedding_model``), the tools' own made with it first when the catalog
+        has none; () when not asked for, or when the model fails (a warning: the turn
+        matches by words)."""
         model = self.config.disclosure.embedding_model
         if catalog is None or not model or self.config.disclosure.match_tools <= 0:
             return ()
-        # A tool's vector is kept by its text as soon as its batch is made: a catalog made
-        # again for the same tools (new bound methods, say), or a turn after a failed batch,
-        # embeds only what is missing.
-        tools = catalog.meaning_texts() if catalog.vectors is None else []
-        missing = [text for text in dict.fromkeys(tools) if self._tool_vectors.get(f"{model}\x00{text}") is None]
-        texts = [message, *missing]
         try:
-            vectors: list[list[float]] = []
-            for start in range(0, len(texts), EMBED_BATCH):
-                batch = texts[start : start + EMBED_BATCH]
-                made = yield from self._embedded(model, batch)
-                if len(made) != len(batch) or not all(made):
-                    raise LLMError(f"{len(made)} vectors for {len(batch)} texts")
-                for index, vector in enumerate(made, start):
-                    if index:  # a tool's (texts[0] is the message)
-                        self._tool_vectors.put(f"{model}\x00{texts[index]}", array("f", vector))  # 4 bytes a number
-                vectors += made
-            vector = vectors[0]
-            if tools:
-                known = [self._tool_vectors.get(f"{model}\x00{text}") for text in tools]
-                sizes = sorted({len(v or ()) for v in known} | {len(vector)})
-                if len(sizes) > 1:
-                    raise LLMError(f"vectors of sizes {sizes[:5]}; expected one size")
-                catalog.set_vectors(cast("list[array[float]]", known))
+            if catalog.vectors is None:
+                yield from self._embed_tools(catalog, model)
+            made = yield from self._embedded(model, [message])
+            if len(made) != 1 or not made[0]:
+                raise LLMError(f"{len(made)} vectors for 1 text")
+            vector = made[0]
+            if catalog.vectors is not None and len(catalog.vectors[0][0]) != len(vector):
+                # The model now answers in another size: its tools are embedded again next turn.
+                size = len(catalog.vectors[0][0])
+                catalog.vectors = None
+                for text in catalog.meaning_texts():
+                    self._tool_vectors.forget(f"{model}\x00{text}")
+                raise LLMError(f"a message vector of size {len(vector)} against tool vectors of size {size}; expected one size")
         except LLMError as exc:
             log.warning("disclosure.embedding_failed", model=model, error=redact_secrets(str(exc))[:200],
                         hint="tools are matched by words this turn")  # fmt: skip
@@ -245,11 +236,33 @@ class Engine:
             self._message_vectors.put(f"{model}\x00{message}", vector)  # recall asks for it next
         return vector
 
+    def _embed_tools(self, catalog: Catalog, model: str) -> Program[None]:
+        """Give ``catalog`` its tools' vectors, embedding in batches of EMBED_BATCH those not
+        kept from an earlier catalog; each batch is kept as it is made, so a turn after a
+        failed one embeds only what is still missing. LLMError when a batch fails."""
+        tools = catalog.meaning_texts()
+        found = {text: self._tool_vectors.get(f"{model}\x00{text}") for text in tools}
+        missing = [text for text, vector in found.items() if vector is None]
+        for start in range(0, len(missing), EMBED_BATCH):
+            batch = missing[start : start + EMBED_BATCH]
+            made = yield from self._embedded(model, batch)
+            if len(made) != len(batch) or not all(made):
+                raise LLMError(f"{len(made)} vectors for {len(batch)} texts")
+            for text, vector in zip(batch, made, strict=True):
+                found[text] = kept = array("d", vector)  # 8 bytes a number, against about 32 in a list
+                self._tool_vectors.put(f"{model}\x00{text}", kept)
+        sizes = sorted({len(vector or ()) for vector in found.values()})
+        if len(sizes) > 1:  # kept from before the model changed, or a model that answers unevenly
+            for text in found:
+                self._tool_vectors.forget(f"{model}\x00{text}")
+            raise LLMError(f"vectors of sizes {sizes[:5]}; expected one size")
+        catalog.set_vectors([cast("array[float]", found[text]) for text in tools])
+
     def _embedded(self, model: str, texts: list[str]) -> Program[list[list[float]]]:
         """Embeddings of ``texts`` by ``model``; a message whose vector ``meaning`` has just
         made (for tool matching, then asked for by recall) is not embedded again."""
         if len(texts) == 1:
-            made = self._message_vectors.pop(f"{model}\x00{texts[0]}")
+            made = self._message_vectors.get(f"{model}\x00{texts[0]}")
             if made is not None:
                 return [made]
         vectors: list[list[float]] = yield Io(lambda: llm.embed(model, texts), lambda: llm.aembed(model, texts))

@@ -302,7 +302,8 @@ async def acomplete(
 def _vectors(response: Any) -> list[list[float]]:
     data = response["data"] if isinstance(response, Mapping) else response.data
     ordered = sorted(data, key=lambda item: item["index"] if isinstance(item, Mapping) else item.index)
-    return [list(item["embedding"] if isinstance(item, Mapping) else item.embedding) for item in ordered]
+    # Numbers, checked here: a reply that holds anything else fails as the call's error.
+    return [[float(x) for x in (item["embedding"] if isinstance(item, Mapping) else item.embedding)] for item in ordered]
 
 
 def embed(model: str, texts: Sequence[str], **kwargs: Any) -> list[list[float]]:

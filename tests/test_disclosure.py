@@ -667,7 +667,7 @@ def test_a_tool_is_matched_by_meaning_alone_only_when_its_cosine_stands_out() ->
     catalog = Catalog([entry_of(Tool(fn).schema or {}, "all") for fn in toolset()])
     catalog.set_vectors([[1.0 if i == j else 0.0 for j in range(6)] for i in range(6)])  # six unrelated tools
     assert catalog.match("thanks!", 3, [1.0] * 6) == []
-    assert catalog.match("thanks!", 3, [0.2, 0.1, 0.1, 0.2, 0.1, 0.9]) == ["view_inbox"]
+    assert catalog.match("thanks!", 3, [0.1, 0.1, 0.1, 0.5, 0.1, 0.9]) == ["view_inbox"]  # touch is near, not out
     assert catalog.match("move it", 3, [1.0] * 6) == ["mv"]
 
 
@@ -675,18 +675,18 @@ def test_chat_sends_a_tool_matched_by_meaning_up_front_and_embeds_the_tools_once
     managers: ManagerFactory, log_path: Path
 ) -> None:
     """With disclosure.embedding_model, the tool the request means but does not name is in
-    the first call (no loader round); the tools are embedded once, with the first message,
-    and each later turn embeds its message alone, also when the same tools come as new
-    callables. Without it, the model must load the tool."""
+    the first call (no loader round); the tools are embedded once, and each turn embeds its
+    message alone, also when the same tools come again as new callables. Without it, the
+    model must load the tool."""
     embeddings = Embeddings()
     model = Needs({"any post for me?": [("view_inbox", {})], "anything in the mail?": [("view_inbox", {})]})
     mgr = managers(disclosing(log_path, match_tools=2, embedding_model=embeddings.model))
     assert mgr.chat("s", "any post for me?", model=model.model, tools=toolset()).text == 'done: ["hi"]'
     assert "view_inbox" in model.requests[0] and len(model.requests) == 2  # no loader round
-    assert [len(texts) for texts in embeddings.calls] == [7]
-    assert embeddings.calls[0][0] == "any post for me?" and embeddings.calls[0][-1].startswith("view inbox: ")
+    assert [len(texts) for texts in embeddings.calls] == [6, 1]  # the tools, then the message
+    assert embeddings.calls[0][-1].startswith("view inbox: ") and embeddings.calls[1] == ["any post for me?"]
     mgr.chat("s2", "anything in the mail?", model=model.model, tools=toolset())
-    assert embeddings.calls[1:] == [["anything in the mail?"]]
+    assert embeddings.calls[2:] == [["anything in the mail?"]]
     words_only = Needs({"any post for me?": [("view_inbox", {})]})
     managers(disclosing(log_path, match_tools=2)).chat("s3", "any post for me?", model=words_only.model, tools=toolset())
     assert words_only.requests[:2] == [["load_tools"], ["load_tools", "view_inbox"]]
@@ -725,15 +725,15 @@ def test_a_failing_embedding_model_leaves_matching_by_words_with_a_warning(manag
 
 
 def test_semantic_recall_on_the_same_model_shares_the_messages_embedding(managers: ManagerFactory, log_path: Path) -> None:
-    """One embedding call serves both tool matching and recall (these stores have no vector
-    search, which recall learns from that call: it ranks lexically afterwards)."""
+    """The message is embedded once for both tool matching and recall (these stores have no
+    vector search, which recall learns then: it ranks lexically afterwards)."""
     embeddings = Embeddings()
     config = disclosing(log_path, match_tools=2, embedding_model=embeddings.model).with_overrides(
         memory={"recall": "semantic", "embedding_model": embeddings.model}
     )
     model = Needs({"any post for me?": [("view_inbox", {})]})
     managers(config).chat("s", "any post for me?", model=model.model, tools=toolset())
-    assert [texts[0] for texts in embeddings.calls] == ["any post for me?"]
+    assert [texts for texts in embeddings.calls if "any post for me?" in texts] == [["any post for me?"]]
 
 
 def _many_tools(count: int) -> list[Tool]:
@@ -743,28 +743,34 @@ def _many_tools(count: int) -> list[Tool]:
 
 
 def test_tools_are_embedded_in_batches_kept_as_each_is_made(managers: ManagerFactory, log_path: Path) -> None:
-    """120 tools: the message and 95 tools, then 25 (providers cap a call's inputs). When
-    the second call fails the turn matches by words, and the next turn embeds only what is
-    missing: the message and those 25."""
+    """120 tools: 96, then 24 (providers cap a call's inputs). When the second call fails the
+    turn matches by words, and the next turn embeds only those 24, then its message; each
+    vector went to its own tool (the inbox tool, in the second batch, is matched by meaning)."""
     from middleware.engine import EMBED_BATCH
 
     embeddings = Embeddings()
-    fail_second = iter([True])  # the first short call fails
+    fail_once = iter([True])  # the first short call of tools fails
     real = embeddings.__call__
 
     def flaky(texts: Sequence[str]) -> list[list[float]]:
-        embeddings.failing = len(texts) < EMBED_BATCH and next(fail_second, False)
+        embeddings.failing = 1 < len(texts) < EMBED_BATCH and next(fail_once, False)
         return real(texts)
 
     from middleware.scripted import register_embedder
 
     register_embedder(embeddings.model.split("/", 1)[1], flaky)
-    model = Needs({"hi": [], "hello": []})
+
+    def tools() -> list[Tool]:
+        return [*_many_tools(119), Tool(lambda: ["hi"], schema={"type": "function", "function": {
+            "name": "open_inbox", "description": "Show the mail inbox.", "parameters": {"type": "object", "properties": {}}}})]  # fmt: skip
+
+    model = Needs({"hi": [], "any post for me?": [("open_inbox", {})]})
     mgr = managers(disclosing(log_path, match_tools=2, embedding_model=embeddings.model))
-    mgr.chat("s", "hi", model=model.model, tools=_many_tools(120))
-    mgr.chat("s", "hello", model=model.model, tools=_many_tools(120))
-    assert [len(texts) for texts in embeddings.calls] == [EMBED_BATCH, 120 - (EMBED_BATCH - 1), 120 - (EMBED_BATCH - 1) + 1]
-    assert embeddings.calls[2][0] == "hello" and embeddings.calls[2][1:] == embeddings.calls[1]
+    mgr.chat("s", "hi", model=model.model, tools=tools())
+    mgr.chat("s", "any post for me?", model=model.model, tools=tools())
+    assert [len(texts) for texts in embeddings.calls] == [EMBED_BATCH, 120 - EMBED_BATCH, 120 - EMBED_BATCH, 1]
+    assert embeddings.calls[2] == embeddings.calls[1] and embeddings.calls[3] == ["any post for me?"]
+    assert model.requests[-2] == ["load_tools", "open_inbox"]  # by meaning alone, no loader round
 
 
 def test_vectors_of_different_sizes_leave_matching_by_words(managers: ManagerFactory, log_path: Path) -> None:
@@ -789,6 +795,30 @@ def test_vectors_of_different_sizes_leave_matching_by_words(managers: ManagerFac
     assert [e["error"] for e in events if e["event"] == "disclosure.embedding_failed"] == [
         "vectors of sizes [3, 4]; expected one size"
     ]
+
+
+def test_a_model_that_changes_its_vector_size_gets_the_tools_embedded_again(managers: ManagerFactory, log_path: Path) -> None:
+    """Tools embedded at one size, then messages at another: that turn (same tools, or the
+    same tools again as new callables) matches by words with a warning; the next embeds the
+    tools again at the new size and matches by meaning."""
+    from middleware.scripted import register_embedder
+    from middleware.testing import capture_events
+
+    embeddings = Embeddings()
+    wider = [0]
+    real = embeddings.__call__
+    register_embedder(embeddings.model.split("/", 1)[1], lambda texts: [v + [0.0] * wider[0] for v in real(texts)])
+    model = Needs({"any post for me?": [("view_inbox", {})]})
+    mgr = managers(disclosing(log_path, match_tools=1, embedding_model=embeddings.model))
+    same = toolset()
+    mgr.chat("s", "any post for me?", model=model.model, tools=same)
+    for tools in (same, toolset()):
+        wider[0] += 1
+        with capture_events() as events:
+            mgr.chat("s", "any post for me?", model=model.model, tools=tools)
+        assert [e["event"] for e in events if e["event"].startswith("disclosure.")] == ["disclosure.embedding_failed"]
+        mgr.chat("s", "any post for me?", model=model.model, tools=tools)
+        assert model.requests[-2] == ["load_tools", "view_inbox"]
 
 
 def test_no_embedding_call_without_tools_to_match(managers: ManagerFactory, log_path: Path) -> None:

@@ -15,7 +15,8 @@ schema on every call, a call carries:
    words with the current message (BM25 over stemmed words), after the others: they change
    from turn to turn, so they come last. With ``disclosure.embedding_model`` they are
    ranked by meaning as well (the cosine of the message's and each tool's embedding, added
-   to the word score scaled to the best), so "top up my account" finds ``fund_account``.
+   to the word score scaled to the best); a tool that shares no word with the message is
+   matched only when its cosine stands out from the tool set's (``MEANING_STANDOUT``).
 5. up to ``disclosure.co_use_tools`` tools the model has called in most of the turns in
    which it called one of those (``CoUse``: ``cd`` with a file operation, a login with what
    needs it), learned from the turns recorded: requests often need tools they do not name.
