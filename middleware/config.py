@@ -340,8 +340,8 @@ class DisclosureConfig(_Section):
     # Tools whose names, descriptions and parameters best match the current message (0: none).
     match_tools: int = Field(default=3, ge=0, le=1000)
     # Any litellm embedding model: match tools to the message by meaning as well as by words
-    # (each tool is embedded once per tool set, the message once per turn; with semantic
-    # recall on the same model, one embedding serves both). None: by words only.
+    # (each tool is embedded once per process, the message once per turn; with semantic
+    # recall on the same model, one embedding of the message serves both). None: by words only.
     embedding_model: str | None = None
     # Tools the model called in at least half the turns that called a tool sent up front
     # (learned from the turns recorded by this process), sent with it (0: none).
