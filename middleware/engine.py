@@ -57,8 +57,8 @@ __all__ = ["Engine", "ToolsArg"]
 ToolsArg: TypeAlias = "Iterable[Tool | Callable[..., Any]] | Toolset | None"
 
 _PROMPT_CHARS = 64_000
-# Pieces of held turns embedded per call when they are written: providers cap a call's
-# inputs (Cohere at 96 texts, Vertex AI at 250); a turn has at most 32.
+# Texts embedded per call (pieces of held turns when they are written, tools matched by
+# meaning): providers cap a call's inputs (Cohere at 96 texts, Vertex AI at 250).
 EMBED_BATCH = 96
 _PARTY_CHARS = 128
 
