@@ -217,10 +217,7 @@ class Engine:
         try:
             if catalog.vectors is None:
                 yield from self._embed_tools(catalog, model)
-            made = yield from self._embedded(model, [message])
-            if len(made) != 1 or not made[0]:
-                raise LLMError(f"{len(made)} vectors for 1 text")
-            vector = made[0]
+            (vector,) = yield from self._embedded(model, [message])
             if catalog.vectors is not None and len(catalog.vectors[0][0]) != len(vector):
                 # The model now answers in another size: its tools are embedded again next turn.
                 size = len(catalog.vectors[0][0])
@@ -246,8 +243,6 @@ class Engine:
         for start in range(0, len(missing), EMBED_BATCH):
             batch = missing[start : start + EMBED_BATCH]
             made = yield from self._embedded(model, batch)
-            if len(made) != len(batch) or not all(made):
-                raise LLMError(f"{len(made)} vectors for {len(batch)} texts")
             for text, vector in zip(batch, made, strict=True):
                 found[text] = kept = array("d", vector)  # 8 bytes a number, against about 32 in a list
                 self._tool_vectors.put(f"{model}\x00{text}", kept)
@@ -259,13 +254,16 @@ class Engine:
         catalog.set_vectors([cast("array[float]", found[text]) for text in tools])
 
     def _embedded(self, model: str, texts: list[str]) -> Program[list[list[float]]]:
-        """Embeddings of ``texts`` by ``model``; a message whose vector ``meaning`` has just
-        made (for tool matching, then asked for by recall) is not embedded again."""
+        """Embeddings of ``texts`` by ``model``, one non-empty vector per text (else LLMError);
+        a message whose vector ``meaning`` has just made (for tool matching, then asked for by
+        recall) is not embedded again."""
         if len(texts) == 1:
             made = self._message_vectors.get(f"{model}\x00{texts[0]}")
             if made is not None:
                 return [made]
         vectors: list[list[float]] = yield Io(lambda: llm.embed(model, texts), lambda: llm.aembed(model, texts))
+        if len(vectors) != len(texts) or not all(vectors):
+            raise LLMError(f"{len(vectors)} vectors for {len(texts)} texts")
         return vectors
 
     def _make_catalog(self, toolset: Toolset) -> Catalog | None:
@@ -432,9 +430,6 @@ class Engine:
             vectors = yield from self._embedded(model, texts)
         except LLMError as exc:
             log.warning("recall.embedding_failed", model=model, error=redact_secrets(str(exc))[:200])
-            return ()
-        if len(vectors) != len(texts) or not all(vectors):
-            log.warning("recall.embedding_failed", model=model, error=f"{len(vectors)} vectors for {len(texts)} texts")
             return ()
         if self._semantic is None:  # first use: make the store's vector index, or learn it has none
             self._semantic = yield from plans.vector_index(self.layout, len(vectors[0]))
