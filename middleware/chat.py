@@ -128,7 +128,8 @@ class ChatTurn:
     def _choose(self, state: SessionState) -> int:
         """Given the session, choose what the turn discloses up front; its schemas' tokens."""
         if self.catalog is not None:
-            self.disclosed = self.engine.disclose(self.catalog, state, self.user_message, vector=self.vector)
+            self.disclosed = self.engine.disclose(self.catalog, state, self.user_message, vector=self.vector, model=self.model,
+                                                 whole_tokens=self.full_tools_tokens)  # fmt: skip
         return self.tools_tokens
 
     def program(self, litellm_kwargs: Mapping[str, Any]) -> Program[ChatResult]:

@@ -333,7 +333,8 @@ class DisclosureConfig(_Section):
     # Tool sets whose schemas come to fewer tokens than this are sent whole: below it the
     # loader and its index cost about what they save.
     min_tokens: int = Field(default=1000, ge=0)
-    # Tools called within this many turns stay in every call (0: none stay).
+    # Tools called within this many turns stay in every call (0: none stay), where the
+    # model's caching pays for them (see cache_aware).
     recent_turns: int = Field(default=100, ge=0, le=1_000_000)
     # "tool": the tools called stay; "skill": every tool of their skills (groups) stays.
     recent_scope: Literal["tool", "skill"] = "tool"
@@ -353,8 +354,10 @@ class DisclosureConfig(_Section):
     # Tools of a group whose descriptions open with the same sentences (at least 40
     # characters) carry them once per call: in the first of the group's tools sent.
     share_preambles: bool = True
-    # Send every schema instead when, with the model's prompt caching, that costs less per
-    # call (a model whose minimum cached prefix is longer than the disclosed prompt).
+    # Follow the model's prompt caching: send every schema instead when that costs less per
+    # call (a model whose minimum cached prefix is longer than the disclosed prompt), and keep
+    # recently used tools only where their cached prefix pays for them (chat(); a wrapped
+    # chatbot's model is unknown before its call, so its used tools stay).
     cache_aware: bool = True
 
 

@@ -10,6 +10,7 @@ them in the calling thread or awaited.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -198,13 +199,45 @@ class Engine:
         return catalog
 
     def disclose(
-        self, catalog: Catalog, state: SessionState, message: str, *, exact: bool = False, vector: Sequence[float] = ()
+        self,
+        catalog: Catalog,
+        state: SessionState,
+        message: str,
+        *,
+        exact: bool = False,
+        vector: Sequence[float] = (),
+        model: str | None = None,
+        whole_tokens: int = 0,
     ) -> DisclosedTools:
         """What the session's next turn sends up front from ``catalog`` (see Catalog.select),
         with the companions of its tools learned from the turns this engine recorded, and the
-        message's embedding (``meaning``) when tools are matched by meaning."""
+        message's embedding (``meaning``) when tools are matched by meaning. Given the
+        ``model`` (with ``disclosure.cache_aware``), recently used tools stay only where that
+        model's prompt caching pays for them (``keeps_recent``; ``whole_tokens``: every schema's)."""
+        cached = None
+        if model and self.config.disclosure.cache_aware:
+            cached = functools.partial(self.keeps_recent, model, whole_tokens=whole_tokens)
         return catalog.select(state.tool_uses, state.turns + 1, message, self.config.disclosure, co_use=self._co_use,
-                              exact=exact, vector=vector)  # fmt: skip
+                              exact=exact, vector=vector, cached=cached)  # fmt: skip
+
+    def keeps_recent(self, model: str, schemas: Sequence[Mapping[str, Any]], *, whole_tokens: int = 0) -> bool:
+        """Whether recently used tools are worth keeping in every call to ``model``, by the
+        caching rules the figures use (``caching``), given the schemas that would stay
+        (``schemas``) and every schema's tokens (``whole_tokens``). Kept tools are there so
+        the prompt's opening stays the same and is read from the provider's cache; they pay
+        for themselves only where it is cached: not at all when the model caches nothing (for
+        Anthropic, without ``caching.anthropic_breakpoints``); once they reach its minimum
+        cached prefix when a cached token costs more than a quarter of an input token
+        (gpt-4o-mini: half); and wherever a prefix could be cached (theirs, or every
+        schema's: see ``cache_aware``) when it costs a quarter or less, or its prices are unknown."""
+        rules = self.billing.rules(model)
+        if rules.kind == "none" or (rules.explicit and not self.config.caching.anthropic_breakpoints):
+            return False
+        static = self.composer.static_tokens
+        if llm.tools_tokens(self.config.tokens.model, schemas) + static >= rules.min_tokens:
+            return True
+        deep = rules.read_price is None or rules.input_price is None or rules.read_price * 4 <= rules.input_price
+        return deep and whole_tokens + static >= rules.min_tokens
 
     def meaning(self, catalog: Catalog | None, message: str) -> Program[Sequence[float]]:
         """The message's embedding for matching ``catalog``'s tools by meaning

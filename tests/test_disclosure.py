@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from middleware import Config, InvalidToolCallError, Tool
+from middleware import Config, InvalidToolCallError, Tool, llm
 from middleware.config import DisclosureConfig
 from middleware.core.disclosure import Catalog, auto_groups, baseline_messages, entry_of
 from middleware.scripted import register
@@ -250,7 +250,7 @@ def test_a_model_that_calls_the_loader_gets_the_schemas_on_its_next_call(manager
     the next call of the same turn carries cat's schema; cat runs; the loader is neither
     recorded nor counted for the full history, and cat is sent up front next turn."""
     model = Needs({"show notes.txt": [("cat", {"file_name": "notes.txt"})], "again": [("cat", {"file_name": "notes.txt"})]})
-    mgr = managers(disclosing(log_path, match_tools=0))
+    mgr = managers(disclosing(log_path, match_tools=0, cache_aware=False))  # tools stay whatever the model caches
     result = mgr.chat("s", "show notes.txt", model=model.model, tools=toolset())
     assert result.text == "done: hello"
     assert model.requests == [["load_tools"], ["load_tools", "cat"], ["load_tools", "cat"]]
@@ -295,7 +295,7 @@ def test_chat_achat_and_streams_disclose_alike(managers: ManagerFactory, log_pat
 def test_the_stable_prefix_of_real_requests_stays_byte_identical_across_turns(managers: ManagerFactory, log_path: Path) -> None:
     """Turn 2 starts with turn 1's loader and kept tools, byte for byte, and appends."""
     model = Needs({"one": [("cat", {"file_name": "notes.txt"})], "two": [("touch", {"file_name": "b"})], "three": []})
-    mgr = managers(disclosing(log_path, match_tools=0))
+    mgr = managers(disclosing(log_path, match_tools=0, cache_aware=False))  # tools stay whatever the model caches
     for request in ("one", "two", "three"):
         mgr.chat("s", request, model=model.model, tools=toolset())
     firsts = [raw for raw, names in zip(model.raw, model.requests, strict=True) if names]
@@ -404,6 +404,92 @@ def test_every_schema_is_sent_when_that_caches_and_the_disclosed_prompt_cannot(m
     assert model.requests[-1] == ["load_tools"]
     managers(pinned.with_overrides(disclosure={"cache_aware": False})).chat("s", "hi", model=model.model, tools=big)
     assert model.requests[-1] == ["load_tools"] + [f"tool_{i}" for i in range(8)]
+
+
+def _big_tools(count: int) -> list[Tool]:
+    """Tools of about 370 schema tokens each."""
+    return [Tool(lambda **_: "ok", schema={"type": "function", "function": {
+        "name": f"tool_{i}", "description": f"Tool {i}. " + "It does one careful thing with the records. " * 40,
+        "parameters": {"type": "object", "properties": {}}}}) for i in range(count)]  # fmt: skip
+
+
+def test_recent_tools_stay_only_when_the_cache_is_asked_whether_they_pay() -> None:
+    """Catalog.select asks ``cached`` about the loader with the pinned and recent tools; when
+    it says no, only the pinned tools stay (matches still come); with no recent tools it is
+    not asked."""
+    asked: list[list[str]] = []
+
+    def no(schemas: Sequence[Mapping[str, Any]]) -> bool:
+        asked.append([s["function"]["name"] for s in schemas])
+        return False
+
+    uses = {"cat": (1001, 1), "ls": (1002, 1)}
+    chosen = CATALOG.select(uses, 2, "send a message", policy(match_tools=1, always=("touch",)), cached=no)
+    assert asked == [["load_tools", "touch", "cat", "ls"]]
+    assert chosen.names == ["touch", "send_message"] and chosen.stable_tools == 2
+    kept = CATALOG.select(uses, 2, "send a message", policy(match_tools=1, always=("touch",)), cached=lambda _: True)
+    assert kept.names == ["touch", "cat", "ls", "send_message"] and kept.stable_tools == 4
+    asked.clear()
+    CATALOG.select({}, 2, "send a message", policy(match_tools=1), cached=no)
+    assert asked == []
+
+
+@pytest.mark.parametrize(
+    ("caching", "kept_tokens", "whole_tokens", "keeps"),
+    [
+        ({"rules": "none"}, 50_000, 50_000, False),  # nothing is cached: kept tools are paid in full
+        ({"price_as": "claude-sonnet-4-5"}, 5_000, 5_000, False),  # Anthropic caches only at breakpoints
+        ({"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}, 1_100, 1_100, True),
+        ({"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}, 400, 1_100, True),  # reads at a tenth
+        ({"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}, 400, 700, False),  # nothing reaches 1,024
+        ({"price_as": "gpt-4o-mini"}, 1_100, 1_100, True),  # reaches 1,024, read at half
+        ({"price_as": "gpt-4o-mini"}, 700, 50_000, False),  # read at half: only once they are cached
+        ({"price_as": "gpt-5-mini"}, 700, 1_100, True),  # read at a tenth
+        ({"price_as": "claude-haiku-4-5", "anthropic_breakpoints": True}, 3_000, 3_900, False),  # 4,096 minimum
+    ],
+)
+def test_whether_recent_tools_pay_follows_each_providers_caching(
+    caching: dict[str, Any], kept_tokens: int, whole_tokens: int, keeps: bool
+) -> None:
+    """Hand-worked: kept schemas of ``kept_tokens`` (with the static system text) against
+    every schema's ``whole_tokens``, under each provider's rules and litellm's prices."""
+    from middleware.engine import Engine
+
+    engine = Engine(Config().with_overrides(caching=caching, usage_log={"path": None}))
+    static = engine.composer.static_tokens
+
+    def schemas_of(words: int) -> list[dict[str, Any]]:
+        return [{"type": "function", "function": {"name": "t", "description": "word " * words}}]
+
+    words = kept_tokens  # a description of about ``kept_tokens - static`` tokens in all
+    for _ in range(5):
+        words += kept_tokens - static - llm.tools_tokens(engine.config.tokens.model, schemas_of(words))
+    assert abs(llm.tools_tokens(engine.config.tokens.model, schemas_of(words)) + static - kept_tokens) <= 2
+    schemas = schemas_of(words)
+    assert engine.keeps_recent("m", schemas, whole_tokens=whole_tokens - static) is keeps
+
+
+def test_used_tools_stay_in_every_call_where_caching_pays_for_them(managers: ManagerFactory, log_path: Path) -> None:
+    """Priced as gpt-4o-mini (nothing under 1,024 tokens cached, then read at half price):
+    one used tool of about 370 tokens would be paid in full on every later call, so turn 2
+    does not carry it, and the model that calls it anyway gets it run; once three are used,
+    past 1,024 tokens, they stay. A model with no caching keeps none; with
+    disclosure.cache_aware false they stay whatever the model."""
+    tools = _big_tools(6)
+    model = Needs({"one": [("tool_0", {})], "two": [("tool_0", {})], "three": [("tool_1", {}), ("tool_2", {})], "four": []},
+                  load=False)  # fmt: skip
+    mgr = managers(disclosing(log_path, match_tools=0).with_overrides(caching={"price_as": "gpt-4o-mini"}))
+    results = [mgr.chat("s", request, model=model.model, tools=tools) for request in ("one", "two", "three", "four")]
+    assert model.requests[2] == ["load_tools"]  # turn 2's first call: tool_0 not kept
+    assert results[1].text == "done: ok" and [c.name for c in results[1].tool_calls] == ["tool_0"]
+    assert model.requests[-1] == ["load_tools", "tool_0", "tool_1", "tool_2"]  # turn 4: kept
+    uncached = disclosing(log_path, match_tools=0).with_overrides(caching={"rules": "none"})
+    for config, kept in ((uncached, ["load_tools"]),
+                         (uncached.with_overrides(disclosure={"cache_aware": False}), ["load_tools", "tool_0"])):  # fmt: skip
+        mgr = managers(config)
+        mgr.chat("t", "one", model=model.model, tools=tools)
+        mgr.chat("t", "four", model=model.model, tools=tools)
+        assert model.requests[-1] == kept
 
 
 def test_a_huge_index_lists_the_largest_groups_by_size_and_keeps_every_tool_reachable() -> None:
@@ -537,7 +623,7 @@ def test_shared_openings_keep_the_cacheable_prefix_byte_identical(managers: Mana
     fs = Fs()
     tools = [fs.show, fs.remove, fs.create, *toolset()]
     model = Needs({"one": [("show", {"path": "a"})], "two": [("remove", {"path": "a"})], "three": []})
-    mgr = managers(disclosing(log_path, match_tools=0))
+    mgr = managers(disclosing(log_path, match_tools=0, cache_aware=False))  # tools stay whatever the model caches
     for request in ("one", "two", "three"):
         mgr.chat("s", request, model=model.model, tools=tools)
     last = model.raw[-1]

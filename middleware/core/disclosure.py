@@ -10,7 +10,8 @@ schema on every call, a call carries:
 2. the tools pinned by ``disclosure.always``;
 3. the tools the session called in its last ``disclosure.recent_turns`` turns (or all
    tools of their groups, with ``recent_scope: skill``), in the order they were first
-   sent, so the list only grows at its end while they stay in use;
+   sent, so the list only grows at its end while they stay in use; where the provider
+   would not cache them, they do not stay (``select``'s ``cached``);
 4. up to ``disclosure.match_tools`` tools whose names, descriptions and parameters share
    words with the current message (BM25 over stemmed words), after the others: they change
    from turn to turn, so they come last. With ``disclosure.embedding_model`` they are
@@ -36,7 +37,7 @@ import math
 import operator
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -458,25 +459,33 @@ class Catalog:
         co_use: CoUse | None = None,
         exact: bool = False,
         vector: Sequence[float] = (),
+        cached: Callable[[Sequence[Mapping[str, Any]]], bool] | None = None,
     ) -> DisclosedTools:
         """What turn number ``turn`` sends up front: pinned, then recently used, then matched
         tools (by meaning too, given the message's embedding ``vector``) and their companions
         (``co_use``). ``exact``: the schemas as given (for a chatbot handed the tools
-        themselves), even with ``policy.share_preambles`` on."""
+        themselves), even with ``policy.share_preambles`` on. ``cached``: given the schemas
+        that would stay from turn to turn (the loader, pinned and recent tools), whether the
+        provider would cache them; when it would not, recently used tools do not stay (they
+        would cost their full price on every call), and come back when matched, loaded or called."""
         pinned, _ = self.resolve(policy.always)
         recent = [name for name, (_, last) in sorted(uses.items(), key=lambda item: item[1][0])
                   if name in self.entries and 0 < turn - last <= policy.recent_turns]  # fmt: skip
         if policy.recent_scope == "skill":
             groups = dict.fromkeys(self.entries[name].group for name in recent)
             recent = [name for group in groups for name in self.groups[group]]
+        share = policy.share_preambles and not exact
         stable = list(dict.fromkeys([*pinned, *recent]))
+        if cached is not None and len(stable) > len(pinned):
+            kept = DisclosedTools(self, names=stable, stable=len(stable), share_preambles=share)
+            if not cached(kept.schemas()):
+                stable = list(pinned)
         # The best matches overall: those already sent add nothing, and the list stays put.
         matched = [name for name in self.match(message, policy.match_tools, vector) if name not in stable]
         if co_use is not None and policy.co_use_tools:
             companions = [name for name in co_use.companions([*stable, *matched]) if name in self.entries]
             matched += [name for name in companions if name not in stable][: policy.co_use_tools]
         matched.sort(key=self._order.__getitem__)
-        share = policy.share_preambles and not exact
         return DisclosedTools(self, names=[*stable, *matched], stable=len(stable), share_preambles=share)
 
 
