@@ -386,7 +386,7 @@ VARIANTS: list[tuple[str, str, dict[str, Any], bool]] = [
     ),
     (
         "uncached",
-        "middleware, tool disclosure, disclosure.cache_aware off (used tools stay whatever the model caches)",
+        "middleware, tool disclosure, disclosure.cache_aware off (used tools always stay; never every schema instead)",
         {"cache_aware": False},
         True,
     ),
@@ -519,7 +519,7 @@ def section(data: dict[str, Any], command: str = COMMAND) -> str:
         ]
         lines += ["| strategy | " + " | ".join(MODELS) + " |", "|---|" + "---:|" * len(MODELS)]
         for row in part["rows"]:
-            if len(row["by_model"]) > 1 and row["name"] != "every_schema":
+            if len(row["by_model"]) > 1 and row["name"] not in ("every_schema", "uncached"):  # neither can
                 lines.append(
                     f"| {row['label']} | "
                     + " | ".join(_pct(row["by_model"][m].whole / row["by_model"][m].turns) for m in MODELS)
@@ -608,6 +608,7 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
 
     first_full, first_ours = long_full["priced"][sonnet], long_ours["priced"][sonnet]
     unaware = _row(single["rows"], "uncached")
+    raw_rules = data["rules"][RAW_MODEL]
     short_saving = 1 - mine.tokens / base.tokens
     return [
         "### How the targets are met or missed, and why",
@@ -636,11 +637,13 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
         f"{_less(1 - _row(single['rows'], 'match_2')['priced'][RAW_MODEL].tokens / base.tokens)} "
         f"but {_row(single['rows'], 'match_2')['played'].loader_calls / played.turns:.2f} loader calls per turn, over the 0.3 target. "
         "Tools the session used stay in every later call only where the model's prompt caching pays for them "
-        "(`disclosure.cache_aware`): gpt-4o-mini reads a cached token at half price and caches nothing under 1,024 tokens, which "
-        "a short conversation's kept schemas with the loader and the static system text do not reach, so they would be paid in "
-        "full on every call, and they stay only once they would be cached; a tool used earlier comes back when matched, "
-        f"loaded or called. Kept whatever the model (`cache_aware` off) they cost {_less(1 - unaware['priced'][RAW_MODEL].tokens / base.tokens)} "
-        f"at {unaware['played'].loader_calls / unaware['played'].turns:.2f} loader calls per turn. "
+        f"(`disclosure.cache_aware`): {RAW_MODEL} reads a cached token at {raw_rules.read_price / raw_rules.input_price:.0%} of "
+        f"its price, and caches nothing under {raw_rules.min_tokens:,} tokens, so kept schemas stay only once they alone reach "
+        "that (the matched tools after them change from turn to turn); below it they would be paid in full on every call. A "
+        "tool used earlier comes back when it is matched, loaded or called. With `cache_aware` off (used tools always stay, "
+        f"and every schema is never sent instead, which {RAW_MODEL} gets on {_pct(played.whole / played.turns)} of these turns "
+        f"with it on) the saving is {_less(1 - unaware['priced'][RAW_MODEL].tokens / base.tokens)} at "
+        f"{unaware['played'].loader_calls / unaware['played'].turns:.2f} loader calls per turn. "
         "What is left is mostly fixed per call: the loader's index of every tool name, which is what lets a model reach any tool, "
         "and the messages. Matching tools by meaning as well as by words (`disclosure.embedding_model`, here all-MiniLM-L6-v2, a "
         f"small local model) puts every reference tool in the first call on {_pct(by_meaning.sent_up_front / by_meaning.turns)} of "

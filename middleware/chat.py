@@ -178,8 +178,10 @@ class ChatTurn:
             return False
         messages, static, count = self.prompt.tokens.total, engine.composer.static_tokens, engine.config.tokens.model
         kept = llm.tools_tokens(count, disclosed.schemas()[: disclosed.stable_tools])
+        # The static system text stays only when no matched tools (which change) come before it.
+        kept += static if len(disclosed.names) == disclosed.stable else 0
         whole, budget = self.full_tools_tokens + messages, engine.budget(self.model)
-        cheaper = prefer_whole(rules, disclosed=self.tools_tokens + messages, disclosed_stable=kept + static, whole=whole,
+        cheaper = prefer_whole(rules, disclosed=self.tools_tokens + messages, disclosed_stable=kept, whole=whole,
                                whole_stable=self.full_tools_tokens + static)  # fmt: skip
         return cheaper and (budget is None or whole <= budget)
 

@@ -354,26 +354,28 @@ class DisclosureConfig(_Section):
     # Tools of a group whose descriptions open with the same sentences (at least 40
     # characters) carry them once per call: in the first of the group's tools sent.
     share_preambles: bool = True
-    # Follow the model's prompt caching: send every schema instead when that costs less per
-    # call (a model whose minimum cached prefix is longer than the disclosed prompt), and keep
-    # recently used tools only where their cached prefix pays for them (chat(); a wrapped
-    # chatbot's model is unknown before its call, so its used tools stay).
+    # Follow the model's prompt caching (caching.rules): send every schema instead when that
+    # costs less per call (a model whose minimum cached prefix is longer than the disclosed
+    # prompt), and keep recently used tools only where they would be read from the cache
+    # (see Engine.keeps_recent; a wrapped chatbot's model is unknown before its call, so
+    # its used tools stay).
     cache_aware: bool = True
 
 
 class CachingConfig(_Section):
     """Prompt caching: how the usage figures model it, and Anthropic cache breakpoints."""
 
-    # Whose caching rules the figures follow: auto (from the model's provider: OpenAI,
-    # Anthropic, Gemini, else none), or one of them for every model.
+    # Whose caching rules the figures (and disclosure.cache_aware) follow: auto (from the
+    # model's provider: OpenAI, Anthropic, Gemini, else none), or one of them for every model.
     rules: Literal["auto", "openai", "anthropic", "gemini", "none"] = "auto"
     # A session's cache counts as warm when its previous call came less than this long ago.
     ttl_seconds: float = Field(default=300.0, gt=0, le=86_400)
     # Anthropic models: mark the stable prefix (tools, static system text) and the last
     # message with cache_control breakpoints, so the provider caches them.
     anthropic_breakpoints: bool = False
-    # Price the figures (and choose the caching rules) as this model instead of the one
-    # called: for aliases, proxies and self-hosted names litellm has no price for.
+    # Price the figures (and choose the caching rules, which disclosure.cache_aware follows)
+    # as this model instead of the one called: for aliases, proxies and self-hosted names
+    # litellm has no price for.
     price_as: str | None = None
 
 

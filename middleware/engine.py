@@ -221,23 +221,30 @@ class Engine:
                               exact=exact, vector=vector, cached=cached)  # fmt: skip
 
     def keeps_recent(self, model: str, schemas: Sequence[Mapping[str, Any]], *, whole_tokens: int = 0) -> bool:
-        """Whether recently used tools are worth keeping in every call to ``model``, by the
-        caching rules the figures use (``caching``), given the schemas that would stay
-        (``schemas``) and every schema's tokens (``whole_tokens``). Kept tools are there so
-        the prompt's opening stays the same and is read from the provider's cache; they pay
-        for themselves only where it is cached: not at all when the model caches nothing (for
-        Anthropic, without ``caching.anthropic_breakpoints``); once they reach its minimum
-        cached prefix when a cached token costs more than a quarter of an input token
-        (gpt-4o-mini: half); and wherever a prefix could be cached (theirs, or every
-        schema's: see ``cache_aware``) when it costs a quarter or less, or its prices are unknown."""
+        """Whether recently used tools stay in every call to ``model``, by the caching rules
+        the figures use (``caching``), given the schemas that would stay (``schemas``: the
+        loader, pinned and recent tools) and every schema's tokens (``whole_tokens``). They
+        are kept so that the prompt's opening is read from the provider's cache:
+
+        - a model whose caching the figures do not model (``caching.rules`` none): they stay
+          where litellm prices its cached reads below its input (DeepSeek, say), else not;
+        - Claude without ``caching.anthropic_breakpoints``: nothing is cached, they do not stay;
+        - they stay once they alone reach the model's minimum cached prefix (the matched tools
+          after them change from turn to turn, so what follows is not counted);
+        - below it, where a cached token costs a quarter of an input token or less (or the
+          prices are unknown), they stay whenever every schema could be cached: the list grows
+          into the minimum, and ``cache_aware`` may send every schema instead. Where it costs
+          more (gpt-4o-mini: half), they do not: they would be paid in full on every call."""
         rules = self.billing.rules(model)
-        if rules.kind == "none" or (rules.explicit and not self.config.caching.anthropic_breakpoints):
+        read, price = rules.read_price, rules.input_price
+        if rules.kind == "none":
+            return read is not None and price is not None and read < price
+        if rules.explicit and not self.config.caching.anthropic_breakpoints:
             return False
-        static = self.composer.static_tokens
-        if llm.tools_tokens(self.config.tokens.model, schemas) + static >= rules.min_tokens:
+        if llm.tools_tokens(self.config.tokens.model, schemas) >= rules.min_tokens:
             return True
-        deep = rules.read_price is None or rules.input_price is None or rules.read_price * 4 <= rules.input_price
-        return deep and whole_tokens + static >= rules.min_tokens
+        deep = read is None or price is None or read * 4 <= price
+        return deep and whole_tokens + self.composer.static_tokens >= rules.min_tokens
 
     def meaning(self, catalog: Catalog | None, message: str) -> Program[Sequence[float]]:
         """The message's embedding for matching ``catalog``'s tools by meaning

@@ -437,7 +437,8 @@ def test_recent_tools_stay_only_when_the_cache_is_asked_whether_they_pay() -> No
 @pytest.mark.parametrize(
     ("caching", "kept_tokens", "whole_tokens", "keeps"),
     [
-        ({"rules": "none"}, 50_000, 50_000, False),  # nothing is cached: kept tools are paid in full
+        ({"rules": "none"}, 50_000, 50_000, False),  # not modelled, and no cache price known
+        ({"rules": "none", "price_as": "deepseek/deepseek-chat"}, 500, 500, True),  # not modelled, reads priced lower
         ({"price_as": "claude-sonnet-4-5"}, 5_000, 5_000, False),  # Anthropic caches only at breakpoints
         ({"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}, 1_100, 1_100, True),
         ({"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}, 400, 1_100, True),  # reads at a tenth
@@ -445,35 +446,71 @@ def test_recent_tools_stay_only_when_the_cache_is_asked_whether_they_pay() -> No
         ({"price_as": "gpt-4o-mini"}, 1_100, 1_100, True),  # reaches 1,024, read at half
         ({"price_as": "gpt-4o-mini"}, 700, 50_000, False),  # read at half: only once they are cached
         ({"price_as": "gpt-5-mini"}, 700, 1_100, True),  # read at a tenth
+        ({"price_as": "gpt-4.1-mini"}, 700, 1_100, True),  # read at exactly a quarter
         ({"price_as": "claude-haiku-4-5", "anthropic_breakpoints": True}, 3_000, 3_900, False),  # 4,096 minimum
     ],
 )
 def test_whether_recent_tools_pay_follows_each_providers_caching(
     caching: dict[str, Any], kept_tokens: int, whole_tokens: int, keeps: bool
 ) -> None:
-    """Hand-worked: kept schemas of ``kept_tokens`` (with the static system text) against
-    every schema's ``whole_tokens``, under each provider's rules and litellm's prices."""
+    """Hand-worked: kept schemas of ``kept_tokens`` against every schema's ``whole_tokens``
+    (with the static system text), under each provider's rules and litellm's prices."""
     from middleware.engine import Engine
 
     engine = Engine(Config().with_overrides(caching=caching, usage_log={"path": None}))
-    static = engine.composer.static_tokens
+    schemas = _schemas_of_tokens(engine, kept_tokens)
+    assert engine.keeps_recent("m", schemas, whole_tokens=whole_tokens - engine.composer.static_tokens) is keeps
+
+
+def _schemas_of_tokens(engine: Any, tokens: int) -> list[dict[str, Any]]:
+    """One schema of ``tokens`` tokens (within 2), as the engine counts them."""
 
     def schemas_of(words: int) -> list[dict[str, Any]]:
         return [{"type": "function", "function": {"name": "t", "description": "word " * words}}]
 
-    words = kept_tokens  # a description of about ``kept_tokens - static`` tokens in all
+    words = tokens
     for _ in range(5):
-        words += kept_tokens - static - llm.tools_tokens(engine.config.tokens.model, schemas_of(words))
-    assert abs(llm.tools_tokens(engine.config.tokens.model, schemas_of(words)) + static - kept_tokens) <= 2
-    schemas = schemas_of(words)
-    assert engine.keeps_recent("m", schemas, whole_tokens=whole_tokens - static) is keeps
+        words += tokens - llm.tools_tokens(engine.config.tokens.model, schemas_of(words))
+    assert abs(llm.tools_tokens(engine.config.tokens.model, schemas_of(words)) - tokens) <= 2
+    return schemas_of(words)
+
+
+def test_the_system_text_after_changing_tools_is_not_counted_as_cached() -> None:
+    """Matched tools come between the kept tools and the system text and change from turn to
+    turn, so a long system text does not lift kept tools over the minimum: 700 tokens of
+    kept tools with about 900 of instructions stay out with gpt-4o-mini."""
+    from middleware.engine import Engine
+
+    config = Config().with_overrides(assistant={"instructions": "Follow the house rules. " * 180}, caching={"price_as": "gpt-4o-mini"},
+                                     usage_log={"path": None})  # fmt: skip
+    engine = Engine(config)
+    assert engine.composer.static_tokens > 800
+    assert engine.keeps_recent("m", _schemas_of_tokens(engine, 700), whole_tokens=50_000) is False
+    assert engine.keeps_recent("m", _schemas_of_tokens(engine, 1_100), whole_tokens=50_000) is True
+
+
+def test_every_schema_is_sent_when_the_system_text_follows_matched_tools(managers: ManagerFactory, log_path: Path) -> None:
+    """Priced as Claude Haiku 4.5 (4,096 minimum): ten pinned tools (about 3,700 tokens) and a
+    long system text reach the minimum together, which counts only when no matched tool
+    changes between them: with none matched the disclosed prompt is sent, with a matched
+    tool after the pinned ones every schema is (it is cached, the disclosed prompt is not)."""
+    tools = _big_tools(12)
+    model = Needs({"hi": [], "use tool 11": []})
+    caching = {"price_as": "claude-haiku-4-5", "anthropic_breakpoints": True}
+    config = disclosing(log_path, always=[f"tool_{i}" for i in range(10)]).with_overrides(
+        caching=caching, assistant={"instructions": "Follow the house rules. " * 120}
+    )
+    managers(config).chat("s", "hi", model=model.model, tools=tools)
+    assert model.requests[-1] == ["load_tools"] + [f"tool_{i}" for i in range(10)]
+    managers(config).chat("s", "use tool 11", model=model.model, tools=tools)
+    assert model.requests[-1] == [f"tool_{i}" for i in range(12)]
 
 
 def test_used_tools_stay_in_every_call_where_caching_pays_for_them(managers: ManagerFactory, log_path: Path) -> None:
     """Priced as gpt-4o-mini (nothing under 1,024 tokens cached, then read at half price):
     one used tool of about 370 tokens would be paid in full on every later call, so turn 2
     does not carry it, and the model that calls it anyway gets it run; once three are used,
-    past 1,024 tokens, they stay. A model with no caching keeps none; with
+    past 1,024 tokens, they stay. A model with no caching (and no cache price) keeps none; with
     disclosure.cache_aware false they stay whatever the model."""
     tools = _big_tools(6)
     model = Needs({"one": [("tool_0", {})], "two": [("tool_0", {})], "three": [("tool_1", {}), ("tool_2", {})], "four": []},
@@ -483,7 +520,7 @@ def test_used_tools_stay_in_every_call_where_caching_pays_for_them(managers: Man
     assert model.requests[2] == ["load_tools"]  # turn 2's first call: tool_0 not kept
     assert results[1].text == "done: ok" and [c.name for c in results[1].tool_calls] == ["tool_0"]
     assert model.requests[-1] == ["load_tools", "tool_0", "tool_1", "tool_2"]  # turn 4: kept
-    uncached = disclosing(log_path, match_tools=0).with_overrides(caching={"rules": "none"})
+    uncached = disclosing(log_path, match_tools=0).with_overrides(caching={"rules": "none", "price_as": "ollama/llama3"})
     for config, kept in ((uncached, ["load_tools"]),
                          (uncached.with_overrides(disclosure={"cache_aware": False}), ["load_tools", "tool_0"])):  # fmt: skip
         mgr = managers(config)
