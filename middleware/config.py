@@ -334,7 +334,7 @@ class DisclosureConfig(_Section):
     # loader and its index cost about what they save.
     min_tokens: int = Field(default=1000, ge=0)
     # Tools called within this many turns stay in every call (0: none stay), where the
-    # model's caching pays for them (see cache_aware).
+    # model's caching makes them worth keeping (see cache_aware).
     recent_turns: int = Field(default=100, ge=0, le=1_000_000)
     # "tool": the tools called stay; "skill": every tool of their skills (groups) stays.
     recent_scope: Literal["tool", "skill"] = "tool"
@@ -356,9 +356,9 @@ class DisclosureConfig(_Section):
     share_preambles: bool = True
     # Follow the model's prompt caching (caching.rules): send every schema instead when that
     # costs less per call (a model whose minimum cached prefix is longer than the disclosed
-    # prompt), and keep recently used tools only where they would be read from the cache
-    # (see Engine.keeps_recent; a wrapped chatbot's model is unknown before its call, so
-    # its used tools stay).
+    # prompt), and keep recently used tools only where that caching makes them worth
+    # keeping (see Engine.keeps_recent; a wrapped chatbot's model is unknown before its
+    # call, so its used tools stay).
     cache_aware: bool = True
 
 

@@ -213,7 +213,8 @@ class Engine:
         with the companions of its tools learned from the turns this engine recorded, and the
         message's embedding (``meaning``) when tools are matched by meaning. Given the
         ``model`` (with ``disclosure.cache_aware``), recently used tools stay only where that
-        model's prompt caching pays for them (``keeps_recent``; ``whole_tokens``: every schema's)."""
+        model's prompt caching makes them worth keeping (``keeps_recent``; ``whole_tokens``:
+        every schema's)."""
         cached = None
         if model and self.config.disclosure.cache_aware:
             cached = functools.partial(self.keeps_recent, model, whole_tokens=whole_tokens)
@@ -229,8 +230,9 @@ class Engine:
         - a model whose caching the figures do not model (``caching.rules`` none): they stay
           where litellm prices its cached reads below its input (DeepSeek, say), else not;
         - Claude without ``caching.anthropic_breakpoints``: nothing is cached, they do not stay;
-        - they stay once they alone reach the model's minimum cached prefix (the matched tools
-          after them change from turn to turn, so what follows is not counted);
+        - they stay once they (with the loader and the pinned tools) reach the model's minimum
+          cached prefix (the matched tools after them change from turn to turn, so what
+          follows is not counted);
         - below it, where a cached token costs a quarter of an input token or less (or the
           prices are unknown), they stay whenever every schema could be cached: the list grows
           into the minimum, and ``cache_aware`` may send every schema instead. Where it costs
