@@ -643,7 +643,7 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
         f"tokens and cost loader rounds: with `match_tools: 2` the saving is "
         f"{_less(1 - _row(single['rows'], 'match_2')['priced'][RAW_MODEL].tokens / base.tokens)} "
         f"at {two_loads:.2f} loader calls per turn, {'within' if two_loads <= 0.3 else 'over'} the 0.3 target. "
-        "Tools the session used stay in every later call only where the model's prompt caching pays for them "
+        "Tools the session used stay in every later call only where the model's prompt caching makes them worth keeping "
         f"(`disclosure.cache_aware`): {RAW_MODEL} reads a cached token at {raw_rules.read_price / raw_rules.input_price:.0%} of "
         f"its price, and caches nothing under {raw_rules.min_tokens:,} tokens, so {kept_rule} A "
         "tool used earlier comes back when it is matched, loaded or called. With `cache_aware` off (used tools always stay, "
