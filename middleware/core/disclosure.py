@@ -10,8 +10,8 @@ schema on every call, a call carries:
 2. the tools pinned by ``disclosure.always``;
 3. the tools the session called in its last ``disclosure.recent_turns`` turns (or all
    tools of their groups, with ``recent_scope: skill``), in the order they were first
-   sent, so the list only grows at its end while they stay in use; where the provider
-   would not cache them, they do not stay (``select``'s ``cached``);
+   sent, so the list only grows at its end while they stay in use; where the model's
+   prompt caching does not make them worth keeping, they do not stay (``select``'s ``cached``);
 4. up to ``disclosure.match_tools`` tools whose names, descriptions and parameters share
    words with the current message (BM25 over stemmed words), after the others: they change
    from turn to turn, so they come last. With ``disclosure.embedding_model`` they are
@@ -465,9 +465,9 @@ class Catalog:
         tools (by meaning too, given the message's embedding ``vector``) and their companions
         (``co_use``). ``exact``: the schemas as given (for a chatbot handed the tools
         themselves), even with ``policy.share_preambles`` on. ``cached``: given the schemas
-        that would stay from turn to turn (the loader, pinned and recent tools), whether the
-        provider would cache them; when it would not, recently used tools do not stay (they
-        would cost their full price on every call), and come back when matched, loaded or called."""
+        that would stay from turn to turn (the loader, pinned and recent tools), whether they
+        are worth keeping with the model's prompt caching; when not, recently used tools do
+        not stay, and come back when matched, loaded or called."""
         pinned, _ = self.resolve(policy.always)
         recent = [name for name, (_, last) in sorted(uses.items(), key=lambda item: item[1][0])
                   if name in self.entries and 0 < turn - last <= policy.recent_turns]  # fmt: skip
