@@ -174,7 +174,7 @@ class ChatTurn:
         schema's is not (a model that caches nothing under 4,096 tokens, say), comparing both
         per call with a warm cache (see core.caching.prefer_whole)."""
         rules, engine, disclosed = self.engine.billing.rules(self.model), self.engine, self.disclosed
-        if disclosed is None or rules.kind == "none" or (rules.explicit and not self.breakpoints):
+        if disclosed is None or not engine.caches(rules):
             return False
         messages, static, count = self.prompt.tokens.total, engine.composer.static_tokens, engine.config.tokens.model
         kept = llm.tools_tokens(count, disclosed.schemas()[: disclosed.stable_tools])

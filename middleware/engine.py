@@ -28,6 +28,7 @@ from .config import Config
 from .connectors import Connector, connector_lines, connector_observations
 from .core import plans
 from .core.archive import query_terms
+from .core.caching import Rules
 from .core.composer import Composer
 from .core.disclosure import Catalog, CoUse, DisclosedTools, auto_groups, entry_of
 from .core.effects import Inline, Io, Program
@@ -241,12 +242,18 @@ class Engine:
         read, price = rules.read_price, rules.input_price
         if rules.kind == "none":
             return read is not None and price is not None and read < price
-        if rules.explicit and not self.config.caching.anthropic_breakpoints:
+        if not self.caches(rules):
             return False
         if llm.tools_tokens(self.config.tokens.model, schemas) >= rules.min_tokens:
             return True
         deep = read is None or price is None or read * 4 <= price
         return deep and whole_tokens + self.composer.static_tokens >= rules.min_tokens
+
+    def caches(self, rules: Rules) -> bool:
+        """Whether calls under ``rules`` are read from a provider's cache at all, as the
+        figures model it: a provider whose caching they model, and for Anthropic only with
+        ``caching.anthropic_breakpoints`` (it caches nothing unmarked)."""
+        return rules.kind != "none" and (not rules.explicit or self.config.caching.anthropic_breakpoints)
 
     def meaning(self, catalog: Catalog | None, message: str) -> Program[Sequence[float]]:
         """The message's embedding for matching ``catalog``'s tools by meaning
