@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import math
+import random
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 
 from middleware import Config, Connector, Tool, ToolCall, Turn
+from middleware.core import plans
 from middleware.core.plans import Layout, session_keys, vector_prefix
 from middleware.core.summary import summary_line
 from middleware.scripted import _hashed, register_embedder
@@ -118,6 +121,78 @@ def test_recall_is_one_round_trip_and_bytes_read_do_not_grow_with_the_archive(
     (small, small_commands), (large, large_commands) = measured[300], measured[3000]
     assert large_commands == small_commands  # the same work on the server, whatever the archive holds
     assert small < 20_000 and large <= small * 1.2
+
+
+def _ranked_by_definition(
+    postings: dict[str, list[str]],
+    texts: dict[str, str],
+    size: int,
+    query: Sequence[tuple[str, float]],
+    oldest: int,
+    newest: int,
+    floor: float,
+    count: int,
+) -> list[tuple[str, float, float, str]]:
+    """What the load script must send back, computed the plain way: every piece in range
+    scored by BM25's idf over the query terms it holds (each term once), those whose own
+    terms (weight 1) reach ``floor`` best first and newest first among equals, the best
+    ``2 * count`` read, one of each text, at most ``count``."""
+    score: dict[str, float] = {}
+    asked: dict[str, float] = {}
+    matched: dict[str, list[str]] = {}
+    for term, weight in query:
+        live = list(dict.fromkeys(i for i in postings.get(term, []) if oldest <= int(i.split(".")[0]) <= newest))
+        idf = weight * math.log(1 + (size - len(live) + 0.5) / (len(live) + 0.5))
+        for piece in live:
+            score[piece] = score.get(piece, 0.0) + idf
+            matched.setdefault(piece, []).append(term)
+            if weight >= 1:
+                asked[piece] = asked.get(piece, 0.0) + idf
+    found = sorted((p for p, value in asked.items() if value >= floor), key=lambda p: (-score[p], -int(p.split(".")[0])))
+    out, seen = [], set()
+    for piece in found[: 2 * count]:
+        if texts[piece] not in seen and len(out) < count:
+            seen.add(texts[piece])
+            out.append((piece, score[piece], asked[piece], " ".join(matched[piece])))
+    return out
+
+
+def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
+    """The script's ranking against the definition above, on random archives: pieces of
+    a small vocabulary (so that many share the same terms and the same score), repeated
+    texts, an id listed twice under one term, turns out of range at both ends."""
+    rng = random.Random(7)
+    vocabulary = [f"w{n}" for n in range(7)]
+    keys = session_keys("rank", "s")
+    for case in range(120):
+        raw.delete(keys.arc, keys.idx, keys.meta)
+        turns = rng.randint(1, 70)
+        postings: dict[str, list[str]] = {}
+        texts: dict[str, str] = {}
+        for turn in range(1, turns + 1):
+            piece = f"{turn}.0"
+            held = rng.sample(vocabulary, rng.randint(1, 4))
+            texts[piece] = f"text {rng.randint(0, turns // 2)}"
+            raw.hset(keys.arc, piece, f"user\t3\t{' '.join(held)}\t{texts[piece]}")
+            for term in held:
+                postings.setdefault(term, []).append(piece)
+                if rng.random() < 0.03:
+                    postings[term].append(piece)  # listed twice: counted once
+        raw.hset(keys.idx, mapping={term: " ".join(ids) for term, ids in postings.items()})
+        raw.hset(keys.meta, "turns", turns)
+        archive, recent, count = rng.randint(5, 80), rng.randint(0, 3), rng.randint(1, 6)
+        query = [(term, rng.choice((1.0, 1.0, 0.5))) for term in rng.sample(vocabulary, rng.randint(1, 6))]
+        floor = rng.choice((0.0, 1.0, 3.0))
+        reply = raw.execute_command(
+            "eval", plans.LOAD_SCRIPT, 6, keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx,
+            archive, recent, count, len(query), *(part for term, weight in query for part in (term, weight)), floor,
+        )  # fmt: skip
+        rows = reply[4]
+        got = [(rows[i].decode(), float(rows[i + 1]), float(rows[i + 2]), rows[i + 3].decode()) for i in range(0, len(rows), 5)]
+        want = _ranked_by_definition(postings, texts, turns, query, turns - archive + 1, turns - recent, floor, count)
+        assert [g[0] for g in got] == [w[0] for w in want], (case, query, floor)
+        for (_, score, asked, names), (_, score_, asked_, names_) in zip(got, want, strict=True):
+            assert (score, asked, names) == (pytest.approx(score_), pytest.approx(asked_), names_)
 
 
 # --- observations and connectors -------------------------------------------------------------

@@ -410,39 +410,75 @@ end
 local lists = redis.pcall('HMGET', idx, unpack(terms))
 local size = redis.pcall('HLEN', arc)
 if lists.err or type(size) ~= 'number' then return out end
-local score, asked, mask, turn_of = {}, {}, {}, {}
+-- A piece's score is the sum of the weights of the message's terms it holds, so it
+-- follows from which terms those are (its mask): the masks are ranked, not the pieces,
+-- and a table.sort over every piece (most of a recall's time in Lua) is not needed.
+local mask, live_of, idf, upper = {}, {}, {}, newest + 1
 for j = 1, n_terms do
-  local list = lists[j]
+  local list, live, n, bit = lists[j], {}, 0, 2 ^ (j - 1)
   if list then
-    local live, bit = {}, 2 ^ (j - 1)
-    for id, t in string.gmatch(list, '((%d+)%.%d+)') do
-      t = tonumber(t)
-      if t >= oldest and t <= newest then
-        live[#live + 1] = id
-        turn_of[id] = t
+    -- An id "<turn>.<n>" read as a number is its turn plus a fraction below one.
+    for id in string.gmatch(list, '%S+') do
+      local t, m = tonumber(id), mask[id] or 0
+      if t and t >= oldest and t < upper and m % (2 * bit) < bit then  -- in range, and once per term
+        n = n + 1
+        live[n] = id
+        mask[id] = m + bit
       end
     end
-    local idf = weights[j] * math.log(1 + (size - #live + 0.5) / (#live + 0.5))
-    for _, id in ipairs(live) do
-      score[id] = (score[id] or 0) + idf
-      mask[id] = (mask[id] or 0) + bit
-      -- Only the current message's own terms (weight 1) select; the others rank.
-      if weights[j] >= 1 then asked[id] = (asked[id] or 0) + idf end
+  end
+  live_of[j] = live
+  idf[j] = weights[j] * math.log(1 + (size - n + 0.5) / (n + 0.5))
+end
+-- Each mask's pieces, newest first (a term's ids are newest last): a piece is taken from
+-- the list of the first of its terms. Only the current message's own terms (weight 1)
+-- select, above the floor; the others rank.
+local floor, groups, score, asked, masks = tonumber(ARGV[5 + 2 * n_terms]), {}, {}, {}, {}
+for j = 1, n_terms do
+  local live, low = live_of[j], 2 ^ (j - 1)
+  for i = #live, 1, -1 do
+    local id = live[i]
+    local m = mask[id]
+    if m % (2 * low) == low then
+      local group = groups[m]
+      if group == nil then
+        local total, own, selects, rest = 0, 0, false, m
+        for k = 1, n_terms do
+          if rest % 2 == 1 then
+            total = total + idf[k]
+            if weights[k] >= 1 then own, selects = own + idf[k], true end
+          end
+          rest = math.floor(rest / 2)
+        end
+        group, score[m], asked[m] = {}, total, own
+        groups[m] = group
+        if selects and own >= floor then masks[#masks + 1] = m end
+      end
+      group[#group + 1] = id
     end
   end
 end
--- The pieces the current message's terms select, above the floor, best first.
-local floor, found = tonumber(ARGV[5 + 2 * n_terms]), {}
-for id, value in pairs(asked) do
-  if value >= floor then found[#found + 1] = id end
+if #masks == 0 then return out end
+-- Best masks first; pieces of masks that score the same, newest first among them.
+table.sort(masks, function(a, b) return score[a] > score[b] end)
+local best, limit, i = {}, 2 * tonumber(ARGV[3]), 1
+while i <= #masks and #best < limit do
+  local tied = {masks[i]}
+  while i + #tied <= #masks and score[masks[i + #tied]] == score[masks[i]] do tied[#tied + 1] = masks[i + #tied] end
+  local ids = groups[tied[1]]
+  if #tied > 1 then
+    ids = {}
+    for _, m in ipairs(tied) do
+      for _, id in ipairs(groups[m]) do ids[#ids + 1] = id end
+    end
+    table.sort(ids, function(a, b) return tonumber(a) > tonumber(b) end)
+  end
+  for _, id in ipairs(ids) do
+    if #best == limit then break end
+    best[#best + 1] = id
+  end
+  i = i + #tied
 end
-if #found == 0 then return out end
-table.sort(found, function(a, b)
-  if score[a] ~= score[b] then return score[a] > score[b] end
-  return turn_of[a] > turn_of[b]
-end)
-local best = {}
-for i = 1, math.min(2 * tonumber(ARGV[3]), #found) do best[i] = found[i] end
 local records = redis.pcall('HMGET', arc, unpack(best))
 if records.err then return out end
 local row, sent, seen = out[5], 0, {}
@@ -459,8 +495,8 @@ for i, id in ipairs(best) do
       m = math.floor(m / 2)
     end
     row[#row + 1] = id
-    row[#row + 1] = tostring(score[id])
-    row[#row + 1] = tostring(asked[id])
+    row[#row + 1] = tostring(score[mask[id]])
+    row[#row + 1] = tostring(asked[mask[id]])
     row[#row + 1] = table.concat(names, ' ')
     row[#row + 1] = records[i]
   end
