@@ -104,9 +104,12 @@ def pair_keys(prefix: str, user_id: str, agent: str) -> PairKeys:
 # Ids of the last turns each session remembers: a write retried after its reply was lost,
 # or a turn held through an outage, is recognised if fewer than this many turns landed since.
 TURN_IDS = 128
-# Bytes of piece ids an index term keeps (between this and twice this), newest last: about
-# 30 to 60 ids, which bounds the work and the bytes of a recall.
-POSTINGS = 256
+# Bytes of piece ids an index term keeps (between this and twice this, so that a list is
+# not cut on every write), newest last; a recall reads the newest this many of each term,
+# about 14 to 18 ids, which bounds its work whatever the archive holds. Reading 256 bytes
+# instead took twice the server time for a long message and kept no more needed values
+# in BENCHMARKS.md's sessions (`python -m benchmarks.recall`).
+POSTINGS = 128
 # Pieces a recall sends back at most, best first: the bytes read per call do not grow with the archive.
 CANDIDATES = 10
 
@@ -386,7 +389,8 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
 # itself (weight 1: the recent window's terms only rank), the CANDIDATES best come back
 # with their text.
 #
-# KEYS: ctx sum recent meta arc idx. ARGV: archive_turns recent_turns candidates n_terms (term weight)* min_score
+# KEYS: ctx sum recent meta arc idx. ARGV: archive_turns recent_turns candidates n_terms (term weight)* min_score scan
+# (scan: the bytes read of each term's ids, the newest)
 # Returns {ctx (member score)*, summary, recent, meta (field value)*, {id score asked matched record}*}
 # (asked: the score of the current message's own terms);
 # a read that fails stands as its error in its place.
@@ -413,50 +417,50 @@ if lists.err or type(size) ~= 'number' then return out end
 -- A piece's score is the sum of the weights of the message's terms it holds, so it
 -- follows from which terms those are (its mask): the masks are ranked, not the pieces,
 -- and a table.sort over every piece (most of a recall's time in Lua) is not needed.
-local mask, live_of, idf, upper = {}, {}, {}, newest + 1
+local mask, order, idf, upper, scan = {}, {}, {}, newest + 1, tonumber(ARGV[6 + 2 * n_terms])
 for j = 1, n_terms do
-  local list, live, n, bit = lists[j], {}, 0, 2 ^ (j - 1)
+  local list, n, bit = lists[j], 0, 2 ^ (j - 1)
+  if list and #list > scan then  -- the newest `scan` bytes: the ids that start in them
+    list = string.sub(list, (string.find(list, ' ', #list - scan, true) or #list) + 1)
+  end
   if list then
     -- An id "<turn>.<n>" read as a number is its turn plus a fraction below one.
     for id in string.gmatch(list, '%S+') do
-      local t, m = tonumber(id), mask[id] or 0
-      if t and t >= oldest and t < upper and m % (2 * bit) < bit then  -- in range, and once per term
-        n = n + 1
-        live[n] = id
-        mask[id] = m + bit
+      local t, m = tonumber(id), mask[id]
+      if t and t >= oldest and t < upper then
+        if m == nil then  -- first seen: in the list of the first of its terms, in that list's order
+          order[#order + 1] = id
+          mask[id], n = bit, n + 1
+        elseif m % (2 * bit) < bit then  -- once per term
+          mask[id], n = m + bit, n + 1
+        end
       end
     end
   end
-  live_of[j] = live
   idf[j] = weights[j] * math.log(1 + (size - n + 0.5) / (n + 0.5))
 end
--- Each mask's pieces, newest first (a term's ids are newest last): a piece is taken from
--- the list of the first of its terms. Only the current message's own terms (weight 1)
--- select, above the floor; the others rank.
+-- Each mask's pieces, newest first: `order` holds each term's new ids oldest first, so
+-- read backwards it gives every mask its pieces newest first. Only the current
+-- message's own terms (weight 1) select, above the floor; the others rank.
 local floor, groups, score, asked, masks = tonumber(ARGV[5 + 2 * n_terms]), {}, {}, {}, {}
-for j = 1, n_terms do
-  local live, low = live_of[j], 2 ^ (j - 1)
-  for i = #live, 1, -1 do
-    local id = live[i]
-    local m = mask[id]
-    if m % (2 * low) == low then
-      local group = groups[m]
-      if group == nil then
-        local total, own, selects, rest = 0, 0, false, m
-        for k = 1, n_terms do
-          if rest % 2 == 1 then
-            total = total + idf[k]
-            if weights[k] >= 1 then own, selects = own + idf[k], true end
-          end
-          rest = math.floor(rest / 2)
-        end
-        group, score[m], asked[m] = {}, total, own
-        groups[m] = group
-        if selects and own >= floor then masks[#masks + 1] = m end
+for i = #order, 1, -1 do
+  local id = order[i]
+  local m = mask[id]
+  local group = groups[m]
+  if group == nil then
+    local total, own, selects, rest = 0, 0, false, m
+    for k = 1, n_terms do
+      if rest % 2 == 1 then
+        total = total + idf[k]
+        if weights[k] >= 1 then own, selects = own + idf[k], true end
       end
-      group[#group + 1] = id
+      rest = math.floor(rest / 2)
     end
+    group, score[m], asked[m] = {}, total, own
+    groups[m] = group
+    if selects and own >= floor then masks[#masks + 1] = m end
   end
+  group[#group + 1] = id
 end
 if #masks == 0 then return out end
 -- Best masks first; pieces of masks that score the same, newest first among them.
@@ -511,7 +515,7 @@ def _load_script(layout: Layout, keys: SessionKeys, query: Sequence[tuple[str, f
     return (
         "evalsha", LOAD_SHA, 6, keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx,
         layout.archive_turns, recent_turns, CANDIDATES, len(query), *(part for term, weight in query for part in (term, weight)),
-        MIN_SCORE,
+        MIN_SCORE, POSTINGS,
     )  # fmt: skip
 
 
