@@ -420,20 +420,23 @@ if lists.err or type(size) ~= 'number' then return out end
 local mask, order, idf, upper, scan = {}, {}, {}, newest + 1, tonumber(ARGV[6 + 2 * n_terms])
 for j = 1, n_terms do
   local list, n, bit = lists[j], 0, 2 ^ (j - 1)
+  local above = 2 * bit
   if list and #list > scan then  -- the newest `scan` bytes: the ids that start in them
     list = string.sub(list, (string.find(list, ' ', #list - scan, true) or #list) + 1)
   end
   if list then
-    -- An id "<turn>.<n>" read as a number is its turn plus a fraction below one.
-    for id in string.gmatch(list, '%S+') do
-      local t, m = tonumber(id), mask[id]
-      if t and t >= oldest and t < upper then
-        if m == nil then  -- first seen: in the list of the first of its terms, in that list's order
+    for id in string.gmatch(list, '[^ ]+') do  -- a set, not %S: a few ns an id less
+      local m = mask[id]
+      if m == nil then  -- first seen: in the list of the first of its terms, in that list's order
+        local t = tonumber(id)  -- "<turn>.<n>" read as a number: its turn plus a fraction below one
+        if t and t >= oldest and t < upper then
           order[#order + 1] = id
           mask[id], n = bit, n + 1
-        elseif m % (2 * bit) < bit then  -- once per term
-          mask[id], n = m + bit, n + 1
+        else
+          mask[id] = false  -- out of range: not read again
         end
+      elseif m and m % above < bit then  -- once per term
+        mask[id], n = m + bit, n + 1
       end
     end
   end
@@ -448,13 +451,14 @@ for i = #order, 1, -1 do
   local m = mask[id]
   local group = groups[m]
   if group == nil then
-    local total, own, selects, rest = 0, 0, false, m
-    for k = 1, n_terms do
-      if rest % 2 == 1 then
+    local total, own, selects, rest, k = 0, 0, false, m, 1
+    while rest > 0 do  -- up to its last term only
+      local held = rest % 2
+      if held == 1 then
         total = total + idf[k]
         if weights[k] >= 1 then own, selects = own + idf[k], true end
       end
-      rest = math.floor(rest / 2)
+      rest, k = (rest - held) / 2, k + 1
     end
     group, score[m], asked[m] = {}, total, own
     groups[m] = group
@@ -483,26 +487,40 @@ while i <= #masks and #best < limit do
   end
   i = i + #tied
 end
-local records = redis.pcall('HMGET', arc, unpack(best))
-if records.err then return out end
-local row, sent, seen = out[5], 0, {}
-for i, id in ipairs(best) do
-  -- The same text from another turn says nothing new: one of each, at most `candidates`.
-  -- Anchored at the start (as Python splits it, the text is what follows the third tab):
-  -- an unanchored '[^\t]*$' retries from every position and costs several µs a record.
-  local text = records[i] and string.match(records[i], '^[^\t]*\t[^\t]*\t[^\t]*\t(.*)$')
-  if text and not seen[text] and sent < tonumber(ARGV[3]) then
-    seen[text], sent = true, sent + 1
-    local names, m = {}, mask[id]
-    for j = 1, n_terms do
-      if m % 2 == 1 then names[#names + 1] = terms[j] end
-      m = math.floor(m / 2)
+-- Read in turn only as many as are still wanted: most texts are not repeats, so one read of
+-- `candidates` records usually does.
+local wanted, row, seen, names_of, at = tonumber(ARGV[3]), out[5], {}, {}, 1
+local sent = 0
+while sent < wanted and at <= #best do
+  local batch = {}
+  for k = at, math.min(at + wanted - sent - 1, #best) do batch[#batch + 1] = best[k] end
+  at = at + #batch
+  local records = redis.pcall('HMGET', arc, unpack(batch))
+  if records.err then return out end
+  for i, id in ipairs(batch) do
+    -- The same text from another turn says nothing new: one of each, at most `candidates`.
+    -- Anchored at the start (as Python splits it, the text is what follows the third tab):
+    -- an unanchored '[^\t]*$' retries from every position and costs several µs a record.
+    local text = records[i] and string.match(records[i], '^[^\t]*\t[^\t]*\t[^\t]*\t(.*)$')
+    if text and not seen[text] then
+      seen[text], sent = true, sent + 1
+      local m = mask[id]
+      local names = names_of[m]
+      if names == nil then
+        local held, rest = {}, m
+        for j = 1, n_terms do
+          if rest % 2 == 1 then held[#held + 1] = terms[j] end
+          rest = math.floor(rest / 2)
+        end
+        names = table.concat(held, ' ')
+        names_of[m] = names
+      end
+      row[#row + 1] = id
+      row[#row + 1] = tostring(score[m])
+      row[#row + 1] = tostring(asked[m])
+      row[#row + 1] = names
+      row[#row + 1] = records[i]
     end
-    row[#row + 1] = id
-    row[#row + 1] = tostring(score[mask[id]])
-    row[#row + 1] = tostring(asked[mask[id]])
-    row[#row + 1] = table.concat(names, ' ')
-    row[#row + 1] = records[i]
   end
 end
 return out
