@@ -133,9 +133,11 @@ def _ranked_by_definition(
     floor: float,
     count: int,
     scan: int,
+    common: int,
 ) -> list[tuple[str, float, float, str]]:
     """What the load script must send back, computed the plain way: every piece in range
-    among the ids that start in the newest ``scan`` bytes of a term's list, scored by BM25's idf over the query terms it holds (each term once), those whose own
+    among the ids that start in the newest ``scan`` bytes of a term's list (of the terms
+    whose list fills them, the first ``common`` only), scored by BM25's idf over the query terms it holds (each term once), those whose own
     terms (weight 1) reach ``floor`` best first and newest first among equals, the best
     ``2 * count`` read, one of each text, at most ``count``."""
     score: dict[str, float] = {}
@@ -143,6 +145,10 @@ def _ranked_by_definition(
     matched: dict[str, list[str]] = {}
     for term, weight in query:
         text = " ".join(postings.get(term, []))
+        if len(text) >= scan:
+            common -= 1
+            if common < 0:
+                text = ""
         starts = [0, *(at + 1 for at, char in enumerate(text) if char == " ")]
         ids = [text[at:].split(" ")[0] for at in starts if at >= len(text) - scan]
         live = list(dict.fromkeys(i for i in ids if i and oldest <= int(i.split(".")[0]) <= newest))
@@ -165,7 +171,7 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
     """The script's ranking against the definition above, on random archives: pieces of
     a small vocabulary (so that many share the same terms and the same score), repeated
     texts, an id listed twice under one term, turns out of range at both ends, lists
-    longer than the bytes read of them."""
+    longer than the bytes read of them, more common terms than are read."""
     rng = random.Random(7)
     vocabulary = [f"w{n}" for n in range(7)]
     keys = session_keys("rank", "s")
@@ -188,13 +194,16 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
         archive, recent, count = rng.randint(5, 80), rng.randint(0, 3), rng.randint(1, 6)
         query = [(term, rng.choice((1.0, 1.0, 0.5))) for term in rng.sample(vocabulary, rng.randint(1, 6))]
         floor, scan = rng.choice((0.0, 1.0, 3.0)), rng.choice((16, 40, 100, plans.POSTINGS, 1000))
+        common = rng.choice((0, 1, 2, 6, 24))
         reply = raw.execute_command(
             "eval", plans.LOAD_SCRIPT, 6, keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx,
-            archive, recent, count, len(query), *(part for term, weight in query for part in (term, weight)), floor, scan,
+            archive, recent, count, len(query), *(part for term, weight in query for part in (term, weight)), floor, scan, common,
         )  # fmt: skip
         rows = reply[4]
         got = [(rows[i].decode(), float(rows[i + 1]), float(rows[i + 2]), rows[i + 3].decode()) for i in range(0, len(rows), 5)]
-        want = _ranked_by_definition(postings, texts, turns, query, turns - archive + 1, turns - recent, floor, count, scan)
+        want = _ranked_by_definition(
+            postings, texts, turns, query, turns - archive + 1, turns - recent, floor, count, scan, common
+        )
         assert [g[0] for g in got] == [w[0] for w in want], (case, query, floor)
         for (_, score, asked, names), (_, score_, asked_, names_) in zip(got, want, strict=True):
             assert (score, asked, names) == (pytest.approx(score_), pytest.approx(asked_), names_)

@@ -110,6 +110,11 @@ TURN_IDS = 128
 # instead took twice the server time for a long message and kept no more needed values
 # in BENCHMARKS.md's sessions (`python -m benchmarks.recall`).
 POSTINGS = 128
+# Of the message's terms whose lists fill those bytes (common words, held by a dozen or more
+# recent pieces), a recall reads the first this many, in the message's order: such words
+# rank little and cost the most to read. Reading all of them took 40% more server time
+# for a long message and kept no more needed values (`python -m benchmarks.recall`).
+COMMON_TERMS = 6
 # Pieces a recall sends back at most, best first: the bytes read per call do not grow with the archive.
 CANDIDATES = 10
 
@@ -390,7 +395,8 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
 # with their text.
 #
 # KEYS: ctx sum recent meta arc idx. ARGV: archive_turns recent_turns candidates n_terms (term weight)* min_score scan
-# (scan: the bytes read of each term's ids, the newest)
+# common (scan: the bytes read of each term's ids, the newest; common: how many terms whose
+# ids fill them are read)
 # Returns {ctx (member score)*, summary, recent, meta (field value)*, {id score asked matched record}*}
 # (asked: the score of the current message's own terms);
 # a read that fails stands as its error in its place.
@@ -417,10 +423,15 @@ if lists.err or type(size) ~= 'number' then return out end
 -- A piece's score is the sum of the weights of the message's terms it holds, so it
 -- follows from which terms those are (its mask): the masks are ranked, not the pieces,
 -- and a table.sort over every piece (most of a recall's time in Lua) is not needed.
-local mask, order, idf, upper, scan = {}, {}, {}, newest + 1, tonumber(ARGV[6 + 2 * n_terms])
+local mask, order, idf, upper = {}, {}, {}, newest + 1
+local scan, common = tonumber(ARGV[6 + 2 * n_terms]), tonumber(ARGV[7 + 2 * n_terms])
 for j = 1, n_terms do
   local list, n, bit = lists[j], 0, 2 ^ (j - 1)
   local above = 2 * bit
+  if list and #list >= scan then  -- a common word: the first `common` of them only
+    common = common - 1
+    if common < 0 then list = nil end
+  end
   if list and #list > scan then  -- the newest `scan` bytes: the ids that start in them
     list = string.sub(list, (string.find(list, ' ', #list - scan, true) or #list) + 1)
   end
@@ -533,7 +544,7 @@ def _load_script(layout: Layout, keys: SessionKeys, query: Sequence[tuple[str, f
     return (
         "evalsha", LOAD_SHA, 6, keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx,
         layout.archive_turns, recent_turns, CANDIDATES, len(query), *(part for term, weight in query for part in (term, weight)),
-        MIN_SCORE, POSTINGS,
+        MIN_SCORE, POSTINGS, COMMON_TERMS,
     )  # fmt: skip
 
 
