@@ -35,3 +35,19 @@ def register() -> str:
     """Serve all-MiniLM-L6-v2 as ``scripted/minilm``; returns that model name."""
     register_embedder("minilm", embed)
     return MODEL
+
+
+def register_local(path: str) -> str:
+    """Serve the sentence-transformers model saved in the folder ``path`` as
+    ``scripted/local``; returns that model name. Nothing is downloaded."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(path, device="cpu")
+
+    def local(texts: Sequence[str]) -> list[list[float]]:
+        vectors = model.encode(list(texts), normalize_embeddings=True, show_progress_bar=False, batch_size=64)
+        return [list(map(float, row)) for row in vectors]
+
+    register_embedder("local", local)
+    return "scripted/local"

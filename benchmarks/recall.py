@@ -31,7 +31,7 @@ from typing import Any
 import redis
 
 from benchmarks import write_section
-from middleware.core.plans import CANDIDATES, POSTINGS
+from middleware.core.plans import CANDIDATES, COMMON_TERMS, POSTINGS
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "BENCHMARKS.md"
@@ -335,7 +335,8 @@ def _cost_text(rows: list[dict[str, Any]]) -> str:
     off, added = row["off_ratio"], max(row["ratio"] - row["off_ratio"], 0.0)
     text = (
         "The cost is flat in the archive's size: the store reads the newest "
-        f"{POSTINGS} bytes of index entries of each term of the message (about 14 to 18 pieces) and sends at most "
+        f"{POSTINGS} bytes of index entries of each term of the message (about 14 to 18 pieces; of the common terms, "
+        f"whose entries fill them, the first {COMMON_TERMS}) and sends at most "
         f"{CANDIDATES} pieces. It grows with the terms a message asks with, up to 24"
         + (
             f": {short['ratio']:.2f}× the floor for a one-term message against {long['ratio']:.2f}× for long ordinary ones"
@@ -359,10 +360,48 @@ def _cost_text(rows: list[dict[str, Any]]) -> str:
     )
 
 
+def compare_embedding(path: str, count: int) -> None:
+    """The tool-free conversations with semantic recall by a local model, beside all-MiniLM-L6-v2, the
+    model the report uses: how far a stronger embedding model carries."""
+    from benchmarks.embeddings import register, register_local
+    from benchmarks.facts import conversations, measure, rows
+    from benchmarks.overhead import server
+    from middleware import Config
+
+    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+    name = Path(path).name or path
+    variants = {
+        "semantic recall, all-MiniLM-L6-v2": {"recall": "semantic", "embedding_model": register()},
+        f"semantic recall, {name}": {"recall": "semantic", "embedding_model": register_local(path)},
+    }
+    with server() as node:
+        if "search" not in node.modules:
+            raise SystemExit("semantic recall needs a server with the query engine (the bench extra's Redis 8)")
+        config = Config().with_overrides(usage_log={"path": None}, store={"url": node.url})
+        for label, heldout in (("first set", False), ("held-out wordings", True)):
+            sets = conversations(count, heldout=heldout)
+            found = rows(measure(sets, config, variants))
+            print(f"{label}, {len(sets)} conversations:")
+            for row in found[2:]:
+                print(
+                    f"  {row['strategy']}: answer in the prompt {_pct(row['answered'])} of {row['questions']}, {_saved(row)} tokens"
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.recall", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run on part of the data (does not write the report)")
+    parser.add_argument(
+        "--embedding",
+        metavar="DIR",
+        help="only the tool-free conversations, with semantic recall by the "
+        "sentence-transformers model saved in DIR (printed, not written to the report)",
+    )
+    parser.add_argument("--conversations", type=int, default=40, metavar="N", help="with --embedding: the first N of each set")
     args = parser.parse_args()
+    if args.embedding:
+        compare_embedding(args.embedding, args.conversations)
+        return
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     started = time.monotonic()
