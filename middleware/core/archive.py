@@ -414,7 +414,8 @@ def rank(
             continue  # shown in full, a weak match, one the current message does not ask for, or nothing new
         age = max(turns - c.turn, 0)
         recency = 1.0 + math.exp(-age / 40)
-        overlap = 1.25 if any(value in c.text.lower() for value in values) else 1.0
+        lowered = c.text.lower() if values else ""
+        overlap = 1.25 if any(value in lowered for value in values) else 1.0
         # BM25's length normalisation: a long sentence shares words by its length alone.
         length = (1 + _K1) / (1 + _K1 * (1 - _B + _B * len(c.terms or c.matched) / _AVERAGE_TERMS))
         # The recent window's words rank what the message selected (the store sees only the message's).
