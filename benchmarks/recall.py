@@ -335,7 +335,7 @@ def _cost_text(rows: list[dict[str, Any]]) -> str:
     off, added = row["off_ratio"], max(row["ratio"] - row["off_ratio"], 0.0)
     text = (
         "The cost is flat in the archive's size: the store reads the newest "
-        f"{POSTINGS} bytes of index entries of each term of the message (about 14 to 18 pieces; of the common terms, "
+        f"{POSTINGS} bytes of index entries of each term of the message (about 20 to 27 pieces; of the common terms, "
         f"whose entries fill them, the first {COMMON_TERMS}) and sends at most "
         f"{CANDIDATES} pieces. It grows with the terms a message asks with, up to 24"
         + (

@@ -106,10 +106,11 @@ def pair_keys(prefix: str, user_id: str, agent: str) -> PairKeys:
 TURN_IDS = 128
 # Bytes of piece ids an index term keeps (between this and twice this, so that a list is
 # not cut on every write), newest last; a recall reads the newest this many of each term,
-# about 14 to 18 ids, which bounds its work whatever the archive holds. Reading 256 bytes
-# instead took twice the server time for a long message and kept no more needed values
-# in BENCHMARKS.md's sessions (`python -m benchmarks.recall`).
-POSTINGS = 128
+# about 20 to 27 ids, which bounds its work whatever the archive holds. Reading more (256
+# to 512 bytes, as before) cost up to twice the server time for a long message and kept no
+# more needed values; reading 128 lost one answer in 289 with semantic recall
+# (`python -m benchmarks.recall`).
+POSTINGS = 192
 # Of the message's terms whose lists fill those bytes (common words, held by a dozen or more
 # recent pieces), a recall reads the first this many, in the message's order: such words
 # rank little and cost the most to read. Reading all of them took 40% more server time
