@@ -138,8 +138,9 @@ def _ranked_by_definition(
     """What the load script must send back, computed the plain way: every piece in range
     among the ids that start in the newest ``scan`` bytes of a term's list (of the terms
     whose list fills them, the first ``common`` only), scored by BM25's idf over the query terms it holds (each term once), those whose own
-    terms (weight 1) reach ``floor`` best first and newest first among equals, the best
-    ``2 * count`` read, one of each text, at most ``count``."""
+    terms (weight 1) reach ``floor`` best first, newest first among equals (of one turn's
+    pieces, the last first), the best ``2 * count`` read, those still in the archive
+    (``texts``), one of each text, at most ``count``."""
     score: dict[str, float] = {}
     asked: dict[str, float] = {}
     matched: dict[str, list[str]] = {}
@@ -158,10 +159,12 @@ def _ranked_by_definition(
             matched.setdefault(piece, []).append(term)
             if weight >= 1:
                 asked[piece] = asked.get(piece, 0.0) + idf
-    found = sorted((p for p, value in asked.items() if value >= floor), key=lambda p: (-score[p], -int(p.split(".")[0])))
+    found = sorted(
+        (p for p, value in asked.items() if value >= floor), key=lambda p: (-score[p], *(-int(n) for n in p.split(".")))
+    )
     out, seen = [], set()
     for piece in found[: 2 * count]:
-        if texts[piece] not in seen and len(out) < count:
+        if piece in texts and texts[piece] not in seen and len(out) < count:
             seen.add(texts[piece])
             out.append((piece, score[piece], asked[piece], " ".join(matched[piece])))
     return out
@@ -170,7 +173,8 @@ def _ranked_by_definition(
 def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
     """The script's ranking against the definition above, on random archives: pieces of
     a small vocabulary (so that many share the same terms and the same score), repeated
-    texts, an id listed twice under one term, turns out of range at both ends, lists
+    texts, turns of many pieces, an id listed twice under one term, pieces gone from the
+    archive but still indexed, turns out of range at both ends, lists
     longer than the bytes read of them, more common terms than are read."""
     rng = random.Random(7)
     vocabulary = [f"w{n}" for n in range(7)]
@@ -181,14 +185,16 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
         postings: dict[str, list[str]] = {}
         texts: dict[str, str] = {}
         for turn in range(1, turns + 1):
-            piece = f"{turn}.0"
-            held = rng.sample(vocabulary, rng.randint(1, 4))
-            texts[piece] = f"text {rng.randint(0, turns // 2)}"
-            raw.hset(keys.arc, piece, f"user\t3\t{' '.join(held)}\t{texts[piece]}")
-            for term in held:
-                postings.setdefault(term, []).append(piece)
-                if rng.random() < 0.03:
-                    postings[term].append(piece)  # listed twice: counted once
+            for n in range(rng.choice((1, 1, 2, 12))):  # "5.10" and "5.2": ordered as pieces, not as numbers
+                piece = f"{turn}.{n}"
+                held = rng.sample(vocabulary, rng.randint(1, 4))
+                if rng.random() < 0.97:  # else: gone from the archive, still in the index
+                    texts[piece] = f"text {rng.randint(0, turns // 2)}"
+                    raw.hset(keys.arc, piece, f"user\t3\t{' '.join(held)}\t{texts[piece]}")
+                for term in held:
+                    postings.setdefault(term, []).append(piece)
+                    if rng.random() < 0.03:
+                        postings[term].append(piece)  # listed twice: counted once
         raw.hset(keys.idx, mapping={term: " ".join(ids) for term, ids in postings.items()})
         raw.hset(keys.meta, "turns", turns)
         archive, recent, count = rng.randint(5, 80), rng.randint(0, 3), rng.randint(1, 6)
@@ -202,7 +208,7 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
         rows = reply[4]
         got = [(rows[i].decode(), float(rows[i + 1]), float(rows[i + 2]), rows[i + 3].decode()) for i in range(0, len(rows), 5)]
         want = _ranked_by_definition(
-            postings, texts, turns, query, turns - archive + 1, turns - recent, floor, count, scan, common
+            postings, texts, len(texts), query, turns - archive + 1, turns - recent, floor, count, scan, common
         )
         assert [g[0] for g in got] == [w[0] for w in want], (case, query, floor)
         for (_, score, asked, names), (_, score_, asked_, names_) in zip(got, want, strict=True):

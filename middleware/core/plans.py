@@ -479,7 +479,8 @@ for i = #order, 1, -1 do
   group[#group + 1] = id
 end
 if #masks == 0 then return out end
--- Best masks first; pieces of masks that score the same, newest first among them.
+-- Best masks first; pieces of masks that score the same, newest first among them (a turn's
+-- pieces: the last first). A term's ids are in the order they were written, newest last.
 table.sort(masks, function(a, b) return score[a] > score[b] end)
 local best, limit, i = {}, 2 * tonumber(ARGV[3]), 1
 while i <= #masks and #best < limit do
@@ -491,7 +492,13 @@ while i <= #masks and #best < limit do
     for _, m in ipairs(tied) do
       for _, id in ipairs(groups[m]) do ids[#ids + 1] = id end
     end
-    table.sort(ids, function(a, b) return tonumber(a) > tonumber(b) end)
+    table.sort(ids, function(a, b)  -- as within a mask: newest turn first, then its last piece first
+      local ta, na = string.match(a, '^(%d+)%.(%d+)$')
+      local tb, nb = string.match(b, '^(%d+)%.(%d+)$')
+      ta, na, tb, nb = tonumber(ta) or 0, tonumber(na) or 0, tonumber(tb) or 0, tonumber(nb) or 0
+      if ta ~= tb then return ta > tb end
+      return na > nb
+    end)
   end
   for _, id in ipairs(ids) do
     if #best == limit then break end
