@@ -137,10 +137,11 @@ def _ranked_by_definition(
 ) -> list[tuple[str, float, float, str]]:
     """What the load script must send back, computed the plain way: every piece in range
     among the ids that start in the newest ``scan`` bytes of a term's list (of the terms
-    whose list fills them, the first ``common`` only), scored by BM25's idf over the query terms it holds (each term once), those whose own
-    terms (weight 1) reach ``floor`` best first, newest first among equals (of one turn's
-    pieces, the last first), the best ``2 * count`` read, those still in the archive
-    (``texts``), one of each text, at most ``count``."""
+    whose list fills them, the first ``common`` only), scored by BM25's idf over the query
+    terms it holds (each term once); those whose own terms (weight 1) reach ``floor``,
+    best first, newest first among equals (of one turn's pieces, the last first); the
+    best ``2 * count`` read, those still in the archive (``texts``), one of each text, at
+    most ``count``."""
     score: dict[str, float] = {}
     asked: dict[str, float] = {}
     matched: dict[str, list[str]] = {}
@@ -174,8 +175,8 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
     """The script's ranking against the definition above, on random archives: pieces of
     a small vocabulary (so that many share the same terms and the same score), repeated
     texts, turns of many pieces, an id listed twice under one term, pieces gone from the
-    archive but still indexed, turns out of range at both ends, lists
-    longer than the bytes read of them, more common terms than are read."""
+    archive but still indexed, turns out of range at both ends, lists longer than the
+    bytes read of them, more common terms than are read."""
     rng = random.Random(7)
     vocabulary = [f"w{n}" for n in range(7)]
     keys = session_keys("rank", "s")
