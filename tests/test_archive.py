@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from middleware import ToolCall, Turn
+from middleware.core import archive, plans
 from middleware.core.archive import KINDS, MAX_PIECES, Candidate, pieces_of, query_terms, rank, render_recall, terms_of
 from middleware.tokens import get_tokenizer
 
@@ -103,6 +104,29 @@ def test_nothing_new_weak_or_shown_in_full_is_recalled() -> None:
     recent = candidate("Invoice INV-11 was paid.", turn=40, matched=("invoic",))
     ranked = rank([said, weak, recent], {}, query=query, **{**RANK, "shown": "Invoice INV-7 went to Acme."})
     assert ranked == []
+
+
+def test_far_weaker_matches_and_unspecific_sentences_give_way() -> None:
+    """Of candidates that all fit the budget, one far weaker than the best (under
+    RELATIVE of its score) is left out; a user sentence naming nothing specific scores
+    half of one that names a number, so it falls under that line too."""
+    query = [("invoic", 1.0)]
+    best = candidate("Invoice INV-7 went to Acme.", turn=30, score=10.0, matched=("invoic",))
+    close = candidate("Invoice INV-8 went to Birk.", turn=30, score=9.0, matched=("invoic",))
+    weak = candidate("Invoice INV-9 went to Cole.", turn=30, score=4.0, matched=("invoic",))
+    vague = candidate("the invoice went out again late", turn=30, score=10.0, matched=("invoic",))
+    ranked = rank([weak, vague, close, best], {}, query=query, **RANK)
+    assert [r.text for r in ranked] == [best.text, close.text]
+    assert ranked[0].score > ranked[1].score >= ranked[0].score * archive.RELATIVE
+
+
+def test_the_load_query_goes_as_one_argument_of_words() -> None:
+    """The store's query is one argument, "term weight ..."; a term that is empty or holds
+    whitespace (the script splits on it) is refused, not sent."""
+    assert plans.query_argument([("invoic", 1.0), ("acme", 0.5), ("oslo", 0.25)]) == "invoic 1 acme 0.5 oslo 0.25"
+    for bad in ("two words", "", "tab\there"):
+        with pytest.raises(ValueError, match="recall query of 2 terms: a term is empty or holds whitespace"):
+            plans.query_argument([("fine", 1.0), (bad, 1.0)])
 
 
 def test_older_values_of_a_key_are_recalled_when_the_message_names_them() -> None:

@@ -204,7 +204,7 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
         common = rng.choice((0, 1, 2, 6, 24))
         reply = raw.execute_command(
             "eval", plans.LOAD_SCRIPT, 6, keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx,
-            archive, recent, count, len(query), *(part for term, weight in query for part in (term, weight)), floor, scan, common,
+            archive, recent, count, len(query), plans.query_argument(query), floor, scan, common,
         )  # fmt: skip
         rows = reply[4]
         got = [(rows[i].decode(), float(rows[i + 1]), float(rows[i + 2]), rows[i + 3].decode()) for i in range(0, len(rows), 5)]

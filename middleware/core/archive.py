@@ -395,14 +395,18 @@ def rank(
         return []
     wanted = dict(query)
     asked = {term for term, weight in query if weight >= 1.0}  # the current message's own terms
+    window_weights = {term: weight for term, weight in wanted.items() if term not in asked}
     parts = [shown] if isinstance(shown, str) else list(shown)
     known = set().union(*map(_terms, parts))
     values = {value.lower() for value in context.values() if len(value) >= 3}
-    scored: list[Recalled] = []
+    # (score, turn, text, kind, tokens, why): a candidate's why is made only if it is kept.
+    scored: list[tuple[float, int, str, str, int, str | tuple[Candidate, bool, bool]]] = []
     # Semantic recall: a similarity well clear of the rest admits the nearest piece even
     # below MIN_SIMILARITY (embedding models differ in how high their scores run).
     near = max((c.similarity for c in candidates if c.turn <= turns - recent_turns), default=0.0)
     for c in candidates:
+        if c.turn > turns - recent_turns:
+            continue  # shown in full
         # Asked for by the current message: in what the piece says (its values), or by two of
         # its words at least (a tool's name alone, "navigate_to_node" for "node", is not enough).
         hits = asked.intersection(c.matched)
@@ -410,22 +414,18 @@ def rank(
             (c.asked or c.score) >= MIN_SCORE and bool(hits) and (len(hits) >= 2 or not hits.isdisjoint(c.terms) or not c.terms)
         )
         semantic = c.similarity >= MIN_SIMILARITY or (c.similarity >= NEAREST_FLOOR and c.similarity >= near - 0.02)
-        if c.turn > turns - recent_turns or not (lexical or semantic) or known.issuperset(c.terms or terms_of(c.text)):
-            continue  # shown in full, a weak match, one the current message does not ask for, or nothing new
-        age = max(turns - c.turn, 0)
-        recency = 1.0 + math.exp(-age / 40)
+        if not (lexical or semantic) or known.issuperset(c.terms or terms_of(c.text)):
+            continue  # a weak match, one the current message does not ask for, or nothing new
+        recency = 1.0 + math.exp(-max(turns - c.turn, 0) / 40)
         lowered = c.text.lower() if values else ""
         overlap = 1.25 if any(value in lowered for value in values) else 1.0
         # BM25's length normalisation: a long sentence shares words by its length alone.
         length = (1 + _K1) / (1 + _K1 * (1 - _B + _B * len(c.terms or c.matched) / _AVERAGE_TERMS))
         # The recent window's words rank what the message selected (the store sees only the message's).
-        window = sum(wanted.get(term, 0.0) for term in c.terms if term not in asked)
+        window = sum(window_weights[term] for term in window_weights.keys() & c.terms) if window_weights else 0.0
         score = ((c.score + window) * length if lexical else 0.0) + (SEMANTIC_WEIGHT * c.similarity if semantic else 0.0)
-        score *= 1.0 if c.kind != "user" or _SPECIFIC.search(c.text[1:]) else 0.5  # memory is for specifics
-        reasons = ([f"shares {', '.join(c.matched[:4])}"] if lexical else []) + (
-            [f"similar ({c.similarity:.2f})"] if semantic else []
-        )
-        scored.append(Recalled(c.text, c.kind, c.turn, score * recency * overlap, "; ".join(reasons), c.tokens))
+        score *= 1.0 if c.kind != "user" or _specific(c.text) else 0.5  # memory is for specifics
+        scored.append((score * recency * overlap, c.turn, c.text, c.kind, c.tokens, (c, lexical, semantic)))
     for key, history in facts.items():
         key_terms = set(terms_of(key.replace("_", " ")))
         for value, turn in history:
@@ -435,23 +435,38 @@ def rank(
             score = sum(2.0 * wanted[t] for t in shared)
             text = f"{key} = {value}"
             why = f"earlier value of {key}; shares {', '.join(sorted(shared)[:3])}"
-            scored.append(Recalled(text, "fact", turn, score, why, count.count(text) + 4))
-    scored.sort(key=lambda r: (-r.score, -r.turn))
-    floor = scored[0].score * RELATIVE if scored else 0.0  # far weaker than the best: noise, not memory
-    scored = [item for item in scored if item.score >= floor]
+            scored.append((score, turn, text, "fact", count.count(text) + 4, why))
+    scored.sort(key=lambda r: (-r[0], -r[1]))
+    floor = scored[0][0] * RELATIVE if scored else 0.0  # far weaker than the best: noise, not memory
     chosen, used, seen = [], 0, set()
     shown_lower = "\n".join(parts).lower()
-    for item in scored:
-        key = item.text.lower()
+    for score, turn, text, kind, tokens, reason in scored:
+        if score < floor:
+            break  # sorted: the rest are weaker still
+        key = text.lower()
         if key in seen or key in shown_lower:
             continue
-        cost = item.tokens + 6  # the line's prefix: "- [turn 12, tool call] "
+        cost = tokens + 6  # the line's prefix: "- [turn 12, tool call] "
         if used + cost > budget:
             continue
-        chosen.append(item)
+        chosen.append(Recalled(text, kind, turn, score, reason if isinstance(reason, str) else _why(*reason), tokens))
         seen.add(key)
         used += cost
     return chosen
+
+
+def _why(c: Candidate, lexical: bool, semantic: bool) -> str:
+    reasons = ([f"shares {', '.join(c.matched[:4])}"] if lexical else []) + (
+        [f"similar ({c.similarity:.2f})"] if semantic else []
+    )
+    return "; ".join(reasons)
+
+
+@functools.lru_cache(maxsize=4096)
+def _specific(text: str) -> bool:
+    """Whether a sentence names something specific after its first letter (cached: the
+    same pieces come back as candidates call after call, and the search is slow)."""
+    return _SPECIFIC.search(text[1:]) is not None
 
 
 def render_recall(items: Sequence[Recalled], header: str) -> str:

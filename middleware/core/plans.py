@@ -395,8 +395,9 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
 # itself (weight 1: the recent window's terms only rank), the CANDIDATES best come back
 # with their text.
 #
-# KEYS: ctx sum recent meta arc idx. ARGV: archive_turns recent_turns candidates n_terms (term weight)* min_score scan
-# common (scan: the bytes read of each term's ids, the newest; common: how many terms whose
+# KEYS: ctx sum recent meta arc idx. ARGV: archive_turns recent_turns candidates n_terms query min_score scan common
+# (query: "term weight term weight ..." in one argument, which costs the client less to
+# send than two arguments a term; scan: the bytes read of each term's ids, the newest; common: how many terms whose
 # ids fill them are read)
 # Returns {ctx (member score)*, summary, recent, meta (field value)*, {id score asked matched record}*}
 # (asked: the score of the current message's own terms);
@@ -414,10 +415,11 @@ end
 local oldest, newest = turns - tonumber(ARGV[1]) + 1, turns - tonumber(ARGV[2])
 if newest < 1 then return out end
 local terms, weights = {}, {}
-for i = 0, n_terms - 1 do
-  terms[#terms + 1] = ARGV[5 + 2 * i]
-  weights[#weights + 1] = tonumber(ARGV[6 + 2 * i])
+for term, weight in string.gmatch(ARGV[5], '(%S+) (%S+)') do
+  terms[#terms + 1] = term
+  weights[#weights + 1] = tonumber(weight)
 end
+if #terms ~= n_terms then return redis.error_reply('ERR the query holds ' .. #terms .. ' terms, not ' .. n_terms) end
 local lists = redis.pcall('HMGET', idx, unpack(terms))
 local size = redis.pcall('HLEN', arc)
 if lists.err or type(size) ~= 'number' then return out end
@@ -425,7 +427,7 @@ if lists.err or type(size) ~= 'number' then return out end
 -- follows from which terms those are (its mask): the masks are ranked, not the pieces,
 -- and a table.sort over every piece (most of a recall's time in Lua) is not needed.
 local mask, order, idf, upper = {}, {}, {}, newest + 1
-local scan, common = tonumber(ARGV[6 + 2 * n_terms]), tonumber(ARGV[7 + 2 * n_terms])
+local scan, common = tonumber(ARGV[7]), tonumber(ARGV[8])
 for j = 1, n_terms do
   local list, n, bit = lists[j], 0, 2 ^ (j - 1)
   local above = 2 * bit
@@ -457,7 +459,7 @@ end
 -- Each mask's pieces, newest first: `order` holds each term's new ids oldest first, so
 -- read backwards it gives every mask its pieces newest first. Only the current
 -- message's own terms (weight 1) select, above the floor; the others rank.
-local floor, groups, score, asked, masks = tonumber(ARGV[5 + 2 * n_terms]), {}, {}, {}, {}
+local floor, groups, score, asked, masks = tonumber(ARGV[6]), {}, {}, {}, {}
 for i = #order, 1, -1 do
   local id = order[i]
   local m = mask[id]
@@ -551,9 +553,21 @@ def _load_script(layout: Layout, keys: SessionKeys, query: Sequence[tuple[str, f
     recent_turns = layout.recent_messages // 2
     return (
         "evalsha", LOAD_SHA, 6, keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx,
-        layout.archive_turns, recent_turns, CANDIDATES, len(query), *(part for term, weight in query for part in (term, weight)),
-        MIN_SCORE, POSTINGS, COMMON_TERMS,
+        layout.archive_turns, recent_turns, CANDIDATES, len(query), query_argument(query), MIN_SCORE, POSTINGS, COMMON_TERMS,
     )  # fmt: skip
+
+
+def query_argument(query: Sequence[tuple[str, float]]) -> str:
+    """The load script's query, "term weight term weight ...": terms are words (no spaces)."""
+    text = " ".join(f"{term} {_WEIGHTS.get(weight) or repr(float(weight))}" for term, weight in query)
+    if len(text.split()) != 2 * len(query):
+        raise ValueError(
+            f"recall query of {len(query)} terms: a term is empty or holds whitespace; expected words as terms_of gives"
+        )
+    return text
+
+
+_WEIGHTS = {1.0: "1", 0.5: "0.5"}  # the two weights query_terms gives, spelt once
 
 
 def _pairs(flat: Any) -> Any:
@@ -576,11 +590,13 @@ def _merged(lexical: Sequence[Candidate], near: Sequence[Candidate]) -> tuple[Ca
 def _candidates(flat: Any) -> tuple[Candidate, ...]:
     found = []
     for i in range(0, len(flat) - 4, 5):
-        piece_id, score, asked, matched, record = (_text(part) for part in flat[i : i + 5])
-        kind, tokens, terms, text = [*record.split("\t", 3), "", "", ""][:4]
+        piece_id, score, asked, matched, record = flat[i : i + 5]
+        kind, tokens, terms, text = [*_text(record).split("\t", 3), "", "", ""][:4]
         if text and tokens.isdigit():
-            found.append(Candidate(int(piece_id.split(".")[0]), kind, text, int(tokens), float(score), tuple(matched.split()),
-                                   tuple(terms.split()), asked=float(asked)))  # fmt: skip
+            turn = int(_text(piece_id).partition(".")[0])
+            # Positional: a NamedTuple's keyword constructor costs more than the rest of the loop.
+            found.append(Candidate(turn, kind, text, int(tokens), float(score), tuple(_text(matched).split()),
+                                   tuple(terms.split()), 0.0, float(asked)))  # fmt: skip
     return tuple(found)
 
 
