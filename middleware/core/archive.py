@@ -422,7 +422,8 @@ def rank(
         # BM25's length normalisation: a long sentence shares words by its length alone.
         length = (1 + _K1) / (1 + _K1 * (1 - _B + _B * len(c.terms or c.matched) / _AVERAGE_TERMS))
         # The recent window's words rank what the message selected (the store sees only the message's).
-        window = sum(window_weights[term] for term in window_weights.keys() & c.terms) if window_weights else 0.0
+        # fsum: the same total whatever order the set yields the terms in.
+        window = math.fsum(window_weights[term] for term in window_weights.keys() & c.terms) if window_weights else 0.0
         score = ((c.score + window) * length if lexical else 0.0) + (SEMANTIC_WEIGHT * c.similarity if semantic else 0.0)
         score *= 1.0 if c.kind != "user" or _specific(c.text) else 0.5  # memory is for specifics
         scored.append((score * recency * overlap, c.turn, c.text, c.kind, c.tokens, (c, lexical, semantic)))

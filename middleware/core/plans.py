@@ -594,7 +594,7 @@ def _candidates(flat: Any) -> tuple[Candidate, ...]:
         kind, tokens, terms, text = [*_text(record).split("\t", 3), "", "", ""][:4]
         if text and tokens.isdigit():
             turn = int(_text(piece_id).partition(".")[0])
-            # Positional: a NamedTuple's keyword constructor costs more than the rest of the loop.
+            # Positional: a NamedTuple's keyword constructor costs more.
             found.append(Candidate(turn, kind, text, int(tokens), float(score), tuple(_text(matched).split()),
                                    tuple(terms.split()), 0.0, float(asked)))  # fmt: skip
     return tuple(found)
