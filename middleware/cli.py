@@ -580,6 +580,7 @@ def _print_state(console: Any, session_id: str, state: Any) -> None:
                           f"{state.full_tokens:,} tokens", *owner))  # fmt: skip
     for title, lines in (
         ("context", [f"{k}: {v}" for k, v in state.context.items()]),
+        *([("set earlier", [f"{k}={v}" for k, v in state.earlier.items()])] if state.earlier else []),
         ("summary", state.summary),
         ("recent", [f"{m['role']}: {m['content']}" for m in state.recent]),
         ("notes", state.notes.splitlines()),

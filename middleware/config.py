@@ -96,6 +96,15 @@ class ContextConfig(_Section):
     max_keys: int = Field(default=12, ge=1, le=256)
     max_value_chars: int = Field(default=80, ge=8, le=4000)
     header: str = "## Current Context (use as defaults)"
+    # Keys set before the max_keys most recent ones, kept and shown one line each
+    # ("key=value") under earlier_header, not as defaults: values an earlier task used stay
+    # in sight after a later task's keys push them out. 0 (the default) keeps none: they
+    # add to every prompt until the section is full (BENCHMARKS.md, section 5.3).
+    earlier_keys: int = Field(default=0, ge=0, le=256)
+    # Longer values are left out of that section (texts rather than names, ids or codes;
+    # the archive still recalls them when a message asks).
+    earlier_value_chars: int = Field(default=40, ge=8, le=4000)
+    earlier_header: str = "## Set earlier in this conversation"
     # Distinct values kept per key, newest first: the first is the current value (shown in
     # the Current Context section), the others are recallable ("two files, two recipients").
     history: int = Field(default=4, ge=1, le=32)

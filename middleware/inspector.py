@@ -127,6 +127,7 @@ def session_view(
     }
     if "context" in wanted:
         view["context"] = dict(state.context)
+        view["earlier"] = dict(state.earlier)
         view["context_history"] = {key: [{"value": v, "turn": t} for v, t in values] for key, values in state.facts.items()}
     if "summary" in wanted:
         view["summary"] = list(state.summary)

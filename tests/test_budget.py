@@ -99,12 +99,17 @@ def test_the_manager_budget_comes_from_the_model_window_and_counts_tool_schemas(
     message=any_text.filter(str.strip),
     budget=st.integers(min_value=64, max_value=1500),
     extra=st.integers(min_value=0, max_value=300),
+    earlier=st.integers(min_value=0, max_value=8),
 )
-def test_the_budget_is_never_exceeded(summary: list[str], replies: list[str], message: str, budget: int, extra: int) -> None:
+def test_the_budget_is_never_exceeded(
+    summary: list[str], replies: list[str], message: str, budget: int, extra: int, earlier: int
+) -> None:
     """For any state, message and budget: either the prompt fits (and its figures are exact)
-    or TokenBudgetError, raised only when system prompt + message + schemas exceed the budget."""
+    or TokenBudgetError, raised only when system prompt + message + schemas exceed the budget
+    (the keys set earlier give first: they are not part of what is never cut)."""
     current = SessionState(
         context={"userinterface_name": "google_tv"},
+        earlier={f"key{i}": f"value number {i}" for i in range(earlier)},
         summary=summary,
         recent=[{"role": "user", "content": replies[0] or "x"}, {"role": "assistant", "content": replies[1] or "y"}],
     )

@@ -170,6 +170,51 @@ def test_injected_context_cannot_add_lines_or_sections(atlas: Config, payload: s
     assert lines[-2].startswith("- userinterface_name: ") and lines[-1].startswith("- tree_id: ")
 
 
+def test_keys_set_earlier_have_their_own_section_before_the_current_context(atlas: Config) -> None:
+    """One key=value line each, in name order, under their own header, before the Current
+    Context section; values longer than earlier_value_chars are left out; counted as context."""
+    config = atlas.with_overrides(context={"keys": None, "earlier_value_chars": 12})
+    earlier = {"tree_id": "t-9", "device_id": "d1", "text": "a value longer than twelve"}
+    prompt = compose(state(earlier=earlier), "go on", config)
+    system = prompt.messages[0]["content"]
+    assert "## Set earlier in this conversation\ndevice_id=d1\ntree_id=t-9\n## Current Context" in system
+    assert "longer than" not in system
+    without = compose(state(), "go on", config)
+    assert prompt.tokens.context > without.tokens.context and prompt.tokens.recall == without.tokens.recall == 0
+    assert prompt.tokens.total == composer_for(config).tokenizer.count_messages(prompt.messages)
+
+
+def test_keys_set_earlier_give_first_under_the_context_limit(atlas: Config) -> None:
+    """Under memory.context_limit the context block sheds the keys set earlier (oldest
+    first) before any current key."""
+    auto = atlas.with_overrides(context={"keys": None})
+    earlier = {f"key{i}": f"value{i}" for i in range(6)}
+    full = compose(state(earlier=earlier, summary=[]), "go on", auto)
+    limit = full.tokens.context - 4
+    prompt = compose(state(earlier=earlier, summary=[]), "go on", auto.with_overrides(memory={"context_limit": limit}))
+    system = prompt.messages[0]["content"]
+    assert "- userinterface_name: google_tv" in system and "key5=value5" in system
+    assert "key0=value0" not in system and "earlier_key_dropped" in prompt.trimmed
+    assert "context_key_dropped" not in prompt.trimmed
+
+
+@pytest.mark.parametrize("payload", INJECTIONS)
+def test_injected_earlier_keys_cannot_add_lines_or_sections(atlas: Config, payload: str) -> None:
+    """A hostile value that stepped back into the keys set earlier is still one line that
+    starts with its key: no header, no new line."""
+    from middleware import apply_turn as apply
+
+    call = ToolCall(name="navigate_to_node", arguments={"userinterface_name": "a", "tree_id": payload})
+    update = apply(Turn(user="go", tool_calls=(call,)), atlas)
+    composer = composer_for(atlas)
+    system = composer.system_prompt({"device_id": "d1"}, earlier={"tree_id": dict(update.context)["tree_id"]})
+    clean = composer.system_prompt({"device_id": "d1"}, earlier={"tree_id": "b"})
+    lines, clean_lines = system.splitlines(), clean.splitlines()
+    assert len(lines) == len(clean_lines)
+    assert [line for line in lines if line.startswith("#")] == [line for line in clean_lines if line.startswith("#")]
+    assert lines[-3].startswith("tree_id=")
+
+
 @pytest.mark.parametrize("calls", [0, 1, 3])
 def test_full_history_cost_equals_counting_the_full_history_messages(atlas: Config, calls: int) -> None:
     """The turn's full-history tokens, computed without building messages, equal the count

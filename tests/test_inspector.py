@@ -97,11 +97,12 @@ def test_session_view_includes_every_part_by_default(client: TestClient, mgr: Se
 
 
 def test_include_flags_and_limits(client: TestClient, mgr: SessionManager) -> None:
-    """include picks parts (context brings the keys' earlier values with it); trace and
-    conversation limits keep the newest entries."""
+    """include picks parts (context brings the keys set earlier and the keys' earlier values
+    with it); trace and conversation limits keep the newest entries."""
     view = client.get("/api/session", params={"id": mgr.sid, "include": "context,traces", "trace_limit": 3}).json()  # type: ignore[attr-defined]
     assert set(view) - {"session_id", "turns", "full_tokens", "created_at", "updated_at", "owner", "warnings"} == {
         "context",
+        "earlier",
         "context_history",
         "traces",
     }

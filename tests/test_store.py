@@ -153,7 +153,7 @@ def test_a_key_of_the_wrong_type_is_reported_and_repaired_on_write(manager: Mana
 
 def test_context_keeps_the_most_recently_set_keys_in_auto_mode(atlas: Config, managers: ManagerFactory, raw: Any) -> None:
     """Auto mode keeps at most max_keys keys, evicting the least recently set."""
-    config = atlas.with_overrides(context={"keys": None, "tools": None, "max_keys": 3})
+    config = atlas.with_overrides(context={"keys": None, "tools": None, "max_keys": 3, "earlier_keys": 0})
     with managers(config) as mgr:
         for name in ["a", "b", "c", "d"]:
             mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={name: name})])
@@ -165,6 +165,29 @@ def test_context_keeps_the_most_recently_set_keys_in_auto_mode(atlas: Config, ma
         assert state.facts == {"b": [("b", 2)]}
         members = sorted(m.decode() for m in raw.zrange(session_keys("mw", "s").ctx, 0, -1))
         assert members == ["b=b", "b=b2", "d=d", "e=e"]
+
+
+def test_keys_pushed_out_of_the_context_stay_as_earlier_keys_within_their_bound(
+    atlas: Config, managers: ManagerFactory, raw: Any
+) -> None:
+    """Beyond max_keys, the next earlier_keys keys set last are kept apart (oldest first),
+    with their history; keys set before those are evicted, from the store too."""
+    config = atlas.with_overrides(context={"keys": None, "tools": None, "max_keys": 2, "earlier_keys": 2})
+    with managers(config) as mgr:
+        for name in ["a", "b", "c", "d"]:
+            mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={name: name})])
+        mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={"b": "b2"})])
+        mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={"e": "e"})])
+        state = mgr.get_state("s")
+        assert state.context == {"b": "b2", "e": "e"}
+        assert state.earlier == {"c": "c", "d": "d"}  # a, set before them, is gone
+        assert state.facts == {"b": [("b", 2)]}
+        members = sorted(m.decode() for m in raw.zrange(session_keys("mw", "s").ctx, 0, -1))
+        assert members == ["b=b", "b=b2", "c=c", "d=d", "e=e"]
+        # Set again, an earlier key is current again, and the oldest current one steps back.
+        mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={"c": "c2"})])
+        state = mgr.get_state("s")
+        assert state.context == {"e": "e", "c": "c2"} and state.earlier == {"d": "d", "b": "b2"}
 
 
 def test_racing_writers_never_lose_a_context_value(managers: ManagerFactory) -> None:

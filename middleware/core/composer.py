@@ -2,7 +2,8 @@
 
 Message order::
 
-    system     static instructions and skills first, the Current Context section last
+    system     static instructions and skills first, then the notes, the keys set
+               earlier, the Current Context section, and the volatile sections last
     user       "[Previous conversation summary]\\n• … → …"   } only when older turns exist
     assistant  "Understood. I have the context."             }
     user       last user message                             } the recent window
@@ -24,7 +25,7 @@ from typing import Any, Protocol
 from ..config import Config, Skill
 from ..exceptions import TokenBudgetError
 from .archive import Candidate, Recalled, pieces_of, query_terms, rank, render_recall
-from .context import extract_context, order_context, render_context
+from .context import extract_context, order_context, render_context, render_earlier
 from .notes import render_notes
 from .state import (
     Prompt,
@@ -129,6 +130,7 @@ class _Memory:
 
     lines: list[str]
     context: dict[str, str]
+    earlier: dict[str, str]
     notes: str
     notes_cap: int
     state_lines: list[str]
@@ -159,16 +161,27 @@ class Composer:
         self.static_tokens = tokenizer.count_chat("system", self.static_prefix)
         self._systems, self._notes, self._summaries = _Memo(), _Memo(), _Memo()
 
-    def system_prompt(self, context: Mapping[str, str], notes_section: str = "", *volatile: str) -> str:
-        """Static prefix, then the notes section, then the Current Context section, then
-        the volatile sections (connectors' state, the recall block): what changes most comes last."""
-        key = (tuple(context.items()), notes_section, volatile)
-        return self._systems.get_or(key, lambda: self._render_system(context, notes_section, volatile))  # type: ignore[no-any-return]
+    def system_prompt(
+        self, context: Mapping[str, str], notes_section: str = "", *volatile: str, earlier: Mapping[str, str] | None = None
+    ) -> str:
+        """Static prefix, then the notes section, the keys set earlier, the Current Context
+        section, then the volatile sections (connectors' state, the recall block): what
+        changes most comes last."""
+        earlier = earlier or {}
+        key = (tuple(context.items()), notes_section, volatile, tuple(earlier.items()))
+        return self._systems.get_or(key, lambda: self._render_system(context, notes_section, volatile, earlier))  # type: ignore[no-any-return]
 
-    def _render_system(self, context: Mapping[str, str], notes_section: str, volatile: tuple[str, ...] = ()) -> str:
+    def _render_system(
+        self,
+        context: Mapping[str, str],
+        notes_section: str,
+        volatile: tuple[str, ...] = (),
+        earlier: Mapping[str, str] | None = None,
+    ) -> str:
         config = self.config.context
         section = render_context(order_context(context, config), config)
-        return "\n".join(part for part in (self.static_prefix, notes_section, section, *volatile) if part)
+        before = render_earlier(order_context(earlier, config), config) if earlier else ""
+        return "\n".join(part for part in (self.static_prefix, notes_section, before, section, *volatile) if part)
 
     def notes_section(self, notes: str, max_tokens: int) -> str:
         """The quoted notes section within ``max_tokens`` (cut in the middle beyond), or ""."""
@@ -244,7 +257,9 @@ class Composer:
         if block == "notes":
             return count(self.notes_section(parts.notes, parts.notes_cap))
         if block == "context":
-            return count(render_context(order_context(parts.context, self.config.context), self.config.context))
+            config = self.config.context
+            earlier = count(render_earlier(order_context(parts.earlier, config), config)) if parts.earlier else 0
+            return count(render_context(order_context(parts.context, config), config)) + earlier
         if block == "state":
             return count(render_state(parts.state_lines, self.config.memory.state_header))
         return sum(item.tokens + 6 for item in parts.recall) + (8 if parts.recall else 0)
@@ -264,6 +279,9 @@ class Composer:
         elif block == "state" and parts.state_lines:
             parts.state_lines = parts.state_lines[:-1]
             done.append("state_line_dropped")
+        elif block == "context" and parts.earlier:  # the keys set earlier go first, oldest first
+            parts.earlier = dict(list(parts.earlier.items())[1:])
+            done.append("earlier_key_dropped")
         elif block == "context" and parts.context:
             parts.context = dict(list(parts.context.items())[1:])
             done.append("context_key_dropped")
@@ -279,7 +297,7 @@ class Composer:
         memory = self.config.memory
         if not memory.recall_tokens or not (candidates or state.facts):
             return []
-        shown = [*state.summary, *(m["content"] for m in recent), current, *state.context.values()]
+        shown = [*state.summary, *(m["content"] for m in recent), current, *state.context.values(), *state.earlier.values()]
         return rank(candidates, state.facts, query=query_terms(current, recent), context=state.context, turns=state.turns,
                     shown=shown, budget=memory.recall_tokens, count=self.tokenizer,
                     recent_turns=self.config.recent.messages // 2)  # fmt: skip
@@ -312,6 +330,7 @@ class Composer:
         parts = _Memory(
             lines=list(state.summary[-config.summary.lines :]) if config.summary.lines else [],
             context=dict(state.context),
+            earlier={k: v for k, v in state.earlier.items() if len(v) <= config.context.earlier_value_chars},
             notes=state.notes,
             notes_cap=config.notes.max_tokens,
             state_lines=list(state_lines),
@@ -321,7 +340,7 @@ class Composer:
         trimmed = self._fit_memory(parts, limit) if limit is not None else []
         notes = self.notes_section(parts.notes, parts.notes_cap)
         state_section = render_state(parts.state_lines, config.memory.state_header)
-        system = self.system_prompt(parts.context, notes, state_section)
+        system = self.system_prompt(parts.context, notes, state_section, earlier=parts.earlier)
         system_tokens = tokenizer.count_chat("system", system)
         current_tokens = tokenizer.count_chat("user", current)
         summary = self._summary_messages(parts.lines)
@@ -331,6 +350,12 @@ class Composer:
         recall_tokens = tokenizer.count("\n" + recall_section) if recall_section else 0
         if budget is not None:
             fixed = system_tokens + current_tokens + REPLY_PRIMING + extra_tokens
+            while parts.earlier and fixed > budget:  # the keys set earlier give before the budget fails
+                parts.earlier = dict(list(parts.earlier.items())[1:])
+                trimmed.append("earlier_key_dropped")
+                system = self.system_prompt(parts.context, notes, state_section, earlier=parts.earlier)
+                system_tokens = tokenizer.count_chat("system", system)
+                fixed = system_tokens + current_tokens + REPLY_PRIMING + extra_tokens
             if fixed > budget:
                 raise TokenBudgetError(
                     f"The prompt needs {fixed:,} tokens before any history (system prompt {system_tokens:,}, "
@@ -349,7 +374,7 @@ class Composer:
                 summary_tokens = self._count(summary)
                 recent_tokens = sum(m.tokens for m in recent)
         if recall_section:
-            system = self.system_prompt(parts.context, notes, state_section, recall_section)
+            system = self.system_prompt(parts.context, notes, state_section, recall_section, earlier=parts.earlier)
             system_tokens = tokenizer.count_chat("system", system)
         messages = [
             {"role": "system", "content": system},

@@ -15,7 +15,7 @@ from ..config import KEY_NAME, ContextConfig
 from .state import ToolCall, compact_json
 from .text import one_line
 
-__all__ = ["extract_context", "render_context", "sanitize_key", "sanitize_value"]
+__all__ = ["extract_context", "render_context", "render_earlier", "sanitize_key", "sanitize_value"]
 
 _SCALARS = (str, int, float, bool)
 
@@ -96,6 +96,16 @@ def render_context(context: Mapping[str, str], config: ContextConfig) -> str:
     for key, value in context.items():
         label = config.labels.get(key, key)
         lines.append(f"- {label}: {one_line(value, config.max_value_chars)}")
+    return "\n".join(lines)
+
+
+def render_earlier(earlier: Mapping[str, str], config: ContextConfig) -> str:
+    """The section of keys set before the current ones (``context.earlier_keys``), one
+    ``key=value`` line each (a key is an identifier, so a value cannot start a line), or ""."""
+    if not earlier:
+        return ""
+    lines = [config.earlier_header]
+    lines += (f"{config.labels.get(key, key)}={one_line(value, config.max_value_chars)}" for key, value in earlier.items())
     return "\n".join(lines)
 
 

@@ -127,7 +127,7 @@ class Layout:
     config: Config
     prefix: str
     index: str
-    max_keys: int  # context keys kept: those set most recently
+    max_keys: int  # context keys kept: those set most recently (shown ones and earlier ones)
     key_history: int  # values kept per context key, newest first (the first is the current one)
     summary_lines: int  # lines kept: those shown plus those of turns still in the recent window
     recent_messages: int
@@ -147,7 +147,7 @@ class Layout:
             config=config,
             prefix=prefix,
             index=f"{prefix}:sessions",
-            max_keys=config.context.max_keys,
+            max_keys=config.context.max_keys + config.context.earlier_keys,
             key_history=config.context.history,
             summary_lines=shown + (0 if config.summary.cover_recent or not shown else config.recent.turns),
             recent_messages=config.recent.messages,
@@ -238,8 +238,11 @@ def _turn_of(score: float) -> int:
     return int(score // 1000) if score < 1e12 else 0
 
 
-def _decode_context(reply: Any, config: Config, bad: list[Corrupt]) -> tuple[dict[str, str], dict[str, list[tuple[str, int]]]]:
-    """The current value of each key (its newest), and the earlier ones, newest first."""
+def _decode_context(
+    reply: Any, config: Config, bad: list[Corrupt]
+) -> tuple[dict[str, str], dict[str, str], dict[str, list[tuple[str, int]]]]:
+    """The current value of each key (its newest): of the ``max_keys`` keys set last, and of
+    the ``earlier_keys`` set before them; and each key's earlier values, newest first."""
     values: dict[str, list[tuple[float, str]]] = {}
     limit = config.context.max_value_chars
     for raw, score in reply:  # lowest score first
@@ -258,14 +261,15 @@ def _decode_context(reply: Any, config: Config, bad: list[Corrupt]) -> tuple[dic
             history.sort()  # a reply not in score order (the store's is) still gives the newest last
     if config.context.keys is not None and not values.keys() <= set(config.context.keys):
         values = {k: v for k, v in values.items() if k in config.context.keys}
-    if len(values) > config.context.max_keys:  # the keys set most recently
-        values = dict(sorted(values.items(), key=lambda item: item[1][-1][0])[-config.context.max_keys :])
-    else:  # in the order they were last set
-        values = dict(sorted(values.items(), key=lambda item: item[1][-1][0]))
-    context = {key: history[-1][1] for key, history in values.items()}
+    kept = config.context.max_keys + config.context.earlier_keys
+    # In the order they were last set; beyond what is kept, the keys set most recently.
+    values = dict(sorted(values.items(), key=lambda item: item[1][-1][0])[-kept:])
+    latest = [(key, history[-1][1]) for key, history in values.items()]
+    cut = max(len(latest) - config.context.max_keys, 0)  # the keys set before the max_keys set last
+    context, earlier = dict(latest[cut:]), dict(latest[:cut])
     facts = {key: [(value, _turn_of(score)) for score, value in reversed(history[:-1])]
              for key, history in values.items() if len(history) > 1}  # fmt: skip
-    return context, facts
+    return context, earlier, facts
 
 
 def _decode_recent(reply: Any, bad: list[Corrupt]) -> list[StoredMessage]:
@@ -358,7 +362,7 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
         ctx, summary, recent_records, meta = (
             None if isinstance(r, Exception) else r for r in (ctx, summary, recent_records, meta)
         )
-    context, facts = _decode_context(ctx or [], config, bad)
+    context, earlier, facts = _decode_context(ctx or [], config, bad)
     recent = _decode_recent(recent_records or [], bad)
     lines = _decode_summary(summary or [], config)
     if not config.summary.cover_recent:
@@ -369,6 +373,7 @@ def decode_state(session_id: str, replies: Sequence[Any], config: Config) -> Loa
         SessionState,
         session_id=session_id,
         context=context,
+        earlier=earlier,
         summary=lines[-config.summary.lines :] if config.summary.lines else [],
         recent=[{"role": m.role, "content": m.content} for m in recent],
         recent_tokens=tuple(m.tokens for m in recent),

@@ -277,6 +277,8 @@ class SessionState:
     # The long-term notes of the session's (user, agent), when it has an owner.
     notes: str = ""
     owner: tuple[str, str] | None = None  # (user_id, agent) for sessions made by resolve_session
+    # Keys set before the current ones (context.earlier_keys), in the order they were last set.
+    earlier: dict[str, str] = field(default_factory=dict)
     # Earlier values of context keys, newest first, each with the turn that set it (0: unknown).
     facts: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     # Tools the session called recently (disclosure): name -> (the order in which it was
