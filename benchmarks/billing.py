@@ -1,6 +1,7 @@
 """What providers bill: tool schemas and prompt caching, with and without tool disclosure.
 
     python -m benchmarks.billing        # about 7 minutes; rewrites its section of BENCHMARKS.md
+    python -m benchmarks.billing --only disclosure   # one variant against the full history, printed only
 
 The BFCL multi-turn conversations (``benchmarks.dataset``) are played through the real
 ``SessionManager.chat()`` and litellm, with a scripted model that does what the dataset's
@@ -700,6 +701,21 @@ def _write(text: str) -> None:
     write_section(REPORT, text, START, END, before="<!-- reliability:start -->")  # the section goes ahead of section 7
 
 
+def _print_only(data: dict[str, Any]) -> None:
+    """The chosen variants' billed tokens and effective cost against the full history."""
+    for scope in ("single", "chains"):
+        rows = data[scope]["rows"]
+        full = rows[0]["priced"]
+        for row in rows[1:]:
+            played = row["played"]
+            tokens = row["priced"][RAW_MODEL].tokens / full[RAW_MODEL].tokens - 1
+            costs = ", ".join(f"{model} {row['priced'][model].cost / full[model].cost - 1:+.1%}" for model in MODELS)
+            kept = played.kept / played.needed if played.needed else 1.0
+            print(f"{scope} ({data[scope]['sessions']} sessions) · {row['label']}: billed tokens {tokens:+.1%}, "
+                  f"loader calls per turn {played.loader_calls / played.turns:.2f}, needed values kept {kept:.1%}; "
+                  f"effective cost {costs}")  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     import argparse
 
@@ -707,7 +723,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run on part of the data (does not write the report)")
     parser.add_argument("--keep", metavar="FILE", help="also keep the run's figures in FILE (a pickle), to re-render later")
     parser.add_argument("--from", dest="saved", metavar="FILE", help="re-render the section from a run kept with --keep")
+    names = [name for name, *_ in VARIANTS]
+    parser.add_argument(
+        "--only", choices=names, action="append", metavar="VARIANT",
+        help=f"play only these variants ({', '.join(names)}) and print their savings (does not write the report)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.only:
+        _print_only(run(variants=[v for v in VARIANTS if v[0] in args.only], quick=args.quick))
+        return
     if args.saved:  # re-render a kept run (to edit the text without replaying)
         _write(section(pickle.loads(Path(args.saved).read_bytes())))
         return
