@@ -151,20 +151,26 @@ def test_a_key_of_the_wrong_type_is_reported_and_repaired_on_write(manager: Mana
     assert {"store.corrupt_record", "store.repaired"} <= {e["event"] for e in events}
 
 
+def _set_keys(mgr: Any, *turns: dict[str, str]) -> None:
+    """One recorded turn of session "s" per mapping, whose one call sets those keys."""
+    for arguments in turns:
+        mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments=arguments)])
+
+
+def _context_members(raw: Any) -> list[str]:
+    return sorted(m.decode() for m in raw.zrange(session_keys("mw", "s").ctx, 0, -1))
+
+
 def test_context_keeps_the_most_recently_set_keys_in_auto_mode(atlas: Config, managers: ManagerFactory, raw: Any) -> None:
     """Auto mode keeps at most max_keys keys, evicting the least recently set."""
     config = atlas.with_overrides(context={"keys": None, "tools": None, "max_keys": 3, "earlier_keys": 0})
     with managers(config) as mgr:
-        for name in ["a", "b", "c", "d"]:
-            mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={name: name})])
-        mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={"b": "b2"})])
-        mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={"e": "e"})])
+        _set_keys(mgr, {"a": "a"}, {"b": "b"}, {"c": "c"}, {"d": "d"}, {"b": "b2"}, {"e": "e"})
         state = mgr.get_state("s")
         assert state.context == {"b": "b2", "d": "d", "e": "e"}
         # The value b2 replaced stays as b's history (with the turn that set it); evicted keys are gone.
         assert state.facts == {"b": [("b", 2)]}
-        members = sorted(m.decode() for m in raw.zrange(session_keys("mw", "s").ctx, 0, -1))
-        assert members == ["b=b", "b=b2", "d=d", "e=e"]
+        assert _context_members(raw) == ["b=b", "b=b2", "d=d", "e=e"]
 
 
 def test_keys_pushed_out_of_the_context_stay_as_earlier_keys_within_their_bound(
@@ -174,18 +180,14 @@ def test_keys_pushed_out_of_the_context_stay_as_earlier_keys_within_their_bound(
     with their history; keys set before those are evicted, from the store too."""
     config = atlas.with_overrides(context={"keys": None, "tools": None, "max_keys": 2, "earlier_keys": 2})
     with managers(config) as mgr:
-        for name in ["a", "b", "c", "d"]:
-            mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={name: name})])
-        mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={"b": "b2"})])
-        mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={"e": "e"})])
+        _set_keys(mgr, {"a": "a"}, {"b": "b"}, {"c": "c"}, {"d": "d"}, {"b": "b2"}, {"e": "e"})
         state = mgr.get_state("s")
         assert state.context == {"b": "b2", "e": "e"}
         assert state.earlier == {"c": "c", "d": "d"}  # a, set before them, is gone
         assert state.facts == {"b": [("b", 2)]}
-        members = sorted(m.decode() for m in raw.zrange(session_keys("mw", "s").ctx, 0, -1))
-        assert members == ["b=b", "b=b2", "c=c", "d=d", "e=e"]
+        assert _context_members(raw) == ["b=b", "b=b2", "c=c", "d=d", "e=e"]
         # Set again, an earlier key is current again, and the oldest current one steps back.
-        mgr.record_turn("s", user="x", assistant="y", tool_calls=[ToolCall(name="t", arguments={"c": "c2"})])
+        _set_keys(mgr, {"c": "c2"})
         state = mgr.get_state("s")
         assert state.context == {"e": "e", "c": "c2"} and state.earlier == {"d": "d", "b": "b2"}
 

@@ -137,6 +137,11 @@ class _Memory:
     recall: list[Recalled]
 
 
+def _without_oldest(keys: dict[str, str]) -> dict[str, str]:
+    """Context keys (in the order they were set) less the one set first."""
+    return dict(list(keys.items())[1:])
+
+
 def render_state(lines: Sequence[str], header: str) -> str:
     """The connectors' section: their current-state lines, each one line."""
     return "\n".join([header, *(f"- {one_line(line, 300)}" for line in lines)]) if lines else ""
@@ -280,10 +285,10 @@ class Composer:
             parts.state_lines = parts.state_lines[:-1]
             done.append("state_line_dropped")
         elif block == "context" and parts.earlier:  # the keys set earlier go first, oldest first
-            parts.earlier = dict(list(parts.earlier.items())[1:])
+            parts.earlier = _without_oldest(parts.earlier)
             done.append("earlier_key_dropped")
         elif block == "context" and parts.context:
-            parts.context = dict(list(parts.context.items())[1:])
+            parts.context = _without_oldest(parts.context)
             done.append("context_key_dropped")
         else:
             return False
@@ -351,7 +356,7 @@ class Composer:
         if budget is not None:
             fixed = system_tokens + current_tokens + REPLY_PRIMING + extra_tokens
             while parts.earlier and fixed > budget:  # the keys set earlier give before the budget fails
-                parts.earlier = dict(list(parts.earlier.items())[1:])
+                parts.earlier = _without_oldest(parts.earlier)
                 trimmed.append("earlier_key_dropped")
                 system = self.system_prompt(parts.context, notes, state_section, earlier=parts.earlier)
                 system_tokens = tokenizer.count_chat("system", system)
