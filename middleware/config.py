@@ -98,9 +98,10 @@ class ContextConfig(_Section):
     header: str = "## Current Context (use as defaults)"
     # Keys set before the max_keys most recent ones, kept and shown one line each
     # ("key=value") under earlier_header, not as defaults: values an earlier task used stay
-    # in sight after a later task's keys push them out. 0 (the default) keeps none: they
-    # add to every prompt until the section is full (BENCHMARKS.md, section 5.3).
-    earlier_keys: int = Field(default=0, ge=0, le=256)
+    # in sight after a later task's keys push them out. Their section shares
+    # memory.recall_tokens with the recall block and comes first (its oldest keys give
+    # until it fits); 0 keeps none (BENCHMARKS.md, section 5.3).
+    earlier_keys: int = Field(default=12, ge=0, le=256)
     # Longer values are left out of that section (texts rather than names, ids or codes;
     # the archive still recalls them when a message asks).
     earlier_value_chars: int = Field(default=40, ge=8, le=4000)
@@ -298,7 +299,8 @@ class MemoryConfig(_Section):
     # Turns kept in the episodic archive (their user sentences, tool calls, observations
     # and replies); 0 keeps none and turns recall off.
     archive_turns: int = Field(default=1_000, ge=0, le=100_000)
-    # Tokens of the recall block at most; 0 turns recall off (the archive is still kept).
+    # Tokens of the keys set earlier (context.earlier_keys) and the recall block together,
+    # at most; 0 sends neither (the archive is still kept).
     recall_tokens: int = Field(default=120, ge=0, le=20_000)
     # lexical: ranked on the server by rare shared words, recency and the current context
     # (plain Redis 7, a cluster, the embedded store). semantic: by embeddings through

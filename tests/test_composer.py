@@ -184,6 +184,35 @@ def test_keys_set_earlier_have_their_own_section_before_the_current_context(atla
     assert prompt.tokens.total == composer_for(config).tokenizer.count_messages(prompt.messages)
 
 
+def test_keys_set_earlier_share_the_recall_room_and_come_first(atlas: Config) -> None:
+    """The keys set earlier and the recall block share memory.recall_tokens: the section
+    is kept within it (oldest keys give first), and recall ranks in what it leaves; with
+    recall_tokens 0 neither is sent."""
+    auto = atlas.with_overrides(context={"keys": None})
+    count = composer_for(auto).tokenizer.count
+    asks = state(facts={"account": [("ACC-1", 12)]}, turns=40, summary=[])
+    alone = compose(asks, "which account did I use?", auto)
+    assert [r.text for r in alone.recalled] == ["account = ACC-1"] and alone.tokens.recall > 0
+    few = {"key0": "value0", "key1": "value1"}
+    section = count("\n" + "\n".join(["## Set earlier in this conversation", "key0=value0", "key1=value1"]))
+    roomy = auto.with_overrides(memory={"recall_tokens": section + alone.tokens.recall + 8})
+    both = compose(state(facts=asks.facts, turns=40, summary=[], earlier=few), "which account did I use?", roomy)
+    assert [r.text for r in both.recalled] == ["account = ACC-1"] and "key1=value1" in both.messages[0]["content"]
+    tight = auto.with_overrides(memory={"recall_tokens": section + 2})
+    crowded = compose(state(facts=asks.facts, turns=40, summary=[], earlier=few), "which account did I use?", tight)
+    assert crowded.recalled == () and "key0=value0\nkey1=value1" in crowded.messages[0]["content"]
+    many = {f"key{i}": f"value{i}" for i in range(12)}
+    cut = compose(state(earlier=many, summary=[]), "go on", tight)
+    system = cut.messages[0]["content"]
+    kept = [line for line in system.splitlines() if line.startswith("key")]
+    assert kept == ["key10=value10", "key11=value11"]  # the newest two: the ones that fit
+    shown, used = composer_for(tight).earlier_within(many)
+    assert list(shown) == ["key10", "key11"] and used <= section + 2
+    off = compose(state(earlier=many, summary=[], facts=asks.facts, turns=40), "which account?", auto.with_overrides(
+        memory={"recall_tokens": 0}))  # fmt: skip
+    assert "## Set earlier" not in off.messages[0]["content"] and off.recalled == ()
+
+
 def test_keys_set_earlier_give_first_under_the_context_limit(atlas: Config) -> None:
     """Under memory.context_limit the context block sheds the keys set earlier (oldest
     first) before any current key."""

@@ -294,17 +294,40 @@ class Composer:
             return False
         return True
 
+    def earlier_within(self, earlier: Mapping[str, str]) -> tuple[dict[str, str], int]:
+        """The keys set earlier that the prompt shows, and the tokens of their section.
+
+        They share ``memory.recall_tokens`` with the recall block and come first: values
+        from long ago that were set as arguments, one short line each. Values longer than
+        ``context.earlier_value_chars`` are left out (the archive recalls them); the oldest
+        give until the section fits."""
+        config, count = self.config.context, self.tokenizer.count
+        kept = {k: v for k, v in earlier.items() if len(v) <= config.earlier_value_chars}
+        room = self.config.memory.recall_tokens
+        while kept:
+            tokens = count("\n" + render_earlier(order_context(kept, config), config))
+            if tokens <= room:
+                return kept, tokens
+            kept = _without_oldest(kept)
+        return kept, 0
+
     def recall(
-        self, state: SessionState, current: str, candidates: Sequence[Candidate], recent: Sequence[Mapping[str, str]]
+        self,
+        state: SessionState,
+        current: str,
+        candidates: Sequence[Candidate],
+        recent: Sequence[Mapping[str, str]],
+        budget: int | None = None,
     ) -> list[Recalled]:
         """What the recall block holds for ``current``: ranked candidates and earlier
-        values of context keys within ``memory.recall_tokens`` (see ``archive.rank``)."""
-        memory = self.config.memory
-        if not memory.recall_tokens or not (candidates or state.facts):
+        values of context keys within ``budget`` tokens (default ``memory.recall_tokens``;
+        see ``archive.rank``)."""
+        budget = self.config.memory.recall_tokens if budget is None else budget
+        if budget <= 0 or not (candidates or state.facts):
             return []
         shown = [*state.summary, *(m["content"] for m in recent), current, *state.context.values(), *state.earlier.values()]
         return rank(candidates, state.facts, query=query_terms(current, recent), context=state.context, turns=state.turns,
-                    shown=shown, budget=memory.recall_tokens, count=self.tokenizer,
+                    shown=shown, budget=budget, count=self.tokenizer,
                     recent_turns=self.config.recent.messages // 2)  # fmt: skip
 
     def compose(
@@ -332,14 +355,17 @@ class Composer:
         current = user_message if checked else check_user_message(user_message, limit=config.tokens.max_message_chars)
         static_tokens = self.static_tokens
         recent = _recent_pairs(state, tokenizer)[-config.recent.messages :] if config.recent.messages else []
+        earlier, earlier_tokens = self.earlier_within(state.earlier)
         parts = _Memory(
             lines=list(state.summary[-config.summary.lines :]) if config.summary.lines else [],
             context=dict(state.context),
-            earlier={k: v for k, v in state.earlier.items() if len(v) <= config.context.earlier_value_chars},
+            earlier=earlier,
             notes=state.notes,
             notes_cap=config.notes.max_tokens,
             state_lines=list(state_lines),
-            recall=self.recall(state, current, candidates, [m.as_dict() for m in recent]),
+            recall=self.recall(
+                state, current, candidates, [m.as_dict() for m in recent], config.memory.recall_tokens - earlier_tokens
+            ),
         )
         limit = config.memory.context_limit if config.memory.context_limit is not None else config.tokens.memory_budget
         trimmed = self._fit_memory(parts, limit) if limit is not None else []
