@@ -2,10 +2,16 @@
 
 import os
 from pathlib import Path
+from typing import Any
 
 # The peers import litellm directly; without this litellm would try to fetch its price
 # map from the network on import. Nothing here downloads at run time.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+def growth(row: dict[str, Any]) -> float:
+    """How much a replay row's mean prompt grows from turn 20 to turn 100 (0.0 without turn 20)."""
+    return float(row["turn100"] / row["turn20"] - 1) if row["turn20"] else 0.0
 
 
 def write_section(report: Path, text: str, start: str, end: str, before: str = "") -> None:

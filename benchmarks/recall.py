@@ -30,7 +30,7 @@ from typing import Any
 
 import redis
 
-from benchmarks import write_section
+from benchmarks import growth, write_section
 from middleware.core.plans import CANDIDATES, COMMON_TERMS, POSTINGS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -356,11 +356,11 @@ def _earlier_text(bfcl: dict[str, Any]) -> list[str]:
 def _flat_verdict(row: dict[str, Any]) -> str:
     if not (row["turn20"] and row["turn100"]):
         return "not measured (sessions under 100 turns)"
-    return "met" if row["turn100"] <= 1.1 * row["turn20"] else "not met"
+    return "met" if abs(growth(row)) <= 0.10 else "not met"
 
 
 def _growth(row: dict[str, Any]) -> str:
-    return f"{row['turn100'] / row['turn20'] - 1:+.1%}" if row["turn20"] and row["turn100"] else "n/a"
+    return f"{growth(row):+.1%}" if row["turn20"] and row["turn100"] else "n/a"
 
 
 def _cost_text(rows: list[dict[str, Any]]) -> str:

@@ -317,12 +317,11 @@ class Composer:
         current: str,
         candidates: Sequence[Candidate],
         recent: Sequence[Mapping[str, str]],
-        budget: int | None = None,
+        budget: int,
     ) -> list[Recalled]:
         """What the recall block holds for ``current``: ranked candidates and earlier
-        values of context keys within ``budget`` tokens (default ``memory.recall_tokens``;
-        see ``archive.rank``)."""
-        budget = self.config.memory.recall_tokens if budget is None else budget
+        values of context keys within ``budget`` tokens (what the keys set earlier leave
+        of ``memory.recall_tokens``; see ``archive.rank``)."""
         if budget <= 0 or not (candidates or state.facts):
             return []
         shown = [*state.summary, *(m["content"] for m in recent), current, *state.context.values(), *state.earlier.values()]
