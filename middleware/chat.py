@@ -110,6 +110,7 @@ class ChatTurn:
         self.every_schema = self.toolset.schemas or None  # what a full-history chatbot sends
         self.full_tools_tokens = llm.tools_tokens(engine.config.tokens.model, self.every_schema)
         self.disclosed: DisclosedTools | None = None
+        self.kept: list[str] = []  # tools the turn keeps uncalled (see Engine.grows_recent)
         self.vector: Sequence[float] = ()  # the message's embedding, when tools are matched by meaning
         self.breakpoints = engine.config.caching.anthropic_breakpoints and engine.billing.rules(self.model).explicit
         self.lines: list[dict[str, Any]] = []  # the usage lines written, one per LLM call
@@ -138,6 +139,8 @@ class ChatTurn:
         self.prompt = yield from self.engine.prepare(
             self.session_id, self.user_message, model=self.model, schemas_for=self._choose
         )
+        # Tools that stay uncalled (see Engine.grows_recent): kept even when every schema is sent.
+        self.kept = self.disclosed.kept if self.disclosed is not None else []
         if self.disclosed is not None and self.engine.config.disclosure.cache_aware and self._whole_is_cheaper():
             self.disclosed = None
         self.loop = TurnLoop(self.prompt.messages, max_rounds=self.engine.config.max_tool_rounds)
@@ -172,17 +175,27 @@ class ChatTurn:
         """Whether every schema costs less than the disclosed ones with this model's prompt
         caching: when the disclosed prompt's stable part is too short to be cached and every
         schema's is not (a model that caches nothing under 4,096 tokens, say), comparing both
-        per call with a warm cache (see core.caching.prefer_whole)."""
+        per call with a warm cache, and, while the stable part grows into the minimum
+        (``Engine.grows_recent``), over the turns it will take at the session's pace so far
+        (see core.caching.prefer_whole)."""
         rules, engine, disclosed = self.engine.billing.rules(self.model), self.engine, self.disclosed
         if disclosed is None or not engine.caches(rules):
             return False
         messages, static, count = self.prompt.tokens.total, engine.composer.static_tokens, engine.config.tokens.model
-        kept = llm.tools_tokens(count, disclosed.schemas()[: disclosed.stable_tools])
-        # The static system text stays only when no matched tools (which change) come before it.
-        kept += static if len(disclosed.names) == disclosed.stable else 0
+        schemas = disclosed.schemas()
+        # What this call reads: the tools that stayed from the previous turn, and the static
+        # system text only when no tools that changed (matched, or joining) come before it.
+        kept = llm.tools_tokens(count, schemas[: disclosed.stable_tools - disclosed.grown])
+        growth = 0.0
+        if disclosed.growing:  # this turn's, or the pace so far: the tools that joined (not pinned) over the turns
+            stable = llm.tools_tokens(count, schemas[: disclosed.stable_tools])
+            joined = stable - llm.tools_tokens(count, schemas[: 1 + disclosed.pinned])
+            growth = max(stable - kept, joined / max(self.prompt.turn, 1))
+        if len(disclosed.names) == disclosed.stable and not disclosed.grown:
+            kept += static
         whole, budget = self.full_tools_tokens + messages, engine.budget(self.model)
         cheaper = prefer_whole(rules, disclosed=self.tools_tokens + messages, disclosed_stable=kept, whole=whole,
-                               whole_stable=self.full_tools_tokens + static)  # fmt: skip
+                               whole_stable=self.full_tools_tokens + static, growth=growth)  # fmt: skip
         return cheaper and (budget is None or whole <= budget)
 
     def _request(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, float]:
@@ -232,6 +245,8 @@ class ChatTurn:
     def _record(self, assistant: str | None = None) -> Program[int]:
         """Record the turn; ``assistant`` replaces the final text when the turn did not end normally."""
         text = self.loop.final or "" if assistant is None else assistant
+        if self.kept:
+            self.engine.note_kept_tools(self.session_id, self.kept)
         return self.engine.record_turn(self.session_id, user=self.user_message, assistant=text, tool_calls=self.loop.calls)
 
     def _fit_loop(self) -> None:

@@ -369,7 +369,8 @@ class DisclosureConfig(_Section):
     # costs less per call (a model whose minimum cached prefix is longer than the disclosed
     # prompt), and keep recently used tools only where that caching makes them worth
     # keeping (see Engine.keeps_recent; a wrapped chatbot's model is unknown before its
-    # call, so its used tools stay).
+    # call, so its used tools stay); where they are kept short of the model's minimum cached
+    # prefix, matched tools join them until they reach it (Engine.grows_recent).
     cache_aware: bool = True
 
 

@@ -10,6 +10,7 @@ them in the calling thread or awaited.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
@@ -29,7 +30,7 @@ from .connectors import Connector, connector_lines, connector_observations
 from .core import plans
 from .core.archive import query_terms
 from .core.caching import Rules
-from .core.composer import Composer
+from .core.composer import MAX_TOOLS_RECORDED, Composer
 from .core.disclosure import Catalog, CoUse, DisclosedTools, auto_groups, entry_of
 from .core.effects import Inline, Io, Program
 from .core.notes import WRITES, apply_operation, notes_tool_schema
@@ -132,6 +133,7 @@ class Engine:
         self._budgets: dict[str | None, int | None] = {}  # by model
         self.billing = Billing(config, self.tokenizer)
         self._billed: Lru[dict[str, Any]] = Lru(4_096)  # a turn's first-call figures, until it is recorded
+        self._kept_tools: Lru[tuple[str, ...]] = Lru(4_096)  # tools a turn keeps uncalled, until it is recorded
         self._catalogs: Lru[tuple[Toolset, Catalog | None]] = Lru(256)
         self._co_use = _SharedCoUse()  # tools called together, for disclosure
 
@@ -216,11 +218,12 @@ class Engine:
         ``model`` (with ``disclosure.cache_aware``), recently used tools stay only where that
         model's prompt caching makes them worth keeping (``keeps_recent``; ``whole_tokens``:
         every schema's)."""
-        cached = None
+        cached = grows = None
         if model and self.config.disclosure.cache_aware:
             cached = functools.partial(self.keeps_recent, model, whole_tokens=whole_tokens)
+            grows = functools.partial(self.grows_recent, model, whole_tokens=whole_tokens)
         return catalog.select(state.tool_uses, state.turns + 1, message, self.config.disclosure, co_use=self._co_use,
-                              exact=exact, vector=vector, cached=cached)  # fmt: skip
+                              exact=exact, vector=vector, cached=cached, grows=grows)  # fmt: skip
 
     def keeps_recent(self, model: str, schemas: Sequence[Mapping[str, Any]], *, whole_tokens: int = 0) -> bool:
         """Whether recently used tools stay in every call to ``model``, by the caching rules
@@ -248,6 +251,17 @@ class Engine:
             return True
         deep = read is None or price is None or read * 4 <= price
         return deep and whole_tokens + self.composer.static_tokens >= rules.min_tokens
+
+    def grows_recent(self, model: str, schemas: Sequence[Mapping[str, Any]], *, whole_tokens: int = 0) -> bool:
+        """Whether the tools that stay (``schemas``, as for ``keeps_recent``) are kept though
+        they are still short of the model's minimum cached prefix (a cached token costing a
+        quarter or less): then the tools a turn sends up front stay too, so the list reaches
+        the minimum after a few turns and is read from the cache from then on, instead of
+        being written anew, or every schema sent, until enough tools have been used."""
+        rules = self.billing.rules(model)
+        if rules.kind == "none" or llm.tools_tokens(self.config.tokens.model, schemas) >= rules.min_tokens:
+            return False
+        return self.keeps_recent(model, schemas, whole_tokens=whole_tokens)
 
     def caches(self, rules: Rules) -> bool:
         """Whether calls under ``rules`` are read from a provider's cache at all, as the
@@ -324,6 +338,11 @@ class Engine:
         groups = auto_groups([(tool.name, origin_of(tool.fn)) for tool in toolset], skills)
         return Catalog([entry_of(schema, group) for schema, group in zip(schemas, groups, strict=True)],
                        loader_name=settings.loader_name)  # fmt: skip
+
+    def note_kept_tools(self, session_id: str, names: Sequence[str]) -> None:
+        """Tools the session's next recorded turn keeps as if it had called them (see
+        ``grows_recent``), in the order they were sent."""
+        self._kept_tools.put(session_id, tuple(names))
 
     def note_billed(self, session_id: str, billed: dict[str, Any]) -> None:
         """Keep what a turn's first call carried and cost beside its prompt, for the inspector."""
@@ -419,7 +438,7 @@ class Engine:
         kept in ``pending_turns``, a warning is logged, 0 is returned, and the turn is
         written before anything else once the store answers again."""
         session_id = self.session_id(session_id)
-        prompt, billed = self._prompts.pop(session_id), self._billed.pop(session_id)
+        prompt, billed, kept = self._prompts.pop(session_id), self._billed.pop(session_id), self._kept_tools.pop(session_id)
         turn = self.turn(user, assistant, tool_calls)
         observed = (yield from connector_observations(self.connectors, session_id, turn)) if self.connectors else ()
         update = self.composer.apply_turn(
@@ -429,6 +448,8 @@ class Engine:
             prompt=_prompt_json(prompt, billed) if prompt else "",
             observed=observed,
         )
+        if kept:  # before the tools it called: the order they were sent in
+            update = dataclasses.replace(update, tools=tuple(dict.fromkeys([*kept, *update.tools]))[:MAX_TOOLS_RECORDED])
         encoded: tuple[bytes, ...] | None = None
         try:
             if not self._server_checked:

@@ -212,3 +212,20 @@ def test_every_schema_is_preferred_only_when_it_alone_can_be_cached_and_costs_le
     assert prefer_whole(haiku, **sizes)
     assert not prefer_whole(SONNET, **sizes)
     assert not prefer_whole(GPT_4O_MINI, disclosed=800, disclosed_stable=250, whole=2600, whole_stable=2300)
+
+
+def test_every_schema_is_not_sent_while_the_disclosed_prefix_soon_grows_into_the_minimum() -> None:
+    """Hand-worked, Haiku 4.5 (4,096 minimum; input $1, read $0.10, write $1.25 per million):
+    the disclosed prompt (3,100 tokens, 2,800 stable) costs 3,100 a call and every schema
+    (5,300, 5,000 stable) 5,000 x 0.1 + 300 x 1.25 = 875, a gain of 2,225 a call; its first
+    call costs 5,000 x (1.25 - 0.1) = 5,750 more than a warm one. Growing 1,300 tokens a turn
+    the stable part is cached after one turn: 2,225 < 5,750, the disclosed prompt stays; at
+    500 a turn it takes three: 6,675 > 5,750, every schema is sent; not growing, as before."""
+    from middleware.core.caching import prefer_whole
+
+    haiku = rules_for("anthropic", {"input_cost_per_token": 1e-06, "cache_read_input_token_cost": 1e-07,
+                                    "cache_creation_input_token_cost": 1.25e-06, "prompt_cache_min_tokens": 4096})  # fmt: skip
+    sizes = {"disclosed": 3100, "disclosed_stable": 2800, "whole": 5300, "whole_stable": 5000}
+    assert not prefer_whole(haiku, **sizes, growth=1300)
+    assert prefer_whole(haiku, **sizes, growth=500)
+    assert prefer_whole(haiku, **sizes, growth=0)

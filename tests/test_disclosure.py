@@ -493,8 +493,12 @@ def test_every_schema_is_sent_when_the_system_text_follows_matched_tools(manager
     """Priced as Claude Haiku 4.5 (4,096 minimum): ten pinned tools (about 3,700 tokens) and a
     long system text reach the minimum together, which counts only when no matched tool
     changes between them: with none matched the disclosed prompt is sent, with a matched
-    tool after the pinned ones every schema is (it is cached, the disclosed prompt is not)."""
-    tools = _big_tools(12)
+    tool after the pinned ones every schema is (it is cached, the disclosed prompt is not).
+    The matched tool is small: joining the tools that stay, it would take many turns of such
+    tools to reach the minimum (see the next test)."""
+    small = Tool(lambda **_: "ok", schema={"type": "function", "function": {
+        "name": "tool_11", "description": "Tool 11.", "parameters": {"type": "object", "properties": {}}}})  # fmt: skip
+    tools = [*_big_tools(11), small]
     model = Needs({"hi": [], "use tool 11": []})
     caching = {"price_as": "claude-haiku-4-5", "anthropic_breakpoints": True}
     config = disclosing(log_path, always=[f"tool_{i}" for i in range(10)]).with_overrides(
@@ -504,6 +508,45 @@ def test_every_schema_is_sent_when_the_system_text_follows_matched_tools(manager
     assert model.requests[-1] == ["load_tools"] + [f"tool_{i}" for i in range(10)]
     managers(config).chat("s", "use tool 11", model=model.model, tools=tools)
     assert model.requests[-1] == [f"tool_{i}" for i in range(12)]
+
+
+def test_matched_tools_stay_while_the_tools_that_stay_are_short_of_the_minimum(managers: ManagerFactory, log_path: Path) -> None:
+    """Priced as Claude Sonnet 4.5 with breakpoints (1,024 minimum, reads at a tenth): the
+    tool matched on turn 1 is not called, yet turn 2 starts with it, byte for byte, before
+    turn 2's own match (the list grows at its end); once the tools that stay reach the
+    minimum, a matched tool no longer joins them. Priced as gpt-4o-mini (reads at half)
+    nothing joins: uncalled tools would be paid in full on every call until then."""
+    tools = _big_tools(6)
+    requests = ["use tool 0", "use tool 1", "use tool 2", "use tool 3", "use tool 4"]
+    model = Needs({request: [] for request in requests})
+    caching = {"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}
+    mgr = managers(disclosing(log_path, co_use_tools=0).with_overrides(caching=caching))
+    for request in requests:
+        mgr.chat("s", request, model=model.model, tools=tools)
+    assert model.requests == [["load_tools", "tool_0"], ["load_tools", "tool_0", "tool_1"],
+                              ["load_tools", "tool_0", "tool_1", "tool_2"],
+                              ["load_tools", "tool_0", "tool_1", "tool_2", "tool_3"],  # past 1,024 tokens: tool_3 does not join
+                              ["load_tools", "tool_0", "tool_1", "tool_2", "tool_4"]]  # fmt: skip
+    strip = lambda raw: json.dumps([{k: v for k, v in t.items() if k != "cache_control"} for t in raw])  # noqa: E731
+    assert strip(model.raw[2]).startswith(strip(model.raw[1])[:-1])
+    # The tools' breakpoint: after those that stay.
+    assert "cache_control" in model.raw[1][-1] and "cache_control" not in model.raw[4][-1]
+    model.requests.clear()
+    mini = managers(disclosing(log_path, co_use_tools=0).with_overrides(caching={"price_as": "gpt-4o-mini"}))
+    for request in requests[:2]:
+        mini.chat("t", request, model=model.model, tools=tools)
+    assert model.requests == [["load_tools", "tool_0"], ["load_tools", "tool_1"]]
+
+
+def test_matched_tools_join_only_when_the_cache_says_they_grow() -> None:
+    """Catalog.select asks ``grows`` about the loader with the pinned and recent tools; when it
+    says yes the matched tools join them (counted in ``stable_tools``, named by ``kept``)."""
+    uses = {"cat": (1001, 1)}
+    grown = CATALOG.select(uses, 2, "send a message", policy(match_tools=1), grows=lambda _: True)
+    assert grown.names == ["cat", "send_message"] and grown.stable_tools == 3 and grown.kept == ["send_message"]
+    assert grown.growing and grown.grown == 1
+    plain = CATALOG.select(uses, 2, "send a message", policy(match_tools=1), grows=lambda _: False)
+    assert plain.names == ["cat", "send_message"] and plain.stable_tools == 2 and plain.kept == []
 
 
 def test_used_tools_stay_in_every_call_where_caching_pays_for_them(managers: ManagerFactory, log_path: Path) -> None:

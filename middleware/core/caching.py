@@ -33,6 +33,7 @@ same, which undercounts what OpenAI and Gemini (token-granular) would read, neve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -236,15 +237,32 @@ def per_call_cost(rules: Rules, *, total: int, stable: int) -> float:
     return cached * read + (total - cached) * rest
 
 
-def prefer_whole(rules: Rules, *, disclosed: int, disclosed_stable: int, whole: int, whole_stable: int) -> bool:
+def prefer_whole(
+    rules: Rules, *, disclosed: int, disclosed_stable: int, whole: int, whole_stable: int, growth: float = 0.0
+) -> bool:
     """Whether sending every schema (``whole`` tokens, ``whole_stable`` of them the same on
     every call) beats the disclosed prompt: only when the disclosed prompt's stable part is
     too short for the cache and every schema's is not, and the warm-cache cost per call is
     lower. When both can be cached, switching between them would rewrite the cache on each
-    switch, which the per-call comparison does not see, so the disclosed prompt stays."""
+    switch, which the per-call comparison does not see, so the disclosed prompt stays.
+
+    ``growth``: tokens a turn adds, on average, to the disclosed stable part (its tools stay
+    while it is under the minimum: see ``Catalog.select``'s ``grows``); 0 when it does not
+    grow. Every schema then pays only if what it saves per call, over the turns the stable
+    part takes to reach the minimum, is more than its first call costs over a warm one (it
+    writes, or pays in full, what later calls read)."""
     if not (disclosed_stable < rules.min_tokens <= whole_stable):
         return False
-    return per_call_cost(rules, total=whole, stable=whole_stable) < per_call_cost(rules, total=disclosed, stable=disclosed_stable)
+    gain = per_call_cost(rules, total=disclosed, stable=disclosed_stable) - per_call_cost(rules, total=whole, stable=whole_stable)
+    if gain <= 0:
+        return False
+    price = rules.input_price
+    if growth <= 0 or not price:
+        return True
+    turns = math.ceil((rules.min_tokens - disclosed_stable) / growth)
+    read = rules.read_price if rules.read_price is not None else price
+    premium = whole_stable * ((rules.write_price or price) - read) / price
+    return gain * turns > premium
 
 
 # --- requests ----------------------------------------------------------------------

@@ -11,7 +11,9 @@ schema on every call, a call carries:
 3. the tools the session called in its last ``disclosure.recent_turns`` turns (or all
    tools of their groups, with ``recent_scope: skill``), in the order they were first
    sent, so the list only grows at its end while they stay in use; where the model's
-   prompt caching does not make them worth keeping, they do not stay (``select``'s ``cached``);
+   prompt caching does not make them worth keeping, they do not stay (``select``'s ``cached``),
+   and where they are kept though short of the model's minimum cached prefix, the matched
+   tools (4, 5) join them, called or not, until they reach it (``select``'s ``grows``);
 4. up to ``disclosure.match_tools`` tools whose names, descriptions and parameters share
    words with the current message (BM25 over stemmed words), after the others: they change
    from turn to turn, so they come last. With ``disclosure.embedding_model`` they are
@@ -460,6 +462,7 @@ class Catalog:
         exact: bool = False,
         vector: Sequence[float] = (),
         cached: Callable[[Sequence[Mapping[str, Any]]], bool] | None = None,
+        grows: Callable[[Sequence[Mapping[str, Any]]], bool] | None = None,
     ) -> DisclosedTools:
         """What turn number ``turn`` sends up front: pinned, then recently used, then matched
         tools (by meaning too, given the message's embedding ``vector``) and their companions
@@ -467,7 +470,10 @@ class Catalog:
         themselves), even with ``policy.share_preambles`` on. ``cached``: given the schemas
         that would stay from turn to turn (the loader, pinned and recent tools), whether they
         are worth keeping with the model's prompt caching; when not, recently used tools do
-        not stay, and come back when matched, loaded or called."""
+        not stay, and come back when matched, loaded or called. ``grows``: given the same
+        schemas, whether they are still short of the model's minimum cached prefix where
+        keeping them pays; then the matched tools stay too (``DisclosedTools.grown``), so
+        the list reaches the minimum in a few turns instead of waiting for tools to be used."""
         pinned, _ = self.resolve(policy.always)
         recent = [name for name, (_, last) in sorted(uses.items(), key=lambda item: item[1][0])
                   if name in self.entries and 0 < turn - last <= policy.recent_turns]  # fmt: skip
@@ -486,7 +492,12 @@ class Catalog:
             companions = [name for name in co_use.companions([*stable, *matched]) if name in self.entries]
             matched += [name for name in companions if name not in stable][: policy.co_use_tools]
         matched.sort(key=self._order.__getitem__)
-        return DisclosedTools(self, names=[*stable, *matched], stable=len(stable), share_preambles=share)
+        growing = grows is not None and grows(
+            DisclosedTools(self, names=stable, stable=len(stable), share_preambles=share).schemas()
+        )
+        grown = len(matched) if growing else 0
+        return DisclosedTools(self, names=[*stable, *matched], stable=len(stable) + grown, share_preambles=share, grown=grown,
+                              growing=growing, pinned=len(pinned))  # fmt: skip
 
 
 _MAX_ECHO = 20  # names echoed back in a loader answer
@@ -501,6 +512,11 @@ class DisclosedTools:
     stable: int  # the first ``stable`` names (after the loader) stay from turn to turn
     loaded: list[str] = field(default_factory=list)
     share_preambles: bool = False  # a group's shared opening only in the first of its tools sent
+    # The last ``grown`` of the stable names joined them this turn: matched tools that stay
+    # (like used ones) while the stable list is short of the model's minimum cached prefix.
+    grown: int = 0
+    growing: bool = False  # the stable list is short of that minimum, and grows this way
+    pinned: int = 0  # the first ``pinned`` names are disclosure.always's
 
     def __contains__(self, name: object) -> bool:
         return name in self.names
@@ -509,6 +525,11 @@ class DisclosedTools:
     def stable_tools(self) -> int:
         """Schemas at the head of ``schemas()`` that the next turn sends again: the loader and the stable names."""
         return 1 + self.stable
+
+    @property
+    def kept(self) -> list[str]:
+        """The names that stay from this turn on without being called (``grown``)."""
+        return self.names[self.stable - self.grown : self.stable]
 
     def schemas(self) -> list[dict[str, Any]]:
         """The loader first, then the disclosed tools in the order they were disclosed; with
