@@ -249,8 +249,7 @@ class Engine:
             return False
         if llm.tools_tokens(self.config.tokens.model, schemas) >= rules.min_tokens:
             return True
-        deep = read is None or price is None or read * 4 <= price
-        return deep and whole_tokens + self.composer.static_tokens >= rules.min_tokens
+        return self._pays_below_minimum(rules, whole_tokens)
 
     def grows_recent(self, model: str, schemas: Sequence[Mapping[str, Any]], *, whole_tokens: int = 0) -> bool:
         """Whether the tools that stay (``schemas``, as for ``keeps_recent``) are kept though
@@ -259,9 +258,17 @@ class Engine:
         the minimum after a few turns and is read from the cache from then on, instead of
         being written anew, or every schema sent, until enough tools have been used."""
         rules = self.billing.rules(model)
-        if rules.kind == "none" or llm.tools_tokens(self.config.tokens.model, schemas) >= rules.min_tokens:
+        if rules.kind == "none" or not self.caches(rules):
             return False
-        return self.keeps_recent(model, schemas, whole_tokens=whole_tokens)
+        below = llm.tools_tokens(self.config.tokens.model, schemas) < rules.min_tokens
+        return below and self._pays_below_minimum(rules, whole_tokens)
+
+    def _pays_below_minimum(self, rules: Rules, whole_tokens: int) -> bool:
+        """Kept tools short of the minimum pay where a cached token costs a quarter or less
+        (or the prices are unknown) and every schema could be cached (see ``keeps_recent``)."""
+        read, price = rules.read_price, rules.input_price
+        deep = read is None or price is None or read * 4 <= price
+        return deep and whole_tokens + self.composer.static_tokens >= rules.min_tokens
 
     def caches(self, rules: Rules) -> bool:
         """Whether calls under ``rules`` are read from a provider's cache at all, as the

@@ -482,19 +482,20 @@ class Catalog:
             recent = [name for group in groups for name in self.groups[group]]
         share = policy.share_preambles and not exact
         stable = list(dict.fromkeys([*pinned, *recent]))
-        if cached is not None and len(stable) > len(pinned):
-            kept = DisclosedTools(self, names=stable, stable=len(stable), share_preambles=share)
-            if not cached(kept.schemas()):
-                stable = list(pinned)
+        # What would stay from turn to turn, as schemas: asked about when there is someone to ask.
+        staying = (
+            DisclosedTools(self, names=stable, stable=len(stable), share_preambles=share).schemas() if cached or grows else []
+        )
+        if cached is not None and len(stable) > len(pinned) and not cached(staying):
+            stable = list(pinned)
+            staying = DisclosedTools(self, names=stable, stable=len(stable), share_preambles=share).schemas() if grows else []
         # The best matches overall: those already sent add nothing, and the list stays put.
         matched = [name for name in self.match(message, policy.match_tools, vector) if name not in stable]
         if co_use is not None and policy.co_use_tools:
             companions = [name for name in co_use.companions([*stable, *matched]) if name in self.entries]
             matched += [name for name in companions if name not in stable][: policy.co_use_tools]
         matched.sort(key=self._order.__getitem__)
-        growing = grows is not None and grows(
-            DisclosedTools(self, names=stable, stable=len(stable), share_preambles=share).schemas()
-        )
+        growing = grows is not None and grows(staying)
         grown = len(matched) if growing else 0
         return DisclosedTools(self, names=[*stable, *matched], stable=len(stable) + grown, share_preambles=share, grown=grown,
                               growing=growing, pinned=len(pinned))  # fmt: skip
