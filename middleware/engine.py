@@ -258,7 +258,7 @@ class Engine:
         the minimum after a few turns and is read from the cache from then on, instead of
         being written anew, or every schema sent, until enough tools have been used."""
         rules = self.billing.rules(model)
-        if rules.kind == "none" or not self.caches(rules):
+        if not self.caches(rules):  # also false for caching.rules none
             return False
         below = llm.tools_tokens(self.config.tokens.model, schemas) < rules.min_tokens
         return below and self._pays_below_minimum(rules, whole_tokens)
