@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import llm
-from .core.caching import prefer_whole, with_breakpoints
+from .core.caching import prefer_whole, with_breakpoints, worth_writing
 from .core.disclosure import DisclosedTools, baseline_messages
 from .core.effects import END, Abandoned, Emit, Io, Next, Program
 from .core.replies import as_dict, interpret_reply
@@ -113,6 +113,7 @@ class ChatTurn:
         self.kept: list[str] = []  # tools the turn keeps uncalled (see Engine.grows_recent)
         self.vector: Sequence[float] = ()  # the message's embedding, when tools are matched by meaning
         self.breakpoints = engine.config.caching.anthropic_breakpoints and engine.billing.rules(self.model).explicit
+        self.marked: int | None = None  # the message that the turn's previous call ended its breakpoints at
         self.lines: list[dict[str, Any]] = []  # the usage lines written, one per LLM call
         self.extra = False  # the next call is one a full-history chatbot would not make (after a loader round)
 
@@ -154,6 +155,8 @@ class ChatTurn:
                     else self._called(sent, schemas, litellm_kwargs)
                 )
                 pending = self.loop.take(message)
+                if schemas:  # how often a reply asks for tools, a turn's first call apart from later ones
+                    self.engine.loop_odds.note(len(sent) > len(self.prompt.messages), bool(pending))
                 self._log_call(sent, schemas, message, usage, time.perf_counter() - started)
                 if pending:
                     outcomes = []
@@ -203,7 +206,14 @@ class ChatTurn:
         sent, schemas = list(self.loop.messages), self.schemas
         if self.breakpoints:
             stable = self.disclosed.stable_tools if self.disclosed is not None else len(schemas or ())
-            sent, schemas = with_breakpoints(sent, schemas, static_prefix=self.engine.composer.static_prefix, stable_tools=stable)
+            # The breakpoints end at this call's last message only when another call of the
+            # turn is likely enough to read what that writes; else where the previous call's
+            # ended (read, not written again), or, on a first call, at the stable memory.
+            later = len(sent) > len(self.prompt.messages)
+            odds = self.engine.loop_odds.chance(later) if schemas else 0.0
+            self.marked = len(sent) - 1 if worth_writing(self.engine.billing.rules(self.model), odds) else self.marked
+            sent, schemas = with_breakpoints(sent, schemas, static_prefix=self.engine.composer.static_prefix, stable_tools=stable,
+                                             stable_system=self.prompt.stable_system_chars, tail=self.marked)  # fmt: skip
         return sent, schemas, time.perf_counter()
 
     def _run(self, call: PendingCall) -> Program[ToolOutcome]:

@@ -29,7 +29,7 @@ from .config import Config
 from .connectors import Connector, connector_lines, connector_observations
 from .core import plans
 from .core.archive import query_terms
-from .core.caching import Rules
+from .core.caching import LoopOdds, Rules
 from .core.composer import MAX_TOOLS_RECORDED, Composer
 from .core.disclosure import Catalog, CoUse, DisclosedTools, auto_groups, entry_of
 from .core.effects import Inline, Io, Program
@@ -136,6 +136,7 @@ class Engine:
         self._kept_tools: Lru[tuple[str, ...]] = Lru(4_096)  # tools a turn keeps uncalled, until it is recorded
         self._catalogs: Lru[tuple[Toolset, Catalog | None]] = Lru(256)
         self._co_use = _SharedCoUse()  # tools called together, for disclosure
+        self.loop_odds = LoopOdds()  # how often a call's reply asks for tools: where breakpoints end
 
     # --- checks and helpers (no I/O) -----------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from middleware.core.caching import (
     ANTHROPIC_LOOKBACK,
     CacheState,
+    LoopOdds,
     Rules,
     Split,
     blocks,
@@ -17,6 +19,7 @@ from middleware.core.caching import (
     rules_for,
     split,
     with_breakpoints,
+    worth_writing,
 )
 
 # Prices as litellm's local price map has them (USD per token).
@@ -160,6 +163,49 @@ def test_breakpoints_mark_the_stable_tools_the_static_system_text_and_the_last_m
     assert found[-1].end == 30 + count(marked[0]) + count(marked[1]) + 3
 
 
+def test_the_memory_that_changes_now_and_then_gets_its_own_breakpoint_and_is_read_when_unchanged() -> None:
+    """With ``stable_system`` the system text splits in three: the static text, the memory up
+    to that character (marked), the rest (the recall block). The next turn, same tools and
+    memory but another recall block and message, reads through the memory (hand-worked:
+    tools 1,100 + static + memory); with its memory changed, the tools and the static text."""
+    tools = [{"type": "function", "function": {"name": "load_tools"}}]
+    static, memory = "You are terse.", "\n## Current Context\n- a: b"
+
+    def turn(memory: str, recall: str, message: str, tail: int | None = -1) -> tuple[list[dict[str, Any]], Any]:
+        system = {"role": "system", "content": static + memory + recall}
+        marked, marked_tools = with_breakpoints([system, {"role": "user", "content": message}], tools, static_prefix=static,
+                                                stable_tools=1, stable_system=len(static + memory), tail=tail)  # fmt: skip
+        return marked, request_blocks(marked_tools, [1100], marked, count, static_prefix=static, static_tokens=6)
+
+    marked, first = turn(memory, "\n## Recalled\n- x", "hi there")
+    assert [part.get("cache_control") is not None for part in marked[0]["content"]] == [True, True, False]
+    assert "".join(part["text"] for part in marked[0]["content"]) == static + memory + "\n## Recalled\n- x"
+    assert [b.breakpoint for b in first] == [True, True, True, False, True]
+    through_memory = first[2].end
+    state = split(first, CacheState(), SONNET, now=0, ttl=300)[1]
+    same, _ = split(turn(memory, "\n## Recalled\n- y", "and now?")[1], state, SONNET, now=1, ttl=300)
+    assert same.read == through_memory
+    changed, _ = split(turn("\n## Current Context\n- a: c", "", "and now?")[1], state, SONNET, now=1, ttl=300)
+    assert changed.read == 1100 + 6
+    # No volatile part: the memory is the system text's last part, marked; tail=None marks no message.
+    marked, _ = turn(memory, "", "hi", tail=None)
+    assert [part.get("cache_control") is not None for part in marked[0]["content"]] == [True, True]
+    assert marked[1] == {"role": "user", "content": "hi"}
+
+
+def test_a_breakpoint_is_written_only_when_a_later_call_is_likely_enough_to_read_it() -> None:
+    """Sonnet: writing costs 0.25 of the input price more, a read saves 0.9 of it, so the
+    break-even chance is 0.25 / 0.9 = 27.8%. Without a write premium (OpenAI) writing is free."""
+    assert worth_writing(SONNET, 0.28) and not worth_writing(SONNET, 0.27)
+    assert worth_writing(GPT_4O_MINI, 0.0)
+    odds = LoopOdds()
+    assert odds.chance(True) == odds.chance(False) == 0.5  # as if one call of each kind was seen
+    for _ in range(3):
+        odds.note(True, False)
+    odds.note(False, True)
+    assert odds.chance(True) == pytest.approx(1 / 5) and odds.chance(False) == pytest.approx(2 / 3)
+
+
 def test_litellm_passes_the_breakpoints_on_to_anthropic() -> None:
     """Through litellm's own Anthropic request transformation (offline): cache_control lands
     on the tool, the static system block and the last tool result."""
@@ -175,7 +221,7 @@ def test_litellm_passes_the_breakpoints_on_to_anthropic() -> None:
         }
     ]
     call = {"id": "c1", "type": "function", "function": {"name": "load_tools", "arguments": "{}"}}
-    messages = [{"role": "system", "content": "STATIC\n- a: b"}, {"role": "user", "content": "hi"},
+    messages = [{"role": "system", "content": "STATIC\n- a: b\n## Recalled\n- r"}, {"role": "user", "content": "hi"},
                 {"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]  # fmt: skip
     marked, marked_tools = with_breakpoints(messages, tools, static_prefix="STATIC", stable_tools=1)
     config = AnthropicConfig()
@@ -184,6 +230,13 @@ def test_litellm_passes_the_breakpoints_on_to_anthropic() -> None:
     assert request["tools"][0]["cache_control"] == {"type": "ephemeral"}
     assert [block.get("cache_control") for block in request["system"]] == [{"type": "ephemeral"}, None]
     assert request["messages"][-1]["content"][0]["cache_control"] == {"type": "ephemeral"}
+    # The memory's own breakpoint, and the last one at the user message (tail=1): four in all.
+    marked, marked_tools = with_breakpoints(messages, tools, static_prefix="STATIC", stable_tools=1,
+                                            stable_system=len("STATIC\n- a: b"), tail=1)  # fmt: skip
+    request = config.transform_request("claude-sonnet-4-5", marked, params, {}, {})
+    assert [block.get("cache_control") for block in request["system"]] == [{"type": "ephemeral"}] * 2 + [None]
+    assert request["messages"][0]["content"][0]["cache_control"] == {"type": "ephemeral"}
+    assert "cache_control" not in json.dumps(request["messages"][1:])
 
 
 def test_per_call_cost_reads_the_stable_part_once_it_is_long_enough() -> None:

@@ -201,6 +201,7 @@ class Needs:
         self.needs, self.load = needs, load
         self.requests: list[list[str]] = []
         self.raw: list[list[dict[str, Any]]] = []
+        self.sent: list[list[dict[str, Any]]] = []  # the messages of every request
         self.model = f"scripted/needs-{uuid.uuid4().hex[:8]}"
         register(self.model.split("/", 1)[1], self)
 
@@ -208,6 +209,7 @@ class Needs:
         names = [t["function"]["name"] for t in tools or ()]
         self.requests.append(names)
         self.raw.append([dict(t) for t in tools or ()])
+        self.sent.append([dict(m) for m in messages])
         request = next(_text(m["content"]) for m in reversed(messages) if m["role"] == "user")
         needed = self.needs.get(request, ())
         last = messages[-1]
@@ -404,6 +406,58 @@ def test_every_schema_is_sent_when_that_caches_and_the_disclosed_prompt_cannot(m
     assert model.requests[-1] == ["load_tools"]
     managers(pinned.with_overrides(disclosure={"cache_aware": False})).chat("s", "hi", model=model.model, tools=big)
     assert model.requests[-1] == ["load_tools"] + [f"tool_{i}" for i in range(8)]
+
+
+def _marked(message: Mapping[str, Any]) -> bool:
+    content = message.get("content")
+    return "cache_control" in message or (isinstance(content, list) and "cache_control" in content[-1])
+
+
+class Rounds(Needs):
+    """Needs, but each turn runs ``rounds`` tool rounds before it answers."""
+
+    def __init__(self, rounds: int) -> None:
+        super().__init__({})
+        self.rounds = rounds
+
+    def __call__(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+        super().__call__(messages, tools)
+        start = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        done = sum(m["role"] == "tool" for m in messages[start:])
+        return _calls(("ls", {})) if done < self.rounds else {"role": "assistant", "content": "listed", "tool_calls": None}
+
+
+def test_breakpoints_end_where_a_later_call_of_the_turn_is_likely_to_read(managers: ManagerFactory, log_path: Path) -> None:
+    """Priced as Claude Sonnet with breakpoints, through litellm. A turn's calls first end
+    their breakpoints at their last message (a process starts at even odds of another call).
+    Once this process has seen that a call after tool results is rarely followed by another
+    (under 28%, Anthropic's break-even), that call ends them at the user message the turn's
+    first call wrote instead, reading it and writing nothing. A model that runs two rounds
+    a turn keeps its tool results marked. A call without tools marks no message at all."""
+    caching = {"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}
+    config = disclosing(log_path, match_tools=0).with_overrides(caching=caching)
+    one = Rounds(1)
+    mgr = managers(config)
+    for turn in range(4):
+        mgr.chat("s", f"list the files, take {turn}", model=one.model, tools=toolset())
+    firsts, afters = one.sent[0::2], one.sent[1::2]
+    assert all(_marked(first[-1]) and first[-1]["role"] == "user" for first in firsts)
+    # Odds after tool results: 1/2, then 1/3, then 1/4 (under the break-even): the third turn on, at the user message.
+    assert [_marked(after[-1]) for after in afters] == [True, True, False, False]
+    for after in afters[2:]:
+        assert after[-1]["role"] == "tool" and [i for i, m in enumerate(after) if i and _marked(m)] == [len(after) - 3]
+        assert after[-3]["role"] == "user"
+    two = Rounds(2)
+    mgr = managers(config)
+    for turn in range(4):
+        mgr.chat("t", f"list the files twice, take {turn}", model=two.model, tools=toolset())
+    assert all(_marked(sent[-1]) for sent in two.sent)  # half the calls after results are followed
+    plain = Rounds(0)
+    mgr = managers(config.with_overrides(caching={"anthropic_breakpoints": True}))
+    mgr.chat("u", "hello", model=plain.model)
+    mgr.chat("u", "hello again", model=plain.model)
+    assert not any(_marked(m) for m in plain.sent[-1][1:])  # no tools: no later call to read it
+    assert _marked(plain.sent[-1][0])  # the system text still ends in a breakpoint
 
 
 def _big_tools(count: int) -> list[Tool]:

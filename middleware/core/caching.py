@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Literal
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "OPENAI_STEP",
     "Block",
     "CacheState",
+    "LoopOdds",
     "Rules",
     "Split",
     "blocks",
@@ -54,6 +56,7 @@ __all__ = [
     "rules_for",
     "split",
     "with_breakpoints",
+    "worth_writing",
 ]
 
 Kind = Literal["openai", "anthropic", "gemini", "none"]
@@ -265,6 +268,37 @@ def prefer_whole(
     return gain * turns > premium
 
 
+def worth_writing(rules: Rules, chance: float) -> bool:
+    """Whether a call should write what it adds to the cache (a breakpoint at its end) when
+    another call reads it with probability ``chance``: writing costs the write premium now,
+    and saves the difference between the input and the read price on that later call.
+    With Anthropic's prices (1.25x to write, 0.1x to read) the break-even is about 28%."""
+    price, write = rules.input_price, rules.write_price
+    if not rules.explicit or not price or write is None or write <= price:
+        return True
+    read = rules.read_price if rules.read_price is not None else price
+    return chance * (price - read) > write - price
+
+
+class LoopOdds:
+    """How often a call that offers tools is followed by another call of the same turn (its
+    reply asked for tools), counted apart for a turn's first call and for the calls after
+    tool results. Each starts as if one call of each kind had been seen (even odds), so a
+    process starts out writing, as a model that runs long tool loops needs."""
+
+    def __init__(self) -> None:
+        self._seen = {False: [1, 2], True: [1, 2]}  # after tool results -> [followed, calls]
+
+    def chance(self, after_results: bool) -> float:
+        followed, calls = self._seen[after_results]
+        return followed / calls
+
+    def note(self, after_results: bool, followed: bool) -> None:
+        counts = self._seen[after_results]
+        counts[0] += followed
+        counts[1] += 1
+
+
 # --- requests ----------------------------------------------------------------------
 
 EPHEMERAL = {"type": "ephemeral"}
@@ -284,12 +318,21 @@ def _text(content: Any) -> str:
 
 
 def with_breakpoints(
-    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, static_prefix: str, stable_tools: int
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    *,
+    static_prefix: str,
+    stable_tools: int,
+    stable_system: int = 0,
+    tail: int | None = -1,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """The request with Anthropic ``cache_control`` breakpoints where litellm passes them on:
     the last of the first ``stable_tools`` tool schemas (what the next turn sends again),
-    the end of the static system text (its own system block), and the last message (so the
-    calls of a turn's tool loop read everything before them). Three of Anthropic's four."""
+    the end of the static system text (its own system block), the end of the system text's
+    first ``stable_system`` characters when they go past it (the memory that changes only
+    now and then: the next turn reads it when it did not change), and message ``tail`` (its
+    index; by default the last message, so the later calls of a turn's tool loop read
+    everything before them; None: no message). At most Anthropic's four."""
     marked_tools = [dict(tool) for tool in tools] if tools else None
     if marked_tools and stable_tools > 0:
         index = min(stable_tools, len(marked_tools)) - 1
@@ -304,17 +347,45 @@ def with_breakpoints(
         and static_prefix
         and content.startswith(static_prefix)
     ):
-        rest = content[len(static_prefix) :]
-        first["content"] = [{"type": "text", "text": static_prefix, "cache_control": EPHEMERAL}]
+        cuts = [len(static_prefix), *([stable_system] if len(static_prefix) < stable_system < len(content) else ())]
+        first["content"] = [{"type": "text", "text": content[a:b], "cache_control": EPHEMERAL} for a, b in pairwise([0, *cuts])]
+        rest = content[cuts[-1] :]
         if rest.strip():
-            first["content"].append({"type": "text", "text": rest})
-    last = out[-1] if len(out) > 1 else None
+            part: dict[str, Any] = {"type": "text", "text": rest}
+            if stable_system >= len(content) > len(static_prefix):  # all of it changes only now and then
+                part["cache_control"] = EPHEMERAL
+            first["content"].append(part)
+    index = tail % len(out) if tail is not None and -len(out) <= tail < len(out) else 0
+    last = out[index] if index else None  # never the first message
     if last is not None:
         if last.get("role") == "tool":
             last["cache_control"] = EPHEMERAL
         elif isinstance(last.get("content"), str) and last["content"]:
             last["content"] = [{"type": "text", "text": last["content"], "cache_control": EPHEMERAL}]
     return out, marked_tools
+
+
+def _system_blocks(
+    message: Mapping[str, Any], text: str, tokens: int, count: Callable[[Mapping[str, Any]], int], *, static_prefix: str,
+    static_tokens: int,
+) -> list[tuple[object, int, bool]]:  # fmt: skip
+    """The system message as blocks: its static prefix, then each further content part (or
+    the rest of its text when it is a string), each ending where the text so far does."""
+    content = message.get("content")
+    pieces = [p for p in content if isinstance(p, Mapping)] if isinstance(content, list) else []
+    static = min(static_tokens, tokens)
+    if len(pieces) < 2 or _text(pieces[:1]) != static_prefix:
+        head = pieces[0] if pieces else {}
+        return [(("system", static_prefix), static, "cache_control" in head),
+                (("system", text), tokens - static, len(pieces) > 1 and _marked(message))]  # fmt: skip
+    out: list[tuple[object, int, bool]] = [(("system", static_prefix), static, "cache_control" in pieces[0])]
+    so_far, counted = static_prefix, static
+    for number, piece in enumerate(pieces[1:], start=2):
+        so_far += str(piece.get("text", ""))
+        upto = tokens if number == len(pieces) else min(max(count({"role": "system", "content": so_far}), counted), tokens)
+        out.append((("system", so_far), upto - counted, "cache_control" in piece))
+        counted = upto
+    return out
 
 
 def request_blocks(
@@ -338,12 +409,7 @@ def request_blocks(
     for index, message in enumerate(messages):
         tokens, text = count(message), _text(message.get("content"))
         if index == 0 and message.get("role") == "system" and static_prefix and text.startswith(static_prefix):
-            content = message.get("content")
-            head = content[0] if isinstance(content, list) and content else {}
-            static = min(static_tokens, tokens)
-            parts.append((("system", static_prefix), static, isinstance(head, Mapping) and "cache_control" in head))
-            rest_marked = isinstance(content, list) and len(content) > 1 and _marked(message)
-            parts.append((("system", text), tokens - static, rest_marked))
+            parts += _system_blocks(message, text, tokens, count, static_prefix=static_prefix, static_tokens=static_tokens)
             continue
         identity = repr((message.get("role"), text, message.get("tool_calls"), message.get("tool_call_id")))
         parts.append((identity, tokens, _marked(message)))

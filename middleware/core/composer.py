@@ -428,9 +428,11 @@ class Composer:
             priming=REPLY_PRIMING,
         )
         full = static_tokens + state.full_tokens + current_tokens + REPLY_PRIMING
+        # The volatile sections come last, each after a newline (see system_prompt).
+        stable = max(len(system) - sum(len(part) + 1 for part in (state_section, recall_section) if part), 0)
         return built(
             Prompt, messages=messages, tokens=breakdown, full_history_tokens=full, turn=state.turns + 1, trimmed=tuple(trimmed),
-            recalled=tuple(parts.recall),
+            recalled=tuple(parts.recall), stable_system_chars=stable,
         )  # fmt: skip
 
     def apply_turn(self, turn: Turn, *, turn_id: str = "", prompt: str = "", observed: Sequence[str] = ()) -> TurnUpdate:

@@ -363,6 +363,10 @@ class Prompt:
     trimmed: tuple[str, ...] = ()
     # What the recall block holds, and why each was chosen (middleware.core.archive.Recalled).
     recalled: tuple[Any, ...] = ()
+    # How many leading characters of the system text change only when the notes, the keys
+    # set earlier or the Current Context do (the rest, connectors' state and the recall
+    # block, changes with each message): where a cache breakpoint can end.
+    stable_system_chars: int = 0
 
     @property
     def saved_tokens(self) -> int:
