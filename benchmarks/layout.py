@@ -83,7 +83,8 @@ def written_by_part(played: billing.Played, model: str) -> dict[str, float]:
             if not call.first:
                 continue
             turns += 1
-            parts = ["schemas"] * len(call.tools) + ["static system text", "context and recall"]
+            system = len(prompt) - len(call.tools) - len(call.messages)  # its blocks: the static text, then the memory's
+            parts = ["schemas"] * len(call.tools) + ["static system text"] + ["context and recall"] * (system - 1)
             parts += ["earlier messages"] * (len(call.messages) - 2) + ["current message", "priming"]
             for block, part in zip(prompt, parts, strict=True):
                 start = block.end - block.tokens

@@ -198,6 +198,12 @@ def test_keys_set_earlier_share_the_recall_room_and_come_first(atlas: Config) ->
     roomy = auto.with_overrides(memory={"recall_tokens": section + alone.tokens.recall + 8})
     both = compose(state(facts=asks.facts, turns=40, summary=[], earlier=few), "which account did I use?", roomy)
     assert [r.text for r in both.recalled] == ["account = ACC-1"] and "key1=value1" in both.messages[0]["content"]
+    # What changes only now and then (the keys set earlier, the Current Context) ends where the recall block starts.
+    system, stable = both.messages[0]["content"], both.stable_system_chars
+    assert "key1=value1\n## Current Context" in system[:stable] and system[stable:].startswith("\n" + auto.memory.recall_header)
+    assert alone.messages[0]["content"][alone.stable_system_chars :].startswith("\n" + auto.memory.recall_header)
+    plain = compose(state(earlier=few, summary=[]), "go on", roomy)
+    assert plain.recalled == () and plain.stable_system_chars == len(plain.messages[0]["content"])
     tight = auto.with_overrides(memory={"recall_tokens": section + 2})
     crowded = compose(state(facts=asks.facts, turns=40, summary=[], earlier=few), "which account did I use?", tight)
     assert crowded.recalled == () and "key0=value0\nkey1=value1" in crowded.messages[0]["content"]

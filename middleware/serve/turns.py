@@ -145,7 +145,10 @@ class Turns:
         messages = [{"role": "system", "content": content}, *prompt.messages[1:]]
         breakdown = dataclasses.replace(prompt.tokens, system=tokens)
         full = prompt.full_history_tokens - prompt.tokens.system + own
-        return dataclasses.replace(prompt, messages=messages, tokens=breakdown, full_history_tokens=full)
+        stable = prompt.stable_system_chars - len(composer.static_prefix) + len(system)  # the memory follows the client's text
+        return dataclasses.replace(
+            prompt, messages=messages, tokens=breakdown, full_history_tokens=full, stable_system_chars=stable
+        )
 
     @staticmethod
     def _current(prompt: Prompt, conversation: Conversation) -> dict[str, Any]:
