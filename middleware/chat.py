@@ -112,7 +112,8 @@ class ChatTurn:
         self.disclosed: DisclosedTools | None = None
         self.kept: list[str] = []  # tools the turn keeps uncalled (see Engine.grows_recent)
         self.vector: Sequence[float] = ()  # the message's embedding, when tools are matched by meaning
-        self.breakpoints = engine.config.caching.anthropic_breakpoints and engine.billing.rules(self.model).explicit
+        self.rules = engine.billing.rules(self.model)  # the model's caching rules and prices
+        self.breakpoints = engine.config.caching.anthropic_breakpoints and self.rules.explicit
         self.marked: int | None = None  # the message that the turn's previous call ended its breakpoints at
         self.lines: list[dict[str, Any]] = []  # the usage lines written, one per LLM call
         self.extra = False  # the next call is one a full-history chatbot would not make (after a loader round)
@@ -181,7 +182,7 @@ class ChatTurn:
         per call with a warm cache, and, while the stable part grows into the minimum
         (``Engine.grows_recent``), over the turns it will take at the session's pace so far
         (see core.caching.prefer_whole)."""
-        rules, engine, disclosed = self.engine.billing.rules(self.model), self.engine, self.disclosed
+        rules, engine, disclosed = self.rules, self.engine, self.disclosed
         if disclosed is None or not engine.caches(rules):
             return False
         messages, static, count = self.prompt.tokens.total, engine.composer.static_tokens, engine.config.tokens.model
@@ -211,7 +212,7 @@ class ChatTurn:
             # ended (read, not written again), or, on a first call, at the stable memory.
             later = len(sent) > len(self.prompt.messages)
             odds = self.engine.loop_odds.chance(later) if schemas else 0.0
-            self.marked = len(sent) - 1 if worth_writing(self.engine.billing.rules(self.model), odds) else self.marked
+            self.marked = len(sent) - 1 if worth_writing(self.rules, odds) else self.marked
             sent, schemas = with_breakpoints(sent, schemas, static_prefix=self.engine.composer.static_prefix, stable_tools=stable,
                                              stable_system=self.prompt.stable_system_chars, tail=self.marked)  # fmt: skip
         return sent, schemas, time.perf_counter()
