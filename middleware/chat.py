@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import llm
-from .core.caching import prefer_whole, with_breakpoints, worth_writing
+from .core.caching import prefer_whole, with_breakpoints, worth_sending, worth_writing
 from .core.disclosure import DisclosedTools, baseline_messages
 from .core.effects import END, Abandoned, Emit, Io, Next, Program
 from .core.replies import as_dict, interpret_reply
@@ -111,6 +111,9 @@ class ChatTurn:
         self.full_tools_tokens = llm.tools_tokens(engine.config.tokens.model, self.every_schema)
         self.disclosed: DisclosedTools | None = None
         self.kept: list[str] = []  # tools the turn keeps uncalled (see Engine.grows_recent)
+        self.ranked: list[str] = []  # the tools matched to the message, best first, sent or not
+        self.companions: list[str] = []  # and their companions (see MatchOdds)
+        self.settled = False  # whether tools used earlier stay (see MatchOdds)
         self.vector: Sequence[float] = ()  # the message's embedding, when tools are matched by meaning
         self.rules = engine.billing.rules(self.model)  # the model's caching rules and prices
         self.breakpoints = engine.config.caching.anthropic_breakpoints and self.rules.explicit
@@ -143,8 +146,12 @@ class ChatTurn:
         )
         # Tools that stay uncalled (see Engine.grows_recent): kept even when every schema is sent.
         self.kept = self.disclosed.kept if self.disclosed is not None else []
-        if self.disclosed is not None and self.engine.config.disclosure.cache_aware and self._whole_is_cheaper():
-            self.disclosed = None
+        if self.disclosed is not None and self.engine.config.disclosure.cache_aware:
+            self.ranked, self.companions = list(self.disclosed.ranked), list(self.disclosed.companions)
+            self.settled = self.disclosed.settled
+            self._drop_unlikely()
+            if self._whole_is_cheaper():
+                self.disclosed = None
         self.loop = TurnLoop(self.prompt.messages, max_rounds=self.engine.config.max_tool_rounds)
         texts: list[str] = []
         try:
@@ -174,6 +181,37 @@ class ChatTurn:
                 yield from self._record(self._failed(error))
             raise
         return self._result((yield from self._record()))
+
+    def _drop_unlikely(self) -> None:
+        """Leave out the tools matched to the message, and their companions, that the model
+        calls too seldom at their rank (learned: ``Engine.match_odds``) to pay for what they
+        cost with this model's prompt caching against the loader round they would spare
+        (see core.caching.worth_sending): best first, the first sent also paying, with
+        breakpoints, for the cached system text it makes the provider write again. Not while the matched tools
+        join the ones that stay (``Engine.grows_recent``), nor where nothing is cached."""
+        disclosed, engine, rules = self.disclosed, self.engine, self.rules
+        if disclosed is None or disclosed.grown or not (disclosed.ranked or disclosed.companions) or not engine.caches(rules):
+            return
+        schemas, count = disclosed.schemas(), engine.config.tokens.model
+        every = llm.tool_sizes(count, schemas)
+        sizes, stable = dict(zip(disclosed.names, every[1:], strict=True)), sum(every[: disclosed.stable_tools])
+        # What a call after a loader round shares with the first: with breakpoints, up to the
+        # last tool that stays; without, every schema the first call sent (the new one comes after).
+        shared = stable if rules.explicit else sum(every)
+        rest = self.prompt.tokens.total + sum(every) - shared
+        # The cached system text the first tool sent makes the provider write again: where
+        # breakpoints mark it (Anthropic). Prefix caching reads on past the tools only in whole
+        # steps (OpenAI's 128 tokens), as far as nothing changed: too little to count on.
+        system = self.prompt.messages[0].get("content") if self.prompt.messages and rules.explicit else None
+        after = engine.tokenizer.count(system[: self.prompt.stable_system_chars]) if isinstance(system, str) else 0
+        odds, settled, dropped = engine.match_odds, disclosed.settled, []
+        offered = [*enumerate(disclosed.ranked), *((odds.COMPANION, name) for name in disclosed.companions)]
+        for rank, name in offered:
+            if worth_sending(rules, odds.chance(settled, rank), schema=sizes[name], shared=shared, rest=rest, after=after):
+                after = 0  # the first sent makes the provider write the rest again
+            else:
+                dropped.append(name)
+        disclosed.drop(dropped)
 
     def _whole_is_cheaper(self) -> bool:
         """Whether every schema costs less than the disclosed ones with this model's prompt
@@ -258,6 +296,8 @@ class ChatTurn:
         text = self.loop.final or "" if assistant is None else assistant
         if self.kept:
             self.engine.note_kept_tools(self.session_id, self.kept)
+        if (self.ranked or self.companions) and assistant is None:  # a turn that ended normally: which it called
+            self.engine.match_odds.note(self.settled, self.ranked, self.companions, (call.name for call in self.loop.calls))
         return self.engine.record_turn(self.session_id, user=self.user_message, assistant=text, tool_calls=self.loop.calls)
 
     def _fit_loop(self) -> None:

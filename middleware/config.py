@@ -370,7 +370,9 @@ class DisclosureConfig(_Section):
     # prompt), and keep recently used tools only where that caching makes them worth
     # keeping (see Engine.keeps_recent; a wrapped chatbot's model is unknown before its
     # call, so its used tools stay); where they are kept short of the model's minimum cached
-    # prefix, matched tools join them until they reach it (Engine.grows_recent).
+    # prefix, matched tools join them until they reach it (Engine.grows_recent); where the
+    # prompt's opening is cached, matched tools and companions called too seldom at their
+    # rank (learned per process) to pay for themselves against a loader round are left out.
     cache_aware: bool = True
 
 

@@ -31,7 +31,7 @@ from .core import plans
 from .core.archive import query_terms
 from .core.caching import LoopOdds, Rules
 from .core.composer import MAX_TOOLS_RECORDED, Composer
-from .core.disclosure import Catalog, CoUse, DisclosedTools, auto_groups, entry_of
+from .core.disclosure import Catalog, CoUse, DisclosedTools, MatchOdds, auto_groups, entry_of
 from .core.effects import Inline, Io, Program
 from .core.notes import WRITES, apply_operation, notes_tool_schema
 from .core.state import (
@@ -137,6 +137,7 @@ class Engine:
         self._catalogs: Lru[tuple[Toolset, Catalog | None]] = Lru(256)
         self._co_use = _SharedCoUse()  # tools called together, for disclosure
         self.loop_odds = LoopOdds()  # how often a call's reply asks for tools: where breakpoints end
+        self.match_odds = MatchOdds()  # how often a tool matched at each rank is called: which are sent
 
     # --- checks and helpers (no I/O) -----------------------------------------------
 

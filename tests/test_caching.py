@@ -19,6 +19,7 @@ from middleware.core.caching import (
     rules_for,
     split,
     with_breakpoints,
+    worth_sending,
     worth_writing,
 )
 
@@ -204,6 +205,24 @@ def test_a_breakpoint_is_written_only_when_a_later_call_is_likely_enough_to_read
         odds.note(True, False)
     odds.note(False, True)
     assert odds.chance(True) == pytest.approx(1 / 5) and odds.chance(False) == pytest.approx(2 / 3)
+
+
+def test_a_matched_tool_is_sent_when_its_chance_pays_for_it_against_a_loader_round() -> None:
+    """Worked by hand, per token. Sonnet, a 100-token schema after 2,000 tokens that stay
+    and 600 more: sent, it is written (100 x 3.75e-6 = 3.75e-4); not sent, a turn that calls
+    it makes one more call reading the 2,000 (6e-4) and writing the 600 and the schema
+    (700 x 3.75e-6 = 2.625e-3), 3.225e-3 in all: the break-even chance is 11.6%. When it is
+    the first tool sent after those that stay, the 200 cached tokens after the tools are
+    written instead of read too (200 x 3.45e-6 = 6.9e-4): 1.065e-3, break-even 33.0%.
+    gpt-4o-mini, the same sizes: 1.5e-5 against 1.5e-4 + 1.05e-4, break-even 5.9%. Where
+    the shared tokens are short of the model's minimum nothing is cached, and with no
+    prices nothing can be weighed: always sent (disclosure.match_tools decides)."""
+    sizes = {"schema": 100, "shared": 2000, "rest": 600}
+    assert worth_sending(SONNET, 0.12, **sizes) and not worth_sending(SONNET, 0.11, **sizes)
+    assert worth_sending(SONNET, 0.34, **sizes, after=200) and not worth_sending(SONNET, 0.32, **sizes, after=200)
+    assert worth_sending(GPT_4O_MINI, 0.06, **sizes) and not worth_sending(GPT_4O_MINI, 0.058, **sizes)
+    assert worth_sending(SONNET, 0.0, schema=100, shared=1000, rest=600)
+    assert worth_sending(Rules(kind="openai", min_tokens=1024), 0.0, **sizes)
 
 
 def test_litellm_passes_the_breakpoints_on_to_anthropic() -> None:

@@ -577,19 +577,63 @@ def test_matched_tools_stay_while_the_tools_that_stay_are_short_of_the_minimum(m
     mgr = managers(disclosing(log_path, co_use_tools=0).with_overrides(caching=caching))
     for request in requests:
         mgr.chat("s", request, model=model.model, tools=tools)
+    # Past 1,024 tokens from turn 4: tool_3 does not join; nor is it sent, for the model
+    # called none of the matches of turns 2 and 3 (1 in 4 with the prior, too few: see
+    # test_matched_tools_the_model_seldom_calls_are_left_out_where_they_cost_more).
     assert model.requests == [["load_tools", "tool_0"], ["load_tools", "tool_0", "tool_1"],
                               ["load_tools", "tool_0", "tool_1", "tool_2"],
-                              ["load_tools", "tool_0", "tool_1", "tool_2", "tool_3"],  # past 1,024 tokens: tool_3 does not join
-                              ["load_tools", "tool_0", "tool_1", "tool_2", "tool_4"]]  # fmt: skip
+                              ["load_tools", "tool_0", "tool_1", "tool_2"],
+                              ["load_tools", "tool_0", "tool_1", "tool_2"]]  # fmt: skip
     strip = lambda raw: json.dumps([{k: v for k, v in t.items() if k != "cache_control"} for t in raw])  # noqa: E731
     assert strip(model.raw[2]).startswith(strip(model.raw[1])[:-1])
     # The tools' breakpoint: after those that stay.
-    assert "cache_control" in model.raw[1][-1] and "cache_control" not in model.raw[4][-1]
+    assert "cache_control" in model.raw[1][-1] and "cache_control" in model.raw[4][-1]
     model.requests.clear()
     mini = managers(disclosing(log_path, co_use_tools=0).with_overrides(caching={"price_as": "gpt-4o-mini"}))
     for request in requests[:2]:
         mini.chat("t", request, model=model.model, tools=tools)
     assert model.requests == [["load_tools", "tool_0"], ["load_tools", "tool_1"]]
+
+
+def test_matched_tools_the_model_seldom_calls_are_left_out_where_they_cost_more(managers: ManagerFactory, log_path: Path) -> None:
+    """Priced as Claude Sonnet 4.5 with breakpoints: three pinned tools (about 1,100 tokens
+    with the loader) are read from the cache, and tool_3, called on turn 1, stays. On turn
+    2 the tool matched to the message is sent (even odds: a fresh process sends its
+    matches); the model does not call it, nor the next turn's: at 1 in 3 a match is no
+    longer worth its schema and the cached system text it makes the provider write again,
+    against the loader round it would spare. A turn that needs a tool it was not sent loads
+    it and runs it, and counts as a match called. Without breakpoints nothing is cached (the
+    used tool does not stay either) and every match is sent."""
+    tools = _big_tools(8)
+    always = ["tool_0", "tool_1", "tool_2"]
+    requests = ["use tool 3", "use tool 4", "use tool 5", "use tool 6", "use tool 7"]
+    needs: dict[str, list[tuple[str, dict[str, Any]]]] = {request: [] for request in requests}
+    needs["use tool 3"] = [("tool_3", {})]
+    needs["use tool 6"] = [("tool_6", {})]
+    model = Needs(needs)
+    caching = {"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}
+    mgr = managers(disclosing(log_path, co_use_tools=0, always=always).with_overrides(caching=caching))
+    firsts, results = [], []
+    for request in requests:
+        firsts.append(len(model.requests))
+        results.append(mgr.chat("s", request, model=model.model, tools=tools))
+    turns = [model.requests[index] for index in firsts]  # each turn's first call
+    stay = ["load_tools", *always, "tool_3"]
+    assert turns[0] == stay  # turn 1: tool_3 matched, and called: it stays from then on
+    assert turns[1] == [*stay, "tool_4"]  # turn 2: matched at even odds, not called
+    assert turns[2] == stay  # turn 3: 1 in 3, left out
+    assert turns[3] == stay and model.requests[firsts[3] + 1] == [*stay, "tool_6"]  # turn 4: loaded, then run
+    assert [call.name for call in results[3].tool_calls] == ["tool_6"]
+    assert results[3].text == "done: ok"
+    firsts.clear()
+    plain = managers(
+        disclosing(log_path, co_use_tools=0, always=always).with_overrides(caching={"price_as": "claude-sonnet-4-5"})
+    )
+    for request in requests[:3]:
+        firsts.append(len(model.requests))
+        plain.chat("t", request, model=model.model, tools=tools)
+    pinned = ["load_tools", *always]  # nothing cached: the used tool does not stay either
+    assert [model.requests[index] for index in firsts[1:]] == [[*pinned, "tool_4"], [*pinned, "tool_5"]]
 
 
 def test_matched_tools_join_only_when_the_cache_says_they_grow() -> None:
@@ -813,6 +857,36 @@ def test_companions_come_with_the_tools_sent_up_front_and_stay_after_the_stable_
     assert sorted(disclosed.names[disclosed.stable :]) == ["ls", "touch"]  # touch matched, ls came with it
     off = catalog.select({"cat": (0, 1)}, 2, "create an empty file", policy.model_copy(update={"co_use_tools": 0}), co_use=co_use)
     assert off.names == ["cat", "touch"]
+
+
+def test_a_selection_names_its_matches_best_first_and_its_companions_and_drops_only_after_what_stays() -> None:
+    """``ranked``: the tools matched to the message, best first, without those that stay;
+    ``companions``: those co-use added; ``settled``: tools used earlier stay. ``drop``
+    leaves names out of what the turn sends, never the ones that stay."""
+    from middleware.core.disclosure import CoUse
+
+    co_use = CoUse(min_turns=1)
+    co_use.learn(["touch", "ls"])
+    settings = DisclosureConfig(match_tools=2, co_use_tools=3)
+    disclosed = CATALOG.select({"cat": (0, 1)}, 2, "create an empty file", settings, co_use=co_use)
+    assert disclosed.ranked[0] == "touch" and "cat" not in disclosed.ranked
+    assert disclosed.companions == ["ls"] and disclosed.settled
+    disclosed.drop(["cat", "touch", *disclosed.ranked[1:]])
+    assert disclosed.names == ["cat", "ls"] and disclosed.stable_tools == 2
+    fresh = CATALOG.select({}, 1, "create an empty file", settings)
+    assert not fresh.settled and fresh.companions == [] and fresh.ranked[0] == "touch"
+
+
+def test_match_odds_count_each_rank_apart_and_start_at_even_odds() -> None:
+    from middleware.core.disclosure import MatchOdds
+
+    odds = MatchOdds(ranks=2)
+    assert odds.chance(True, 0) == odds.chance(False, 5) == odds.chance(True, MatchOdds.COMPANION) == 0.5
+    odds.note(True, ["a", "b", "c"], ["d"], called=["a", "d"])
+    assert odds.chance(True, 0) == pytest.approx(2 / 3)  # a: called
+    assert odds.chance(True, 1) == pytest.approx(1 / 4)  # b and c share the last rank: neither called
+    assert odds.chance(True, MatchOdds.COMPANION) == pytest.approx(2 / 3)  # d: called
+    assert odds.chance(False, 0) == 0.5  # turns where nothing stays count apart
 
 
 def test_chat_learns_companions_from_the_turns_it_records(managers: ManagerFactory, log_path: Path) -> None:

@@ -56,6 +56,7 @@ __all__ = [
     "rules_for",
     "split",
     "with_breakpoints",
+    "worth_sending",
     "worth_writing",
 ]
 
@@ -278,6 +279,27 @@ def worth_writing(rules: Rules, chance: float) -> bool:
         return True
     read = rules.read_price if rules.read_price is not None else price
     return chance * (price - read) > write - price
+
+
+def worth_sending(rules: Rules, chance: float, *, schema: int, shared: int, rest: int, after: int = 0) -> bool:
+    """Whether a tool matched to the message is worth sending up front, by the model's prompt
+    caching, when the turn calls it with probability ``chance``. Sent, its ``schema`` tokens
+    are billed on the turn's first call in full, or at the write price (the matched tools
+    change from turn to turn, so they are not read from the cache), and, when it is the
+    first tool sent after those that stay, the ``after`` tokens that follow the tools and
+    would have been read from the cache (the static system text, the memory that changes
+    only now and then) are billed again too. Not sent, a turn that calls it pays a loader
+    round: one more call, whose prompt opens with the ``shared`` tokens of the first call's
+    (read from the cache) and then pays the ``rest`` (the messages, the other matched
+    tools: what follows a schema appended is new) and the schema loaded, in full or at the
+    write price. The loader call's own output is not counted. Where ``shared`` is not read
+    from the cache (shorter than the model's minimum) or the prices are unknown: always
+    (then ``disclosure.match_tools`` alone says how many are sent)."""
+    price, read = rules.input_price, rules.read_price
+    if not price or read is None or shared < rules.min_tokens:
+        return True
+    write = rules.write_price if rules.explicit and rules.write_price else price
+    return chance * (shared * read + (rest + schema) * write) > schema * write + after * (write - read)
 
 
 class LoopOdds:

@@ -24,6 +24,9 @@ schema on every call, a call carries:
    which it called one of those (``CoUse``: ``cd`` with a file operation, a login with what
    needs it), learned from the turns recorded: requests often need tools they do not name.
 
+Where the model's prompt caching reads the prompt's opening, the caller may leave out
+matches (4, 5) at ranks the model seldom calls (``MatchOdds``; ``DisclosedTools.drop``).
+
 The loader and the tools that stay (1-3) are the stable prefix a provider can cache; only
 the matched tools and what a turn loads vary. Tools of a group whose descriptions open
 with the same sentences (an API's "This tool belongs to ..." preamble) carry them once per
@@ -51,6 +54,7 @@ __all__ = [
     "Catalog",
     "CoUse",
     "DisclosedTools",
+    "MatchOdds",
     "ToolEntry",
     "Uses",
     "auto_groups",
@@ -353,6 +357,35 @@ class CoUse:
         return [name for name in sorted(best, key=lambda n: -best[n]) if name not in given]
 
 
+class MatchOdds:
+    """How often a tool matched to the message at each rank (best first) is called in its
+    turn, and how often a companion sent with the matches (``CoUse``) is, counted apart for
+    turns where tools used earlier stay (what a request needs has mostly been sent already)
+    and turns where none do. Each count starts as if one tool in two had been called, so a
+    process starts out sending them all, as a fresh catalog needs. Ranks past ``ranks``
+    share the last count."""
+
+    COMPANION = -1  # the rank companions are counted under
+
+    def __init__(self, ranks: int = 16) -> None:
+        self.ranks = ranks
+        self._seen: dict[tuple[bool, int], list[int]] = {}  # (settled, rank) -> [called, offered]
+
+    def chance(self, settled: bool, rank: int) -> float:
+        called, offered = self._seen.get((settled, min(rank, self.ranks - 1)), (1, 2))
+        return called / offered
+
+    def note(self, settled: bool, ranked: Sequence[str], companions: Sequence[str], called: Iterable[str]) -> None:
+        """One turn's matched tools, best first, and companions (sent or not), and the tools it called."""
+        names = set(called)
+        offered = [*((min(rank, self.ranks - 1), name) for rank, name in enumerate(ranked)),
+                   *((self.COMPANION, name) for name in companions)]  # fmt: skip
+        for rank, name in offered:
+            counts = self._seen.setdefault((settled, rank), [1, 2])
+            counts[0] += name in names
+            counts[1] += 1
+
+
 class Catalog:
     """The tools a chat may use, grouped and indexed, and the loader that opens them."""
 
@@ -490,15 +523,18 @@ class Catalog:
             stable = list(pinned)
             staying = DisclosedTools(self, names=stable, stable=len(stable), share_preambles=share).schemas() if grows else []
         # The best matches overall: those already sent add nothing, and the list stays put.
-        matched = [name for name in self.match(message, policy.match_tools, vector) if name not in stable]
+        ranked = [name for name in self.match(message, policy.match_tools, vector) if name not in stable]
+        matched = list(ranked)
         if co_use is not None and policy.co_use_tools:
             companions = [name for name in co_use.companions([*stable, *matched]) if name in self.entries]
             matched += [name for name in companions if name not in stable][: policy.co_use_tools]
+        companions = matched[len(ranked) :]
         matched.sort(key=self._order.__getitem__)
         growing = grows is not None and grows(staying)
         grown = len(matched) if growing else 0
         return DisclosedTools(self, names=[*stable, *matched], stable=len(stable) + grown, share_preambles=share, grown=grown,
-                              growing=growing, pinned=len(pinned))  # fmt: skip
+                              growing=growing, pinned=len(pinned), ranked=ranked, companions=companions,
+                              settled=len(stable) > len(pinned))  # fmt: skip
 
 
 _MAX_ECHO = 20  # names echoed back in a loader answer
@@ -518,6 +554,10 @@ class DisclosedTools:
     grown: int = 0
     growing: bool = False  # the stable list is short of that minimum, and grows this way
     pinned: int = 0  # the first ``pinned`` names are disclosure.always's
+    # The tools matched to the message (not those that stay, nor companions), best first.
+    ranked: list[str] = field(default_factory=list)
+    companions: list[str] = field(default_factory=list)  # then the tools sent with them (CoUse)
+    settled: bool = False  # tools used earlier stay (beyond the pinned ones)
 
     def __contains__(self, name: object) -> bool:
         return name in self.names
@@ -544,6 +584,11 @@ class DisclosedTools:
             opened.add(entry.group)
             out.append(dict(shorter or entry.schema))
         return out
+
+    def drop(self, names: Iterable[str]) -> None:
+        """Send none of ``names`` after all, where they come after the tools that stay."""
+        gone = set(names)
+        self.names = self.names[: self.stable] + [name for name in self.names[self.stable :] if name not in gone]
 
     def add(self, names: Iterable[str]) -> list[str]:
         """Disclose ``names`` from the next call on (appended); returns those that were new."""
