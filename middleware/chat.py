@@ -187,8 +187,9 @@ class ChatTurn:
         calls too seldom at their rank (learned: ``Engine.match_odds``) to pay for what they
         cost with this model's prompt caching against the loader round they would spare
         (see core.caching.worth_sending): best first, the first sent also paying, with
-        breakpoints, for the cached system text it makes the provider write again. Not while the matched tools
-        join the ones that stay (``Engine.grows_recent``), nor where nothing is cached."""
+        breakpoints, for the cached system text it makes the provider write again. Not while
+        the matched tools join the ones that stay (``Engine.grows_recent``), nor where
+        nothing is cached."""
         disclosed, engine, rules = self.disclosed, self.engine, self.rules
         if disclosed is None or disclosed.grown or not (disclosed.ranked or disclosed.companions) or not engine.caches(rules):
             return

@@ -524,12 +524,11 @@ class Catalog:
             staying = DisclosedTools(self, names=stable, stable=len(stable), share_preambles=share).schemas() if grows else []
         # The best matches overall: those already sent add nothing, and the list stays put.
         ranked = [name for name in self.match(message, policy.match_tools, vector) if name not in stable]
-        matched = list(ranked)
+        companions: list[str] = []
         if co_use is not None and policy.co_use_tools:
-            companions = [name for name in co_use.companions([*stable, *matched]) if name in self.entries]
-            matched += [name for name in companions if name not in stable][: policy.co_use_tools]
-        companions = matched[len(ranked) :]
-        matched.sort(key=self._order.__getitem__)
+            learned = [name for name in co_use.companions([*stable, *ranked]) if name in self.entries]
+            companions = [name for name in learned if name not in stable][: policy.co_use_tools]
+        matched = sorted([*ranked, *companions], key=self._order.__getitem__)
         growing = grows is not None and grows(staying)
         grown = len(matched) if growing else 0
         return DisclosedTools(self, names=[*stable, *matched], stable=len(stable) + grown, share_preambles=share, grown=grown,
