@@ -111,9 +111,7 @@ class ChatTurn:
         self.full_tools_tokens = llm.tools_tokens(engine.config.tokens.model, self.every_schema)
         self.disclosed: DisclosedTools | None = None
         self.kept: list[str] = []  # tools the turn keeps uncalled (see Engine.grows_recent)
-        self.ranked: list[str] = []  # the tools matched to the message, best first, sent or not
-        self.companions: list[str] = []  # and their companions (see MatchOdds)
-        self.settled = False  # whether tools used earlier stay (see MatchOdds)
+        self.selected: DisclosedTools | None = None  # what was chosen up front, matches included (see MatchOdds)
         self.vector: Sequence[float] = ()  # the message's embedding, when tools are matched by meaning
         self.rules = engine.billing.rules(self.model)  # the model's caching rules and prices
         self.breakpoints = engine.config.caching.anthropic_breakpoints and self.rules.explicit
@@ -147,8 +145,7 @@ class ChatTurn:
         # Tools that stay uncalled (see Engine.grows_recent): kept even when every schema is sent.
         self.kept = self.disclosed.kept if self.disclosed is not None else []
         if self.disclosed is not None and self.engine.config.disclosure.cache_aware:
-            self.ranked, self.companions = list(self.disclosed.ranked), list(self.disclosed.companions)
-            self.settled = self.disclosed.settled
+            self.selected = self.disclosed  # kept when every schema is sent instead
             self._drop_unlikely()
             if self._whole_is_cheaper():
                 self.disclosed = None
@@ -297,8 +294,10 @@ class ChatTurn:
         text = self.loop.final or "" if assistant is None else assistant
         if self.kept:
             self.engine.note_kept_tools(self.session_id, self.kept)
-        if (self.ranked or self.companions) and assistant is None:  # a turn that ended normally: which it called
-            self.engine.match_odds.note(self.settled, self.ranked, self.companions, (call.name for call in self.loop.calls))
+        selected = self.selected
+        if selected is not None and assistant is None:  # a turn that ended normally: which of its matches it called
+            called = (call.name for call in self.loop.calls)
+            self.engine.match_odds.note(selected.settled, selected.ranked, selected.companions, called)
         return self.engine.record_turn(self.session_id, user=self.user_message, assistant=text, tool_calls=self.loop.calls)
 
     def _fit_loop(self) -> None:
