@@ -155,6 +155,40 @@ def test_a_similar_piece_is_admitted_by_similarity_alone() -> None:
     assert [r.text for r in ranked] == [near.text] and "similar (0.41)" in ranked[0].why
 
 
+def test_similar_pieces_fill_the_budget_however_far_below_the_best_they_score() -> None:
+    """Semantic recall: pieces at MIN_SIMILARITY or above are kept below RELATIVE of a
+    strong lexical match, best first, until the budget is spent; a lexical match as weak
+    is not, and nor is a piece under MIN_SIMILARITY."""
+    best = candidate("Invoice INV-7 went to Acme.", turn=30, score=40.0, matched=("invoic",))
+    weak_lexical = candidate("Invoice INV-9 went to Cole.", turn=30, score=4.0, matched=("invoic",))
+    near = [Candidate(10 + i, "user", f"We moved to Tampere in {2015 + i}.", 9, 0.0, (), ("mov", "tamper", str(2015 + i)), s)
+            for i, s in enumerate((0.30, 0.25, archive.MIN_SIMILARITY))]  # fmt: skip
+    under = Candidate(
+        20, "user", "Hobart is cold in June.", 8, 0.0, (), ("hobart", "cold", "june"), archive.MIN_SIMILARITY - 0.01
+    )
+    ranked = rank([best, weak_lexical, *near, under], {}, query=[("invoic", 1.0)], **RANK)
+    assert [r.text for r in ranked] == [best.text, *(c.text for c in near)]
+    assert all(r.score < ranked[0].score * archive.RELATIVE for r in ranked[1:])
+    # With room for the best and one more, the nearest of them takes it.
+    room = best.tokens + near[0].tokens + 12
+    assert [r.text for r in rank([best, *near, under], {}, query=[("invoic", 1.0)], **{**RANK, "budget": room})] == [
+        best.text, near[0].text]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The appointment next week is with our vet Dr. Okafor on Elm Street.",
+        "The parcel went to J. R. Smith at the old address last week.",
+        "Bring the small tools, e.g. the spirit level and the clamps.",
+    ],
+)
+def test_a_title_or_an_initial_does_not_end_a_sentence(text: str) -> None:
+    """A sentence piece keeps a name whole: "Dr." or "J." before a name is not a full stop."""
+    (piece,) = pieces_of(Turn(user=text), "", TOKENIZER)
+    assert piece.text == text
+
+
 @settings(max_examples=200, deadline=None)
 @given(texts=st.lists(st.text(min_size=1, max_size=300), min_size=1, max_size=6))
 def test_archived_text_cannot_add_a_line_or_section_outside_the_recall_block(texts: list[str]) -> None:

@@ -32,9 +32,13 @@ MAX_PIECES = 32
 _K1, _B, _AVERAGE_TERMS = 1.2, 0.75, 8.0
 MIN_SCORE = 3.0  # a candidate's lexical score must reach this: about one term that is not common
 RELATIVE = 0.6  # and at least this share of the best candidate's final score
-MIN_SIMILARITY = 0.35  # semantic recall: the cosine similarity that admits a piece on its own
-NEAREST_FLOOR = 0.2  # ... and the nearest piece, at least this similar
-SEMANTIC_WEIGHT = 12.0  # a similarity of 0.5 weighs about as much as one rare shared term  # per turn (the store deletes a turn's pieces as ids <turn>.0 … <turn>.31)
+# Semantic recall: the cosine similarity that admits a piece the vector search found. Such
+# pieces are not held to RELATIVE: the nearest fill what the budget leaves, best first. On the
+# tool-free conversations (all-MiniLM-L6-v2) admitting only the nearest, or only pieces at 0.35,
+# answered 73.7% of the questions; the ten nearest at 0.2, 86.2%, for 0.5% of the full
+# history's tokens (`python -m benchmarks.recall`).
+MIN_SIMILARITY = 0.2
+SEMANTIC_WEIGHT = 12.0  # a similarity of 0.5 weighs about as much as one rare shared term
 _PIECE_CHARS = 240
 _SENTENCES = 12
 _RESULT_CHUNKS = 4  # observation pieces of one large result at most
@@ -194,7 +198,12 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 # Something specific: a number, a capitalised word after the first, a code or an amount.
 _SPECIFIC = re.compile(r"\d|(?<![.!?]\s)(?<=\s)[A-Z][a-z]|[A-Z]{2,}|[$€£¥]")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+# A sentence ends at . ! or ? and a space, but not after a title or an initial ("Mr. Noodles",
+# "J. Smith", "e.g. this"): those would cut a name in two.
+_SENTENCE_END = re.compile(
+    r"(?<=[.!?])(?<!\b[A-Z]\.)(?<!\b(?:Mr|Ms|Dr|St|Jr|Sr|Mt|vs)\.)(?<!\b(?:Mrs|Rev|Gen|Col|Sgt)\.)(?<!\b(?:Capt|Prof)\.)"
+    r"(?<!\be\.g\.)(?<!\bi\.e\.)\s+|\n+"
+)
 
 
 def _stem(word: str) -> str:
@@ -390,7 +399,8 @@ def rank(
     window's terms alone (they rank, the current message selects), and pieces that say
     nothing the prompt does not already say (every term of theirs is in ``shown``).
     A candidate a vector search found near the current message (``similarity``, semantic
-    recall) is admitted on that alone, and scores by it too."""
+    recall) is admitted on that alone, scores by it too, and is kept however far below
+    the best it scores, as long as it fits."""
     if budget <= 0:
         return []
     wanted = dict(query)
@@ -399,11 +409,8 @@ def rank(
     parts = [shown] if isinstance(shown, str) else list(shown)
     known = set().union(*map(_terms, parts))
     values = {value.lower() for value in context.values() if len(value) >= 3}
-    # (score, turn, text, kind, tokens, why): a candidate's why is made only if it is kept.
-    scored: list[tuple[float, int, str, str, int, str | tuple[Candidate, bool, bool]]] = []
-    # Semantic recall: a similarity well clear of the rest admits the nearest piece even
-    # below MIN_SIMILARITY (embedding models differ in how high their scores run).
-    near = max((c.similarity for c in candidates if c.turn <= turns - recent_turns), default=0.0)
+    # (score, turn, text, kind, tokens, why, similar): a candidate's why is made only if it is kept.
+    scored: list[tuple[float, int, str, str, int, str | tuple[Candidate, bool, bool], bool]] = []
     for c in candidates:
         if c.turn > turns - recent_turns:
             continue  # shown in full
@@ -413,7 +420,7 @@ def rank(
         lexical = (
             (c.asked or c.score) >= MIN_SCORE and bool(hits) and (len(hits) >= 2 or not hits.isdisjoint(c.terms) or not c.terms)
         )
-        semantic = c.similarity >= MIN_SIMILARITY or (c.similarity >= NEAREST_FLOOR and c.similarity >= near - 0.02)
+        semantic = c.similarity >= MIN_SIMILARITY
         if not (lexical or semantic) or known.issuperset(c.terms or terms_of(c.text)):
             continue  # a weak match, one the current message does not ask for, or nothing new
         recency = 1.0 + math.exp(-max(turns - c.turn, 0) / 40)
@@ -426,7 +433,7 @@ def rank(
         window = math.fsum(window_weights[term] for term in window_weights.keys() & c.terms) if window_weights else 0.0
         score = ((c.score + window) * length if lexical else 0.0) + (SEMANTIC_WEIGHT * c.similarity if semantic else 0.0)
         score *= 1.0 if c.kind != "user" or _specific(c.text) else 0.5  # memory is for specifics
-        scored.append((score * recency * overlap, c.turn, c.text, c.kind, c.tokens, (c, lexical, semantic)))
+        scored.append((score * recency * overlap, c.turn, c.text, c.kind, c.tokens, (c, lexical, semantic), semantic))
     for key, history in facts.items():
         key_terms = set(terms_of(key.replace("_", " ")))
         for value, turn in history:
@@ -436,14 +443,14 @@ def rank(
             score = sum(2.0 * wanted[t] for t in shared)
             text = f"{key} = {value}"
             why = f"earlier value of {key}; shares {', '.join(sorted(shared)[:3])}"
-            scored.append((score, turn, text, "fact", count.count(text) + 4, why))
+            scored.append((score, turn, text, "fact", count.count(text) + 4, why, False))
     scored.sort(key=lambda r: (-r[0], -r[1]))
-    floor = scored[0][0] * RELATIVE if scored else 0.0  # far weaker than the best: noise, not memory
+    floor = scored[0][0] * RELATIVE if scored else 0.0
     chosen, used, seen = [], 0, set()
     shown_lower = "\n".join(parts).lower()
-    for score, turn, text, kind, tokens, reason in scored:
-        if score < floor:
-            break  # sorted: the rest are weaker still
+    for score, turn, text, kind, tokens, reason, similar in scored:
+        if score < floor and not similar:
+            continue  # a lexical match far weaker than the best: noise, not memory
         key = text.lower()
         if key in seen or key in shown_lower:
             continue
