@@ -223,10 +223,11 @@ def measure(
     *,
     progress: Callable[[int], None] = lambda n: None,
 ) -> dict[str, Result]:
-    """Play every conversation through the full history, the last 10 messages and each
-    middleware variant (``memory`` settings by name); tokens counted the same way for all."""
+    """Play every conversation through the full history, the last 10 messages, the last
+    exchange alone (the middleware's recent window with nothing else: what its window costs)
+    and each middleware variant (``memory`` settings by name); tokens counted the same way for all."""
     counter = SessionManager(config).tokenizer.count_messages
-    results = {name: Result(name) for name in ("full history", "last 10 messages", *variants)}
+    results = {name: Result(name) for name in ("full history", "last 10 messages", "last exchange only", *variants)}
     # Each variant keeps its sessions apart: its own key prefix on the store the config names.
     managers = {name: SessionManager(config.with_overrides(memory=settings, store={"key_prefix": f"f{uuid.uuid4().hex[:10]}"}))
                 for name, settings in variants.items()}  # fmt: skip
@@ -235,7 +236,8 @@ def measure(
         history: list[dict[str, str]] = []
         for position, turn in enumerate(conversation.turns, start=1):
             current = {"role": "user", "content": turn.user}
-            prompts = {"full history": [system, *history, current], "last 10 messages": [system, *history[-10:], current]}
+            prompts = {"full history": [system, *history, current], "last 10 messages": [system, *history[-10:], current],
+                       "last exchange only": [system, *history[-2:], current]}  # fmt: skip
             for name, mgr in managers.items():
                 prompts[name] = mgr.build_messages(conversation.id, turn.user)
             for name, messages in prompts.items():
