@@ -2,6 +2,7 @@
 
     python -m benchmarks.recall          # about 15 minutes here; rewrites its section of BENCHMARKS.md
     python -m benchmarks.recall --quick  # a smoke run, printed only
+    python -m benchmarks.recall --keep F # also keep the figures in F; --from F re-renders the section from them
 
 - BFCL sessions of 100+ turns made of *different* tasks (conversations taken in turn
   from each tool domain), with the dataset's outputs and with large outputs, and the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import pickle
 import statistics
 import sys
 import time
@@ -74,34 +76,43 @@ def reach(sessions: list[list[Any]]) -> dict[str, float]:
     """How far recall keyed on words can go, whatever its budget: of the needed values some
     earlier message holds (the strict measure's), the share held by an earlier message that
     shares a word (an index term) with the current message, or with the current message or
-    the last exchange; and the share of the history's tokens those messages make up."""
-    from benchmarks.savings import bench_config, needed_values, prompt_text, turn_messages
+    the last exchange; and the share of the history's tokens those messages make up. Beside
+    them, a ledger of every distinct value earlier tool calls used, one per line: the share
+    of those values it holds, and its tokens as a share of the history's."""
+    from benchmarks.savings import _values, bench_config, needed_values, prompt_text, turn_messages
     from middleware.compose import composer_for
     from middleware.core.archive import terms_of
 
     count = composer_for(bench_config(auto=True)).tokenizer.count
-    needed = by_message = by_exchange = 0
-    history_tokens = exchange_tokens = 0
+    needed = by_message = by_exchange = by_ledger = 0
+    history_tokens = exchange_tokens = ledger_tokens = 0
     for session in sessions:
         history: list[tuple[frozenset[str], str, int]] = []  # an earlier message: its terms, text, tokens
         last: frozenset[str] = frozenset()
+        ledger: dict[str, int] = {}  # every value an earlier call used: its tokens, with its line's end
         for conversation in session:
             for turn in conversation.turns:
                 asked = frozenset(terms_of(turn.user))
                 wider = asked | last
-                held = "\n".join(text for _, text, _ in history)
+                held, listed = "\n".join(text for _, text, _ in history), "\n".join(ledger)
                 for value in needed_values(turn):
                     if value in held:
                         needed += 1
                         by_message += any(value in text and asked & terms for terms, text, _ in history)
                         by_exchange += any(value in text and wider & terms for terms, text, _ in history)
+                        by_ledger += value in listed
                 history_tokens += sum(tokens for _, _, tokens in history)
                 exchange_tokens += sum(tokens for terms, _, tokens in history if wider & terms)
+                ledger_tokens += sum(ledger.values())
                 texts = [prompt_text([message]) for message in turn_messages(turn, 0)]
                 history += [(frozenset(terms_of(text)), text, count(text)) for text in texts]
                 last = frozenset(terms_of(f"{turn.user} {turn.reply}"))
+                for call in turn.calls:
+                    for value in _values(call.arguments):
+                        ledger.setdefault(value, count(value) + 1)
     return {"needed": needed, "by_message": by_message / needed, "by_exchange": by_exchange / needed,
-            "exchange_tokens": exchange_tokens / history_tokens}  # fmt: skip
+            "exchange_tokens": exchange_tokens / history_tokens, "by_ledger": by_ledger / needed,
+            "ledger_tokens": ledger_tokens / history_tokens}  # fmt: skip
 
 
 def run_facts(quick: bool, tick: Callable[[int], None]) -> dict[str, Any]:
@@ -366,7 +377,7 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
         "",
         "### 5.3 Why strict survival stays far below 97%",
         "",
-        "The strict measure counts a value as held when it appears anywhere earlier in the session. In sessions made of different tasks played back to back, most such values were never the current task's: door names, airport codes, dates or amounts that a *later, unrelated* task's reference call happens to use, which a model gets from the tool's schema, the user's words or its own knowledge, not from memory. The last column isolates them: values that only another task's turns hold. Values the current task's own history holds are kept at the rate of the fourth column. Closing the rest would mean sending most of the history back (a 10-message window keeps less still); "
+        "The strict measure counts a value as held when it appears anywhere earlier in the session. In sessions made of different tasks played back to back, most such values were never the current task's: door names, airport codes, dates or amounts that a *later, unrelated* task's reference call happens to use, which a model gets from the tool's schema, the user's words or its own knowledge, not from memory. The last column isolates them: values that only another task's turns hold. Values the current task's own history holds are kept at the rate of the fourth column. Closing the rest would mean sending most of the history back (a 10-message window keeps less still). "
         + _reach_text(bfcl)
         + " Where the misses come from (strict, the default):",
         "",
@@ -395,7 +406,7 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
         "",
         'Tried and not adopted: rules that pick out what a user states about themselves (a first-person sentence, not a request or a question, with a clause holding a name, a number, a code, an amount or a word such as "allergic"), archived as pieces of their own and sent with every call, newest first, within a budget of their own. On the first set the answer reached the prompt for 72.3%, 85.1% and 88.6% of the questions with 80, 120 and 160 tokens for them (from 34.3%), at −89.5% to −88.7% tokens. On the held-out set it stayed at 15.1% at every budget, while adding 29% to 49% to the tokens sent: there the rules found 172 clauses holding an answer and 3,750 holding chatter ("I\'m out Monday and Wednesday for work"), and the newest chatter filled the budget. Rules of this kind fit the wordings they were written against; telling a fact worth keeping from chatter needs a model (an extraction call through litellm at record time, as other memory libraries do, or a stronger embedding model for semantic recall), which this machine cannot run offline to measure.',
         "",
-        f'Why the targets are missed: lexical recall finds the questions that share a word with the statement and no others; semantic recall with a small local model (all-MiniLM-L6-v2, 384 dimensions) finds most paraphrases but not all ("based" against "moved to Tampere" scores 0.18, below filler such as "Still working on renovating our kitchen."). The pieces its vector search returns, the {CANDIDATES} nearest, fill what the room leaves when they are at least {MIN_SIMILARITY} similar; admitting only the nearest, or pieces at 0.35, answered 73.7% and 35.6% of the two sets in a side run. Reading the 20 nearest instead (a side run) answered 90.7% of the first set but 37.2% of the held-out set, where more filler near the questions crowds the answers out, so it was not adopted. A larger general-purpose embedding model closes part of it: in an earlier run, under the admission rule of then, all-mpnet-base-v2 (768 dimensions) answered 81.7% and 40.1% of the questions of the two sets where all-MiniLM-L6-v2 answered 72.7% and 34.1% (`python -m benchmarks.recall --embedding DIR`, DIR the folder of the model). '
+        f'Why the targets are missed: lexical recall finds the questions that share a word with the statement and no others; semantic recall with a small local model (all-MiniLM-L6-v2, 384 dimensions) finds most paraphrases but not all ("based" against "moved to Tampere" scores 0.18, below filler such as "Still working on renovating our kitchen."). The pieces its vector search returns, the {CANDIDATES} nearest, fill what the room leaves when they are at least {MIN_SIMILARITY} similar; admitting only the nearest, or pieces at 0.35, answered 73.7% and 35.6% of the two sets in a side run; reading the 20 nearest instead answered 90.7% of the first set but 37.2% of the held-out set, where more filler near the questions crowds the answers out, so it was not adopted. A larger general-purpose embedding model closes part of it: in an earlier run, under the admission rule of then, all-mpnet-base-v2 (768 dimensions) answered 81.7% and 40.1% of the questions of the two sets where all-MiniLM-L6-v2 answered 72.7% and 34.1% (`python -m benchmarks.recall --embedding DIR`, DIR the folder of the model). '
         + _window_text(facts),
         "",
         "### 5.5 What recall costs per call",
@@ -419,12 +430,14 @@ def _reach_text(bfcl: dict[str, Any]) -> str:
     if not (mixed and long):
         return ""
     return (
-        f"measured, whatever recall's budget: for only {_pct(mixed['by_message'])} of these values ({_pct(long['by_message'])} "
-        "with large outputs) does some earlier message holding the value share a word with the current message, so a "
+        f"How far recall keyed on words could go, whatever its budget: only for {_pct(mixed['by_message'])} of these values "
+        f"({_pct(long['by_message'])} with large outputs) does some earlier message holding the value share a word with the current message, so a "
         "recall that selects by the message's words stays under 97% even if it sent every such message whole. Selecting by "
         f"the words of the last exchange as well reaches {_pct(mixed['by_exchange'])} ({_pct(long['by_exchange'])}), but the "
         f"messages it selects are {_pct(mixed['exchange_tokens'])} of the history's tokens ({_pct(long['exchange_tokens'])}), "
-        "where the token targets leave 6% (1%). Reaching 97% at −94% needs to know which earlier values a request will use: "
+        "where the token targets leave 6% (1%). Not selecting at all but listing every distinct value earlier tool calls "
+        f"used, one per line, keeps {_pct(mixed['by_ledger'])} ({_pct(long['by_ledger'])}) for {_pct(mixed['ledger_tokens'])} of "
+        f"the history's tokens ({_pct(long['ledger_tokens'])}) before any other part of the prompt. Reaching 97% at −94% needs to know which earlier values a request will use: "
         "a model reading the history (an extraction or a recall call through litellm), which this offline, scripted "
         "benchmark cannot measure."
     )
@@ -579,9 +592,14 @@ def main() -> None:
         "sentence-transformers model saved in DIR (printed, not written to the report)",
     )
     parser.add_argument("--conversations", type=int, default=40, metavar="N", help="with --embedding: the first N of each set")
+    parser.add_argument("--keep", metavar="FILE", help="also keep the run's figures in FILE (a pickle), to re-render later")
+    parser.add_argument("--from", dest="saved", metavar="FILE", help="re-render the section from a run kept with --keep")
     args = parser.parse_args()
     if args.embedding:
         compare_embedding(args.embedding, args.conversations)
+        return
+    if args.saved:  # re-render a kept run (to edit the text without replaying)
+        write_section(REPORT, section(pickle.loads(Path(args.saved).read_bytes())), START, END)
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -595,6 +613,8 @@ def main() -> None:
             progress.advance(tasks[stage], n)
 
         data = run(args.quick, tick)
+    if args.keep:
+        Path(args.keep).write_bytes(pickle.dumps(data))
     text = section(data, "python -m benchmarks.recall" + (" --quick" if args.quick else ""))
     print(text)
     if not args.quick:
