@@ -31,12 +31,12 @@ __all__ = ["MAX_PIECES", "Piece", "Recalled", "pieces_of", "query_terms", "rank"
 MAX_PIECES = 32
 _K1, _B, _AVERAGE_TERMS = 1.2, 0.75, 8.0
 MIN_SCORE = 3.0  # a candidate's lexical score must reach this: about one term that is not common
-RELATIVE = 0.6  # and at least this share of the best candidate's final score
+RELATIVE = 0.6  # a lexical match or an earlier value: at least this share of the best candidate's final score
 # Semantic recall: the cosine similarity that admits a piece the vector search found. Such
 # pieces are not held to RELATIVE: the nearest fill what the budget leaves, best first. On the
-# tool-free conversations (all-MiniLM-L6-v2) admitting only the nearest, or only pieces at 0.35,
-# answered 73.7% of the questions; the ten nearest at 0.2, 86.2%, for 0.5% of the full
-# history's tokens (`python -m benchmarks.recall`).
+# tool-free conversations (all-MiniLM-L6-v2) admitting only the nearest, or only pieces at
+# 0.35, answered 73.7% of the questions; all the search returns (plans.CANDIDATES) at 0.2,
+# 86.2%, for 0.5% of the full history's tokens (`python -m benchmarks.recall`).
 MIN_SIMILARITY = 0.2
 SEMANTIC_WEIGHT = 12.0  # a similarity of 0.5 weighs about as much as one rare shared term
 _PIECE_CHARS = 240
