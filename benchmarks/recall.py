@@ -445,19 +445,19 @@ def _reach_text(bfcl: dict[str, Any]) -> str:
 
 def _window_text(facts: dict[str, Any]) -> str:
     """Why the token target is out of reach on the tool-free conversations: the recent window alone."""
-    window = {row["strategy"]: row for row in facts["rows"]}.get("last exchange only")
-    held = {row["strategy"]: row for row in facts["heldout"]["rows"]}.get("last exchange only")
+    rows = {row["strategy"]: row for row in facts["rows"]}
+    window = rows.get("last exchange only")
+    held = next((row for row in facts["heldout"]["rows"] if row["strategy"] == "last exchange only"), None)
     if not (window and held):
         return ""
-    full = {row["strategy"]: row for row in facts["rows"]}["full history"]
-    room = (0.05 - (1 - window["reduction"])) * 100
-    per_turn = max(room, 0.0) / 100 * full["tokens"] / sum(facts["turns"])
+    room = 0.05 - (1 - window["reduction"])  # of the full history's tokens, what 95% leaves beside the window
+    per_turn = max(room, 0.0) * rows["full history"]["tokens"] / sum(facts["turns"])
     return (
         "The token target is out of reach on these sets for a structural reason: the row *last exchange only* sends the "
         "system line, the last user message and reply, and the current message, nothing else, which is what the "
         f"middleware's recent window holds whole, and it is at −{window['reduction'] * 100:.1f}% already "
         f"(−{held['reduction'] * 100:.1f}% on the held-out set): these messages run to 120 words, and the full history is short "
-        f"(about 9,500 tokens at turn 100). That leaves {room:.1f}% of the full history for the summary and recall together, "
+        f"(about 9,500 tokens at turn 100). That leaves {room * 100:.1f}% of the full history for the summary and recall together, "
         f"{per_turn:.0f} tokens a turn on average; meeting 95% would mean cutting the last exchange, which the product keeps by design."
     )
 
