@@ -82,7 +82,7 @@ def run_savings(progress: Any, quick: bool) -> dict[str, Any]:
         replay,
         summary_rows,
     )  # fmt: skip
-    from middleware.compose import composer_for
+    from middleware.session.standalone import composer_for
 
     conversations = load(limit=40 if quick else None)
     long_outputs = load(limit=40 if quick else None, category=LONG_OUTPUTS)

@@ -39,7 +39,7 @@ from typing import Any
 from benchmarks import write_section
 from middleware import Config, SessionManager, Tool, llm
 from middleware.core.caching import CacheState, Rules, request_blocks, split, with_breakpoints
-from middleware.scripted import register, register_embedder
+from middleware.testing.scripted import register, register_embedder
 from middleware.tokens import get_tokenizer
 
 from .dataset import Conversation, Turn, chains, load
@@ -318,7 +318,7 @@ def full_history(sessions: Sequence[Sequence[Conversation]], progress: Callable[
 
 
 def _static_prefix() -> str:
-    from middleware.compose import composer_for
+    from middleware.session.standalone import composer_for
 
     return composer_for(bench_config(auto=True)).static_prefix
 

@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from middleware.scripted import register_embedder
+from middleware.testing.scripted import register_embedder
 
 MODEL = "scripted/minilm"
 

@@ -45,10 +45,10 @@ import orjson
 import redis
 
 from middleware import SessionManager, ToolCall, apply_turn, load_config
-from middleware.compose import composer_for
-from middleware.core.plans import Layout, load_commands, record
 from middleware.core.state import Turn
 from middleware.demo import CONFIG_PATH as ATLAS_PATH
+from middleware.session.standalone import composer_for
+from middleware.store.plans import Layout, load_commands, record
 from middleware.testing import RedisServer
 
 HISTORIES = (10, 1_000, 10_000)

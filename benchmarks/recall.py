@@ -34,7 +34,7 @@ import redis
 
 from benchmarks import growth, write_section
 from middleware.core.archive import MIN_SIMILARITY
-from middleware.core.plans import CANDIDATES, COMMON_TERMS, POSTINGS
+from middleware.store.plans import CANDIDATES, COMMON_TERMS, POSTINGS
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "BENCHMARKS.md"
@@ -80,8 +80,8 @@ def reach(sessions: list[list[Any]]) -> dict[str, float]:
     them, a ledger of every distinct value earlier tool calls used, one per line: the share
     of those values it holds, and its tokens as a share of the history's."""
     from benchmarks.savings import _values, bench_config, needed_values, prompt_text, turn_messages
-    from middleware.compose import composer_for
     from middleware.core.archive import terms_of
+    from middleware.session.standalone import composer_for
 
     count = composer_for(bench_config(auto=True)).tokenizer.count
     needed = by_message = by_exchange = by_ledger = 0
@@ -250,7 +250,7 @@ _PARTS = {
 def _script_split(admin: redis.Redis, ours: Any, calls: int) -> dict[str, float]:
     """The load script's server time per call (µs) up to the end of each part, replaying the
     scripts ``calls`` builds of ``ours`` sent."""
-    from middleware.core.plans import LOAD_SCRIPT
+    from middleware.store.plans import LOAD_SCRIPT
 
     client, sent = ours.mgr.store.client, []
     real = client.evalsha

@@ -29,7 +29,7 @@ import redis
 
 from benchmarks import write_section
 from middleware import Config, SessionManager, StoreError
-from middleware.core.plans import session_keys
+from middleware.store.plans import session_keys
 from middleware.testing import FaultProxy, RedisCluster, RedisServer, capture_events
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -273,8 +273,8 @@ def surface_attacks() -> list[Case]:
 
     from middleware import ConfigError, LLMError, load_config
     from middleware.cli import main
-    from middleware.inspector_app import create_app
-    from middleware.scripted import register
+    from middleware.inspector.app import create_app
+    from middleware.testing.scripted import register
 
     cases = []
     leaked = 0

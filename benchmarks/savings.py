@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from middleware import Config, SessionManager, ToolCall, load_config
-from middleware.compose import composer_for
 from middleware.core.turnloop import valid_tool_sequence
 from middleware.demo import CONFIG_PATH as ATLAS_PATH
+from middleware.session.standalone import composer_for
 
 from .dataset import Conversation, Turn
 

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from middleware import Config, SessionManager, ToolCall, load_config
-from middleware.compose import composer_for
 from middleware.core.composer import turn_messages
 from middleware.core.state import Turn
 from middleware.demo import CONFIG_PATH
+from middleware.session.standalone import composer_for
 
 TREE = "8f3c2a1e-5b7d-4c9a-a0e2-6d1f4b3c9e7a"
 

@@ -31,7 +31,7 @@ def inspector_screenshot(out: Path) -> None:
     from middleware import SessionManager, load_config
     from middleware.demo import CONFIG_PATH as ATLAS_PATH
     from middleware.demo import SCRIPT
-    from middleware.inspector_app import create_app
+    from middleware.inspector.app import create_app
     from tests.browser import CHROMIUM_FLAGS, serve
 
     config = load_config(ATLAS_PATH, env={}).with_overrides(usage_log={"path": None}, store={"url": "memory://docs"})

@@ -15,12 +15,10 @@ the last turn; every call gets a short system prompt plus trimmed history::
 
 from __future__ import annotations
 
-from .chat import AsyncChatStream, ChatResult, ChatStream
-from .compose import apply_turn, build_messages, compose
-from .config import Config
+from .config.files import load_config
+from .config.schema import Config
 from .connectors import Connector
 from .core.composer import is_valid_chat
-from .core.plans import Inspection
 from .core.state import Prompt, SessionPage, SessionState, SessionSummary, TokenBreakdown, ToolCall, Turn, TurnUpdate
 from .exceptions import (
     ConfigError,
@@ -36,10 +34,12 @@ from .exceptions import (
     StoreUnavailableError,
     TokenBudgetError,
 )
-from .loader import load_config
-from .manager import AsyncSessionManager, SessionManager
-from .store import AsyncRedisStore, AsyncSessionStore, RedisStore, SessionStore
+from .session.manager import AsyncSessionManager, SessionManager
+from .session.standalone import apply_turn, build_messages, compose
+from .store.drivers import AsyncRedisStore, AsyncSessionStore, RedisStore, SessionStore
+from .store.plans import Inspection
 from .tools import Tool, ToolList, Toolset
+from .turn.chat import AsyncChatStream, ChatResult, ChatStream
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 """``python -m middleware``: the same as the ``middleware`` command."""
 
-from .cli import main
+from .cli.main import main
 
 main(prog_name="middleware")

@@ -22,7 +22,7 @@ from typing import Any
 from .core.caching import KINDS, Kind, Rules, rules_for
 from .core.text import cut_middle, redact_secrets
 from .exceptions import LLMError, RedactedError
-from .scripted import get_embedder, get_responder
+from .testing.scripted import get_embedder, get_responder
 from .tokens import get_tokenizer
 
 __all__ = [

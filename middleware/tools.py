@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import inspect
 import json
 import re
@@ -30,11 +31,11 @@ from .core.disclosure import DisclosedTools
 from .core.effects import Inline, Io, Program
 from .core.replies import succeeded
 from .core.state import ToolCall, to_text
-from .core.text import one_line
+from .core.text import one_line, quoted
 from .core.turnloop import ToolOutcome
-from .exceptions import InvalidToolCallError
+from .exceptions import ConfigError, InvalidToolCallError
 
-__all__ = ["Tool", "ToolList", "Toolset", "as_tools", "is_async_callable", "origin_of", "tool_schema"]
+__all__ = ["Tool", "ToolList", "Toolset", "as_tools", "import_tool", "is_async_callable", "origin_of", "tool_schema"]
 
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$", re.IGNORECASE)
 _ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
@@ -325,3 +326,15 @@ def _field(value: Any) -> str:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def import_tool(ref: str, skill: str) -> Tool:
+    """The tool a skill names as ``module:function``."""
+    module_name, _, attribute = ref.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"Skill {quoted(skill, 100)} lists tool {quoted(ref, 200)}, which cannot be imported: {exc}.", key="skills"
+        ) from None
+    return Tool(fn)

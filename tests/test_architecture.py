@@ -119,8 +119,8 @@ def test_modules_import_in_one_direction() -> None:
 
 def test_chat_and_manager_do_not_import_each_other_back() -> None:
     """manager imports chat; chat never imports manager."""
-    assert "middleware.chat" in imports(PACKAGE / "manager.py")
-    assert not any(name.startswith("middleware.manager") for name in imports(PACKAGE / "chat.py"))
+    assert "middleware.turn.chat" in imports(PACKAGE / "session" / "manager.py")
+    assert not any(name.startswith("middleware.session.manager") for name in imports(PACKAGE / "turn" / "chat.py"))
 
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "core").glob("*.py")), ids=lambda p: p.name)

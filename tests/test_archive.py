@@ -7,8 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from middleware import ToolCall, Turn
-from middleware.core import archive, plans
+from middleware.core import archive
 from middleware.core.archive import KINDS, MAX_PIECES, Candidate, pieces_of, query_terms, rank, render_recall, terms_of
+from middleware.store import plans
 from middleware.tokens import get_tokenizer
 
 TOKENIZER = get_tokenizer("gpt-4o-mini")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from middleware import Config, llm
-from middleware.billing import Billing
 from middleware.core.caching import Split, rules_for
 from middleware.tokens import get_tokenizer
+from middleware.usage.pricing import Billing
 
 STATIC = "You are a careful assistant. " * 160  # about 960 tokens
 TOOLS = [{"type": "function", "function": {"name": f"tool_{i}", "description": "does a thing " * 20, "parameters": {"type": "object", "properties": {}}}}

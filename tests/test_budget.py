@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from middleware import Config, SessionManager, SessionState, TokenBudgetError, compose, is_valid_chat, load_config
-from middleware.compose import composer_for
 from middleware.core.text import CUT_MARKER
+from middleware.session.standalone import composer_for
 from tests.strategies import any_text
 
 CONFIG = load_config(env={})

@@ -15,8 +15,8 @@ from middleware import AsyncSessionManager, Config, InvalidMessageError, Invalid
 from middleware.core.turnloop import valid_tool_sequence
 from middleware.demo import atlas
 from middleware.demo.device import LAB
-from middleware.scripted import register
 from middleware.store import RedisStore
+from middleware.testing.scripted import register
 from tests.conftest import Manager, ManagerFactory
 
 

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from middleware import Config, ToolCall
-from middleware.core.plans import session_keys
 from middleware.demo.device import LAB
+from middleware.store.plans import session_keys
 from middleware.testing import RedisCluster
 from tests.conftest import Manager, concurrently, open_manager
 

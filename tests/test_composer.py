@@ -17,7 +17,7 @@ from middleware import (
     compose,
     is_valid_chat,
 )
-from middleware.compose import composer_for
+from middleware.session.standalone import composer_for
 from tests.strategies import INJECTIONS, hostile_text, user_messages
 
 OLDER = [

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from middleware import Config, InvalidToolCallError, Tool, llm
 from middleware.config import DisclosureConfig
 from middleware.core.disclosure import Catalog, auto_groups, baseline_messages, entry_of
-from middleware.scripted import register
+from middleware.testing.scripted import register
 from tests.conftest import ManagerFactory
 
 
@@ -509,7 +509,7 @@ def test_whether_recent_tools_pay_follows_each_providers_caching(
 ) -> None:
     """Hand-worked: kept schemas of ``kept_tokens`` against every schema's ``whole_tokens``
     (with the static system text), under each provider's rules and litellm's prices."""
-    from middleware.engine import Engine
+    from middleware.session.engine import Engine
 
     engine = Engine(Config().with_overrides(caching=caching, usage_log={"path": None}))
     schemas = _schemas_of_tokens(engine, kept_tokens)
@@ -533,7 +533,7 @@ def test_the_system_text_after_changing_tools_is_not_counted_as_cached() -> None
     """Matched tools come between the kept tools and the system text and change from turn to
     turn, so a long system text does not lift kept tools over the minimum: 700 tokens of
     kept tools with about 900 of instructions stay out with gpt-4o-mini."""
-    from middleware.engine import Engine
+    from middleware.session.engine import Engine
 
     config = Config().with_overrides(assistant={"instructions": "Follow the house rules. " * 180}, caching={"price_as": "gpt-4o-mini"},
                                      usage_log={"path": None})  # fmt: skip
@@ -925,7 +925,7 @@ class Embeddings:
         self.calls: list[list[str]] = []
         self.failing = False
         self.model = f"scripted/meaning-{uuid.uuid4().hex[:8]}"
-        from middleware.scripted import register_embedder
+        from middleware.testing.scripted import register_embedder
 
         register_embedder(self.model.split("/", 1)[1], self)
 
@@ -1040,7 +1040,7 @@ def test_tools_are_embedded_in_batches_kept_as_each_is_made(managers: ManagerFac
     """120 tools: 96, then 24 (providers cap a call's inputs). When the second call fails the
     turn matches by words, and the next turn embeds only those 24, then its message; each
     vector went to its own tool (the inbox tool, in the second batch, is matched by meaning)."""
-    from middleware.engine import EMBED_BATCH
+    from middleware.session.engine import EMBED_BATCH
 
     embeddings = Embeddings()
     fail_once = iter([True])  # the first short call of tools fails
@@ -1050,7 +1050,7 @@ def test_tools_are_embedded_in_batches_kept_as_each_is_made(managers: ManagerFac
         embeddings.failing = 1 < len(texts) < EMBED_BATCH and next(fail_once, False)
         return real(texts)
 
-    from middleware.scripted import register_embedder
+    from middleware.testing.scripted import register_embedder
 
     register_embedder(embeddings.model.split("/", 1)[1], flaky)
 
@@ -1078,7 +1078,7 @@ def test_vectors_of_different_sizes_leave_matching_by_words(managers: ManagerFac
     def uneven(texts: Sequence[str]) -> list[list[float]]:
         return [vector + [0.0] * (i == 3) for i, vector in enumerate(real(texts))]
 
-    from middleware.scripted import register_embedder
+    from middleware.testing.scripted import register_embedder
 
     register_embedder(embeddings.model.split("/", 1)[1], uneven)
     model = Needs({"any post for me?": [("view_inbox", {})]})
@@ -1095,8 +1095,8 @@ def test_a_model_that_changes_its_vector_size_gets_the_tools_embedded_again(mana
     """Tools embedded at one size, then messages at another: that turn (same tools, or the
     same tools again as new callables) matches by words with a warning; the next embeds the
     tools again at the new size and matches by meaning."""
-    from middleware.scripted import register_embedder
     from middleware.testing import capture_events
+    from middleware.testing.scripted import register_embedder
 
     embeddings = Embeddings()
     wider = [0]

@@ -36,7 +36,7 @@ def test_browse_search_and_open_a_session(populated: tuple[SessionManager, str],
     its conversation and the last prompt's token breakdown."""
     from playwright.sync_api import sync_playwright
 
-    from middleware.inspector_app import create_app
+    from middleware.inspector.app import create_app
 
     mgr, sid = populated
     chromium = require_binary("chromium")

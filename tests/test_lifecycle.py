@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from middleware import Config, InvalidSessionIdError, NotesError, ToolCall
-from middleware.core.plans import pair_keys, session_keys
 from middleware.demo.device import LAB
-from middleware.scripted import register
+from middleware.store.plans import pair_keys, session_keys
+from middleware.testing.scripted import register
 from tests.conftest import Manager, ManagerFactory, concurrently
 
 # --- lifecycle -------------------------------------------------------------------------

@@ -9,14 +9,13 @@ from typing import Any
 import pytest
 
 from middleware import Config, SessionManager
-from middleware.core import live, plans
 from middleware.core.composer import Composer
 from middleware.core.effects import Batch
-from middleware.core.live import OpenTurn, read_messages
 from middleware.core.state import Turn
 from middleware.exceptions import InvalidMessageError, InvalidToolCallError
 from middleware.runner import run
-from middleware.store import RedisStore
+from middleware.store import RedisStore, live, plans
+from middleware.store.live import OpenTurn, read_messages
 from middleware.tokens import get_tokenizer
 
 

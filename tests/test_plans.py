@@ -10,8 +10,8 @@ import pytest
 from redis.exceptions import NoScriptError, ResponseError
 
 from middleware import Config, InvalidInputError, SessionState, StoreError, StoreUnavailableError, ToolCall, Turn, apply_turn
-from middleware.core import plans
 from middleware.core.effects import Batch
+from middleware.store import plans
 
 LAYOUT = plans.Layout.of(Config())
 CLUSTER = plans.Layout.of(Config().with_overrides(store={"cluster": True}))

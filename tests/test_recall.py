@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from middleware import Config, Connector, Tool, ToolCall, Turn
-from middleware.core import plans
-from middleware.core.plans import Layout, session_keys, vector_prefix
 from middleware.core.summary import summary_line
-from middleware.scripted import _hashed, register_embedder
+from middleware.store import plans
+from middleware.store.plans import Layout, session_keys, vector_prefix
 from middleware.testing import RedisCluster, RedisServer, capture_events
+from middleware.testing.scripted import _hashed, register_embedder
 from tests.conftest import Manager, ManagerFactory, open_manager
 
 FILLER = "We also talked about the weather and the schedule for the week, nothing else of note."
@@ -470,7 +470,7 @@ def test_held_turns_get_their_vectors_in_one_embedding_call(face: str, tmp_path:
     vectors made for a write that failed are kept with the held turns, not made again on
     every call; an embedding call that fails is not tried again in that flush, and the
     turns are written all the same."""
-    from middleware.engine import EMBED_BATCH
+    from middleware.session.engine import EMBED_BATCH
 
     with _outage(tmp_path, "counted") as (server, config, calls, failing):
         client = server.client()

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from middleware.report import build_report, parse_since, read_log, render_csv, render_html, render_json
+from middleware.usage.report import build_report, parse_since, read_log, render_csv, render_html, render_json
 
 NOW = datetime(2026, 11, 21, 18, 0, tzinfo=timezone.utc)
 

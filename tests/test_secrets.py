@@ -10,8 +10,8 @@ import pytest
 
 from middleware import Config, LLMError, SessionManager, ToolCall
 from middleware.core.text import redact_secrets
-from middleware.scripted import register
 from middleware.testing import capture_events
+from middleware.testing.scripted import register
 
 KEY = "sk-live-ABCDEFGHIJKLMNOPQRST"
 

@@ -17,8 +17,8 @@ import openai
 import pytest
 
 from middleware import SessionManager
-from middleware.core.plans import session_keys
 from middleware.serve import create_app
+from middleware.store.plans import session_keys
 from middleware.testing import free_port, register, serving
 from tests.serve_workers import TOOLS, config_for, gated, serve_endpoint
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..core.replies import interpret_reply
 from ..exceptions import ConfigError
-from ..manager import AsyncSessionManager, SessionManager
+from ..session.manager import AsyncSessionManager, SessionManager
 from .memory import memory_messages, require, turns_in
 
 __all__ = ["MemoryMiddleware", "MiddlewareChatMessageHistory"]

@@ -21,15 +21,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import llm
-from ..config import Config
-from ..engine import Engine
+from ..config.files import load_config
+from ..config.schema import Config
 from ..events import log
 from ..exceptions import InvalidInputError
-from ..loader import load_config
 from ..lru import Lru
 from ..runner import arun
 from ..serve.turns import Exchange, Turns
-from ..store import AsyncRedisStore, AsyncSessionStore
+from ..session.engine import Engine
+from ..store.drivers import AsyncRedisStore, AsyncSessionStore
 from .memory import require
 
 __all__ = ["MiddlewareHook", "hook"]  # noqa: F822 (hook is made on first use, by __getattr__)

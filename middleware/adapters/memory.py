@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from ..compose import composer_for
-from ..config import Config
-from ..core.live import content_text, whole_turns
+from ..config.schema import Config
 from ..core.replies import interpret_reply
 from ..core.state import SessionState, ToolCall
+from ..session.standalone import composer_for
+from ..store.live import content_text, whole_turns
 from ..tokens import Tokenizer
 
 __all__ = ["ChatTurn", "memory_messages", "require", "turns_in"]

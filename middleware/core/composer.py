@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..config import Config, Skill
+from ..config.schema import Config, Skill
 from ..exceptions import TokenBudgetError
 from .archive import Candidate, Recalled, pieces_of, query_terms, rank, render_recall
 from .context import extract_context, order_context, render_context, render_earlier

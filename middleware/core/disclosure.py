@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import DisclosureConfig
+from ..config.schema import DisclosureConfig
 from .text import one_line
 
 __all__ = [

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config import Config
-from ..loader import load_config
-from ..scripted import register
+from ..config.files import load_config
+from ..config.schema import Config
+from ..testing.scripted import register
 from .atlas import respond
 
 __all__ = ["CONFIG_PATH", "SCRIPT", "demo_config"]

@@ -27,15 +27,15 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .. import llm
-from ..config import Config
-from ..core import plans
+from ..config.schema import Config
 from ..core.effects import Program
 from ..core.text import redact_secrets
-from ..engine import Engine
 from ..events import log
 from ..exceptions import InvalidInputError, InvalidRequestError, InvalidSessionIdError, LLMError, StoreError
 from ..runner import arun
-from ..store import AsyncRedisStore, AsyncSessionStore
+from ..session.engine import Engine
+from ..store import plans
+from ..store.drivers import AsyncRedisStore, AsyncSessionStore
 from .turns import Exchange, Turns
 from .wire import Request, error_body, read_request, sse
 
@@ -275,6 +275,6 @@ def create_app(config: Config, *, store: AsyncSessionStore | None = None) -> Sta
 def app_from_environment() -> Starlette:
     """The app for ``$MIDDLEWARE_CONFIG`` and ``$REDIS_URL``: what each worker process of
     ``middleware serve --workers N`` builds (uvicorn imports it by name)."""
-    from ..loader import load_config
+    from ..config.files import load_config
 
     return create_app(load_config())

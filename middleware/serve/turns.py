@@ -19,15 +19,15 @@ from typing import Any
 import orjson
 
 from .. import llm
-from ..core import live, plans
 from ..core.archive import query_terms
 from ..core.effects import Program
-from ..core.live import Conversation, OpenTurn
 from ..core.replies import interpret_reply
 from ..core.state import Prompt, SessionState, TokenBreakdown, built
-from ..engine import Engine
 from ..exceptions import InvalidMessageError
-from ..usage import usage_record
+from ..session.engine import Engine
+from ..store import live, plans
+from ..store.live import Conversation, OpenTurn
+from ..usage.log import usage_record
 
 __all__ = ["Exchange", "Turns"]
 

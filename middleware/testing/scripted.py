@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .exceptions import LLMError
+from ..exceptions import LLMError
 
 __all__ = ["Embedder", "Responder", "get_embedder", "get_responder", "register", "register_embedder"]
 

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from .core.plans import Inspection
-from .core.state import SessionPage
+from ..core.state import SessionPage
+from ..store.plans import Inspection
 
 __all__ = ["INCLUDES", "conversation_view", "listing", "parse_traces", "session_view"]
 

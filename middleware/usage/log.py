@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from .core.state import Prompt
+from ..core.state import Prompt
 
 __all__ = ["UsageLog", "usage_record"]
 

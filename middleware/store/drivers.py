@@ -14,12 +14,12 @@ import asyncio
 import threading
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from .config import StoreConfig
-from .core.effects import Batch, Plan
-from .core.plans import error_text
-from .core.text import redact_url
-from .exceptions import StoreError, StoreUnavailableError
-from .runner import arun, run
+from ..config.schema import StoreConfig
+from ..core.effects import Batch, Plan
+from ..core.text import redact_url
+from ..exceptions import StoreError, StoreUnavailableError
+from ..runner import arun, run
+from .plans import error_text
 
 __all__ = ["AsyncRedisStore", "AsyncSessionStore", "RedisStore", "SessionStore", "ThreadedStore", "make_client"]
 

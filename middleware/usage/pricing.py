@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import llm
-from .config import Config
-from .core.caching import CacheState, Rules, Split, growing_blocks, request_blocks, split
-from .core.composer import REPLY_PRIMING
-from .lru import Lru
-from .tokens import Tokenizer
+from .. import llm
+from ..config.schema import Config
+from ..core.caching import CacheState, Rules, Split, growing_blocks, request_blocks, split
+from ..core.composer import REPLY_PRIMING
+from ..lru import Lru
+from ..tokens import Tokenizer
 
 __all__ = ["Billing", "cache_line"]
 

@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .core.text import cut_middle, quoted, redact_url
-from .exceptions import ConfigError
+from ..core.text import cut_middle, quoted, redact_url
+from ..exceptions import ConfigError
 
 __all__ = [
     "AssistantConfig",

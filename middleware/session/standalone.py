@@ -7,11 +7,11 @@ counted once is not rendered or counted again.
 
 from __future__ import annotations
 
-from .config import Config
-from .core.composer import Composer
-from .core.state import Prompt, SessionState, Turn, TurnUpdate
-from .lru import Lru
-from .tokens import Tokenizer, get_tokenizer
+from ..config.schema import Config
+from ..core.composer import Composer
+from ..core.state import Prompt, SessionState, Turn, TurnUpdate
+from ..lru import Lru
+from ..tokens import Tokenizer, get_tokenizer
 
 __all__ = ["apply_turn", "build_messages", "compose", "composer_for"]
 

@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from .config import Config
-from .core.text import printable, printable_json
-from .exceptions import LLMError, MiddlewareError
-from .loader import ENV_REDIS_URL, load_config
+from ..config.files import ENV_REDIS_URL, load_config
+from ..config.schema import Config
+from ..core.text import printable, printable_json
+from ..exceptions import LLMError, MiddlewareError
 
 if TYPE_CHECKING:
     from rich.text import Text
 
-    from .manager import SessionManager
+    from ..session.manager import SessionManager
 
 __all__ = ["main"]
 
@@ -83,7 +83,7 @@ class _Context:
             return config.with_overrides(**overrides) if overrides else config
 
     def manager(self, config: Config | None = None, **options: Any) -> SessionManager:
-        from .manager import SessionManager
+        from ..session.manager import SessionManager
 
         with _errors():
             return SessionManager(config or self.config(), **options)
@@ -132,10 +132,10 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
     """
     from rich.table import Table
 
-    from . import llm
-    from .demo import SCRIPT, demo_config
-    from .demo.device import LAB, ScreenConnector
-    from .report import Totals
+    from .. import llm
+    from ..demo import SCRIPT, demo_config
+    from ..demo.device import LAB, ScreenConnector
+    from ..usage.report import Totals
 
     with _errors():
         config = demo_config(obj.config(**({"usage_log": {"path": log_path}} if log_path else {})))
@@ -221,7 +221,7 @@ def _effective(totals: Any) -> str:
 
 
 def _device_tool(name: str) -> Any:
-    from .demo import device
+    from ..demo import device
 
     return getattr(device, name)
 
@@ -249,7 +249,7 @@ def chat(obj: _Context, session: str, model: str | None, stream: bool) -> None:
     mgr = obj.manager()
     model = model or mgr.config.model
     if model.startswith("scripted/"):
-        from . import demo  # noqa: F401 (serves scripted/atlas)
+        from .. import demo  # noqa: F401 (serves scripted/atlas)
     interactive = sys.stdin.isatty()
     if interactive:
         console.print(
@@ -327,7 +327,7 @@ def report(log: str, session: str | None, since: str | None, fmt: str, html_path
     totals, per session and per model (calls, tokens sent, full-history tokens, saved,
     cost, cost saved, p50/p95 prompt tokens). Lines that are not usage records are
     counted and skipped."""
-    from .report import build_report, load_report, render_csv, render_html, render_json
+    from ..usage.report import build_report, load_report, render_csv, render_html, render_json
 
     try:
         moment = _parse_since(since)
@@ -353,7 +353,7 @@ def report(log: str, session: str | None, since: str | None, fmt: str, html_path
 
 
 def _parse_since(since: str | None) -> datetime | None:
-    from .report import parse_since
+    from ..usage.report import parse_since
 
     return parse_since(since) if since else None
 
@@ -361,7 +361,7 @@ def _parse_since(since: str | None) -> datetime | None:
 def _print_report(result: Any) -> None:
     from rich.table import Table
 
-    from .report import report_rows
+    from ..usage.report import report_rows
 
     table = Table(title_justify="left", title="Token usage")
     columns = [
@@ -449,7 +449,7 @@ def inspect(ctx: click.Context, host: str, port: int, token: str | None, allowed
     see what the model was sent on its last turn. Point it at a shared store (--redis-url)."""
     import uvicorn
 
-    from .inspector_app import LOOPBACK_HOSTS, create_app
+    from ..inspector.app import LOOPBACK_HOSTS, create_app
 
     if not _is_loopback(host) and not token:
         raise click.UsageError(
@@ -495,7 +495,7 @@ def serve(obj: _Context, host: str | None, port: int | None, workers: int) -> No
         raise click.UsageError("--workers needs a shared store: memory:// lives inside one process (use --redis-url).")
     click.echo(f"OpenAI-compatible endpoint on http://{host}:{port}/v1  (store {_store_name(config)}; Ctrl-C to stop)")
     if workers == 1:
-        from .serve import create_app
+        from ..serve import create_app
 
         with _errors():
             uvicorn.run(create_app(config), host=host, port=port, log_level="warning")
@@ -510,7 +510,7 @@ def serve(obj: _Context, host: str | None, port: int | None, workers: int) -> No
 
 
 def _store_name(config: Config) -> str:
-    from .core.text import redact_url
+    from ..core.text import redact_url
 
     return redact_url(config.store.url)
 

@@ -33,8 +33,8 @@ from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
+from ..core.effects import Batch, Command, Plan
 from ..exceptions import InvalidMessageError, InvalidToolCallError, StoreError
-from .effects import Batch, Command, Plan
 from .plans import RECORD_SCRIPT, Layout, Loaded, error_text, index_commands, load, recorded_keys
 
 __all__ = [

@@ -1,7 +1,5 @@
-"""Helpers for testing code that uses ``middleware`` (and for our own tests): capture the
-library's events, start real ``redis-server`` processes (one, or a small cluster) on free
-loopback ports, put a fault-injecting proxy in front of one, and serve scripted models
-through litellm."""
+"""Real ``redis-server`` processes for tests: one, or a small cluster, on free loopback
+ports, and a fault-injecting proxy in front of one."""
 
 from __future__ import annotations
 
@@ -12,38 +10,12 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from .events import capture
-from .scripted import Responder, register
-
-__all__ = [
-    "FaultProxy",
-    "RedisCluster",
-    "RedisServer",
-    "Responder",
-    "capture_events",
-    "free_port",
-    "mock_openai_app",
-    "register",
-    "serving",
-]
-
-
-@contextmanager
-def capture_events() -> Iterator[list[dict[str, Any]]]:
-    """Collect the library's structlog events (debug level included) as dicts.
-
-    >>> with capture_events() as events:
-    ...     mgr.record_turn("s1", user="hi", assistant="hello")
-    >>> [e["event"] for e in events]
-    ['summary.updated', 'turn.recorded']
-    """
-    with capture() as events:
-        yield events
+__all__ = ["FaultProxy", "RedisCluster", "RedisServer", "free_port"]
 
 
 def free_port() -> int:
@@ -333,72 +305,3 @@ def _reset(sock: socket.socket) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.shutdown(socket.SHUT_RD)
     sock.close()
-
-
-@contextmanager
-def serving(app: Any, *, port: int | None = None) -> Iterator[str]:
-    """Serve an ASGI app with uvicorn in a thread on 127.0.0.1 (a free port unless given);
-    yields its base URL, ``http://127.0.0.1:<port>``, and stops it afterwards.
-
-    >>> with serving(create_app(config)) as url:
-    ...     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
-    """
-    import threading
-
-    import uvicorn
-
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port or free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the server did not start")
-        time.sleep(0.005)
-    try:
-        yield f"http://127.0.0.1:{server.config.port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-
-
-def mock_openai_app(reply: str = "ok") -> Any:
-    """A stand-in for an OpenAI-compatible provider that answers at once: every chat
-    completion is ``reply`` (streamed word by word when asked), with usage. A model named
-    ``error-<status>`` answers with that HTTP status in OpenAI's error shape instead."""
-    import orjson
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import Response, StreamingResponse
-    from starlette.routing import Route
-
-    usage = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
-
-    def completion(model: str) -> bytes:
-        message = {"role": "assistant", "content": reply}
-        return orjson.dumps({"id": "chatcmpl-mock", "object": "chat.completion", "created": 0, "model": model, "usage": usage,
-                             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})  # fmt: skip
-
-    def chunks(model: str) -> Iterator[bytes]:
-        base = {"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0, "model": model}
-        for word in reply.split(" "):
-            delta = {"index": 0, "delta": {"role": "assistant", "content": word + " "}, "finish_reason": None}
-            yield b"data: " + orjson.dumps({**base, "choices": [delta]}) + b"\n\n"
-        yield b"data: " + orjson.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}) + b"\n\n"
-        yield b"data: " + orjson.dumps({**base, "choices": [], "usage": usage}) + b"\n\n"
-        yield b"data: [DONE]\n\n"
-
-    async def chat(request: Request) -> Response:
-        body = orjson.loads(await request.body())
-        model = str(body.get("model", ""))
-        if model.startswith("error-"):
-            status = int(model.removeprefix("error-"))
-            error = {"error": {"message": f"mock failure {status}", "type": "mock_error", "param": None, "code": None}}
-            return Response(orjson.dumps(error), status_code=status, media_type="application/json")
-        if body.get("stream"):
-            return StreamingResponse(chunks(model), media_type="text/event-stream")
-        return Response(completion(model), media_type="application/json")
-
-    return Starlette(
-        routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/chat/completions", chat, methods=["POST"])]
-    )

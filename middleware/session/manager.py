@@ -13,22 +13,22 @@ import os
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, Protocol, TypeAlias, TypeVar, cast, overload
 
-from .chat import AsyncChatStream, ChatResult, ChatStream, ChatTurn, wrapped_turn
-from .config import Config, template_for
-from .connectors import Connector
-from .core.effects import Program
-from .core.state import Prompt, TurnUpdate
+from ..config.files import load_config
+from ..config.schema import Config, template_for
+from ..connectors import Connector
+from ..core.effects import Program
+from ..core.state import Prompt, TurnUpdate
+from ..exceptions import ConfigError
+from ..llm import ProviderOptions
+from ..runner import ASend, arun, run
+from ..store.drivers import AsyncRedisStore, AsyncSessionStore, RedisStore, SessionStore, ThreadedStore
+from ..tools import Tool, Toolset, is_async_callable
+from ..turn.chat import AsyncChatStream, ChatResult, ChatStream, ChatTurn, wrapped_turn
 from .engine import Engine, ToolsArg
-from .exceptions import ConfigError
-from .llm import ProviderOptions
-from .loader import load_config
-from .runner import ASend, arun, run
-from .store import AsyncRedisStore, AsyncSessionStore, RedisStore, SessionStore, ThreadedStore
-from .tools import Tool, Toolset, is_async_callable
 
 if TYPE_CHECKING:
-    from .tokens import Tokenizer
-    from .usage import UsageLog
+    from ..tokens import Tokenizer
+    from ..usage.log import UsageLog
 
 __all__ = ["AsyncChat", "AsyncSessionManager", "Chat", "SessionManager"]
 

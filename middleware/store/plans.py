@@ -40,13 +40,13 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from ..config import Config
+from ..config.schema import Config
+from ..core.archive import MIN_SCORE, Candidate
+from ..core.context import sanitize_key, sanitize_value
+from ..core.effects import Batch, Command, Plan
+from ..core.state import SessionPage, SessionState, SessionSummary, StoredMessage, TurnUpdate, built, whole_pairs
+from ..core.text import one_line, quoted
 from ..exceptions import InvalidInputError, StoreError
-from .archive import MIN_SCORE, Candidate
-from .context import sanitize_key, sanitize_value
-from .effects import Batch, Command, Plan
-from .state import SessionPage, SessionState, SessionSummary, StoredMessage, TurnUpdate, built, whole_pairs
-from .text import one_line, quoted
 
 # The store's own records (recent messages, traces) are plain dicts built here: orjson
 # encodes and decodes them about ten times faster than the json module.

@@ -18,20 +18,20 @@ from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequen
 from dataclasses import dataclass
 from typing import Any
 
-from . import llm
-from .core.caching import prefer_whole, with_breakpoints, worth_sending, worth_writing
-from .core.disclosure import DisclosedTools, baseline_messages
-from .core.effects import END, Abandoned, Emit, Io, Next, Program
-from .core.replies import as_dict, interpret_reply
-from .core.state import Prompt, SessionState, ToolCall
-from .core.text import CUT_MARKER, redact_secrets
-from .core.turnloop import PendingCall, ToolOutcome, TurnLoop
-from .engine import Engine, ToolsArg
-from .events import log
-from .exceptions import InvalidToolCallError, LLMError
-from .runner import ASend, Send, adrive, drive
-from .tools import Tool, ToolList, Toolset, as_tools
-from .usage import usage_record
+from .. import llm
+from ..core.caching import prefer_whole, with_breakpoints, worth_sending, worth_writing
+from ..core.disclosure import DisclosedTools, baseline_messages
+from ..core.effects import END, Abandoned, Emit, Io, Next, Program
+from ..core.replies import as_dict, interpret_reply
+from ..core.state import Prompt, SessionState, ToolCall
+from ..core.text import CUT_MARKER, redact_secrets
+from ..core.turnloop import PendingCall, ToolOutcome, TurnLoop
+from ..events import log
+from ..exceptions import InvalidToolCallError, LLMError
+from ..runner import ASend, Send, adrive, drive
+from ..session.engine import Engine, ToolsArg
+from ..tools import Tool, ToolList, Toolset, as_tools
+from ..usage.log import usage_record
 
 __all__ = ["AsyncChatStream", "ChatResult", "ChatStream", "ChatTurn", "wrapped_turn"]
 

@@ -33,11 +33,11 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .core.plans import MAX_PAGE
-from .core.text import quoted, redact_secrets
-from .exceptions import InvalidInputError, StoreError
-from .inspector import INCLUDES, MAX_LIMIT, listing, session_view
-from .manager import AsyncSessionManager, SessionManager
+from ..core.text import quoted, redact_secrets
+from ..exceptions import InvalidInputError, StoreError
+from ..session.manager import AsyncSessionManager, SessionManager
+from ..store.plans import MAX_PAGE
+from .view import INCLUDES, MAX_LIMIT, listing, session_view
 
 __all__ = ["LOOPBACK_HOSTS", "TrustedHosts", "create_app", "host_name"]
 
@@ -123,7 +123,7 @@ def create_app(
         return endpoint
 
     async def page(request: Request) -> Response:
-        return HTMLResponse((files("middleware") / "static" / "inspector.html").read_text(encoding="utf-8"))
+        return HTMLResponse((files("middleware.inspector") / "static" / "inspector.html").read_text(encoding="utf-8"))
 
     async def health(request: Request) -> Response:
         await call("ping")  # StoreError: 503

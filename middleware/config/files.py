@@ -25,19 +25,17 @@ file of a few hundred bytes is refused while it is read), and nest at most
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .config import Config, validate_config
-from .core.text import cut_middle, quoted
-from .exceptions import ConfigError
-from .tools import Tool
+from ..core.text import cut_middle
+from ..exceptions import ConfigError
+from .schema import Config, validate_config
 
-__all__ = ["ENV_CONFIG", "ENV_REDIS_URL", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "import_tool", "load_config", "load_skills"]
+__all__ = ["ENV_CONFIG", "ENV_REDIS_URL", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "load_config", "load_skills"]
 
 ENV_CONFIG = "MIDDLEWARE_CONFIG"
 ENV_REDIS_URL = "REDIS_URL"
@@ -174,15 +172,3 @@ def _parse_skill_file(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"Skill file {str(path)!r}: front matter must be a mapping with name and description.")
     return {**data, "source": str(path)}
-
-
-def import_tool(ref: str, skill: str) -> Tool:
-    """The tool a skill names as ``module:function``."""
-    module_name, _, attribute = ref.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(
-            f"Skill {quoted(skill, 100)} lists tool {quoted(ref, 200)}, which cannot be imported: {exc}.", key="skills"
-        ) from None
-    return Tool(fn)

@@ -23,18 +23,16 @@ from typing import Any, TypeAlias, cast
 
 import orjson
 
-from . import llm
-from .billing import Billing
-from .config import Config
-from .connectors import Connector, connector_lines, connector_observations
-from .core import plans
-from .core.archive import query_terms
-from .core.caching import LoopOdds, Rules
-from .core.composer import MAX_TOOLS_RECORDED, Composer
-from .core.disclosure import Catalog, CoUse, DisclosedTools, MatchOdds, auto_groups, entry_of
-from .core.effects import Inline, Io, Program
-from .core.notes import WRITES, apply_operation, notes_tool_schema
-from .core.state import (
+from .. import llm
+from ..config.schema import Config
+from ..connectors import Connector, connector_lines, connector_observations
+from ..core.archive import query_terms
+from ..core.caching import LoopOdds, Rules
+from ..core.composer import MAX_TOOLS_RECORDED, Composer
+from ..core.disclosure import Catalog, CoUse, DisclosedTools, MatchOdds, auto_groups, entry_of
+from ..core.effects import Inline, Io, Program
+from ..core.notes import WRITES, apply_operation, notes_tool_schema
+from ..core.state import (
     Prompt,
     SessionPage,
     SessionState,
@@ -45,14 +43,15 @@ from .core.state import (
     check_text_size,
     check_user_message,
 )
-from .core.text import cut_middle, redact_secrets
-from .events import debug_enabled, log
-from .exceptions import InvalidToolCallError, LLMError, StoreError, StoreUnavailableError
-from .loader import import_tool
-from .lru import Lru
-from .tokens import context_window, get_tokenizer
-from .tools import Tool, Toolset, origin_of
-from .usage import UsageLog
+from ..core.text import cut_middle, redact_secrets
+from ..events import debug_enabled, log
+from ..exceptions import InvalidToolCallError, LLMError, StoreError, StoreUnavailableError
+from ..lru import Lru
+from ..store import plans
+from ..tokens import context_window, get_tokenizer
+from ..tools import Tool, Toolset, import_tool, origin_of
+from ..usage.log import UsageLog
+from ..usage.pricing import Billing
 
 __all__ = ["Engine", "ToolsArg"]
 

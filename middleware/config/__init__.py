@@ -1,0 +1,53 @@
+"""Configuration: frozen settings (``schema``) and reading them from files, skill folders and
+the environment (``files``)."""
+
+from __future__ import annotations
+
+from .files import ENV_CONFIG, ENV_REDIS_URL, load_config, load_skills
+from .schema import (
+    AssistantConfig,
+    CachingConfig,
+    Config,
+    ContextConfig,
+    DisclosureConfig,
+    MemoryConfig,
+    NotesConfig,
+    PromptConfig,
+    RecentConfig,
+    ServeConfig,
+    Skill,
+    StoreConfig,
+    SummaryConfig,
+    TokensConfig,
+    TracesConfig,
+    UpstreamModel,
+    UsageLogConfig,
+    template_for,
+    validate_config,
+)
+
+__all__ = [
+    "ENV_CONFIG",
+    "ENV_REDIS_URL",
+    "AssistantConfig",
+    "CachingConfig",
+    "Config",
+    "ContextConfig",
+    "DisclosureConfig",
+    "MemoryConfig",
+    "NotesConfig",
+    "PromptConfig",
+    "RecentConfig",
+    "ServeConfig",
+    "Skill",
+    "StoreConfig",
+    "SummaryConfig",
+    "TokensConfig",
+    "TracesConfig",
+    "UpstreamModel",
+    "UsageLogConfig",
+    "load_config",
+    "load_skills",
+    "template_for",
+    "validate_config",
+]
