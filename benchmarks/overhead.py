@@ -48,7 +48,9 @@ from middleware import SessionManager, ToolCall, apply_turn, load_config
 from middleware.core.state import Turn
 from middleware.demo import CONFIG_PATH as ATLAS_PATH
 from middleware.session.standalone import composer_for
-from middleware.store.plans import Layout, load_commands, record
+from middleware.store.keys import Layout
+from middleware.store.load import load_commands
+from middleware.store.record import record
 from middleware.testing import RedisServer
 
 HISTORIES = (10, 1_000, 10_000)

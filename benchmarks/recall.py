@@ -34,7 +34,8 @@ import redis
 
 from benchmarks import growth, write_section
 from middleware.core.archive import MIN_SIMILARITY
-from middleware.store.plans import CANDIDATES, COMMON_TERMS, POSTINGS
+from middleware.store.keys import POSTINGS
+from middleware.store.load import CANDIDATES, COMMON_TERMS
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "BENCHMARKS.md"
@@ -239,18 +240,14 @@ def run_cost(quick: bool, tick: Callable[[int], None]) -> dict[str, Any]:
 
 # The load script cut short after each of its parts, to time them on the server: the four
 # reads alone, then the query's index entries read, then every piece scored, then (the whole
-# script) the chosen pieces read and sent.
-_PARTS = {
-    "reads": "local n_terms = tonumber(ARGV[4])",
-    "entries": "local size = redis.pcall('HLEN', arc)",
-    "scoring": "local wanted, row, seen, names_of, at = tonumber(ARGV[3]), out[5], {}, {}, 1",
-}
+# script) the chosen pieces read and sent. Each is cut before the part load.lua marks next.
+_PARTS = {"reads": "entries", "entries": "scoring", "scoring": "chosen"}
 
 
 def _script_split(admin: redis.Redis, ours: Any, calls: int) -> dict[str, float]:
     """The load script's server time per call (µs) up to the end of each part, replaying the
     scripts ``calls`` builds of ``ours`` sent."""
-    from middleware.store.plans import LOAD_SCRIPT
+    from middleware.store.load import LOAD, load_script_until
 
     client, sent = ours.mgr.store.client, []
     real = client.evalsha
@@ -265,10 +262,9 @@ def _script_split(admin: redis.Redis, ours: Any, calls: int) -> dict[str, float]
             ours.build()
     finally:
         del client.evalsha
-    scripts = {name: LOAD_SCRIPT.replace(line, f"do return out end\n{line}", 1) for name, line in _PARTS.items()}
+    scripts = {name: load_script_until(following) for name, following in _PARTS.items()}
     out = {}
-    for name, script in (*scripts.items(), ("whole", LOAD_SCRIPT)):
-        assert script.count("do return out end") == (name != "whole"), f"the load script no longer holds {name}'s line"
+    for name, script in (*scripts.items(), ("whole", LOAD.text)):
         sha = admin.script_load(script)
         admin.config_resetstat()
         for args in sent:

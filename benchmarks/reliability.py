@@ -29,7 +29,7 @@ import redis
 
 from benchmarks import write_section
 from middleware import Config, SessionManager, StoreError
-from middleware.store.plans import session_keys
+from middleware.store.keys import session_keys
 from middleware.testing import FaultProxy, RedisCluster, RedisServer, capture_events
 
 ROOT = Path(__file__).resolve().parent.parent

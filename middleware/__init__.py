@@ -37,7 +37,7 @@ from .exceptions import (
 from .session.manager import AsyncSessionManager, SessionManager
 from .session.standalone import apply_turn, build_messages, compose
 from .store.drivers import AsyncRedisStore, AsyncSessionStore, RedisStore, SessionStore
-from .store.plans import Inspection
+from .store.sessions import Inspection
 from .tools import Tool, ToolList, Toolset
 from .turn.chat import AsyncChatStream, ChatResult, ChatStream
 

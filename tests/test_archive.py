@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from middleware import ToolCall, Turn
 from middleware.core import archive
 from middleware.core.archive import KINDS, MAX_PIECES, Candidate, pieces_of, query_terms, rank, render_recall, terms_of
-from middleware.store import plans
+from middleware.store import load as store_load
 from middleware.tokens import get_tokenizer
 
 TOKENIZER = get_tokenizer("gpt-4o-mini")
@@ -124,10 +124,10 @@ def test_far_weaker_matches_and_unspecific_sentences_give_way() -> None:
 def test_the_load_query_goes_as_one_argument_of_words() -> None:
     """The store's query is one argument, "term weight ..."; a term that is empty or holds
     whitespace (the script splits on it) is refused, not sent."""
-    assert plans.query_argument([("invoic", 1.0), ("acme", 0.5), ("oslo", 0.25)]) == "invoic 1 acme 0.5 oslo 0.25"
+    assert store_load.query_argument([("invoic", 1.0), ("acme", 0.5), ("oslo", 0.25)]) == "invoic 1 acme 0.5 oslo 0.25"
     for bad in ("two words", "", "tab\there"):
         with pytest.raises(ValueError, match="recall query of 2 terms: a term is empty or holds whitespace"):
-            plans.query_argument([("fine", 1.0), (bad, 1.0)])
+            store_load.query_argument([("fine", 1.0), (bad, 1.0)])
 
 
 def test_older_values_of_a_key_are_recalled_when_the_message_names_them() -> None:

@@ -193,7 +193,7 @@ def hostile_store(real_redis_url: str) -> str:
     """A real Redis holding sessions whose ids are rich markup and whose stored text carries
     escape sequences, plus one id with an escape sequence written straight into Redis."""
     from middleware import SessionManager, ToolCall, load_config
-    from middleware.store.plans import session_keys
+    from middleware.store.keys import session_keys
 
     with SessionManager(load_config(), redis_url=real_redis_url) as mgr:
         owned = mgr.resolve_session(f"alice{MARKUP_ID}", "atlas")

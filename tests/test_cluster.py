@@ -11,7 +11,7 @@ import redis
 
 from middleware import Config, ToolCall
 from middleware.demo.device import LAB
-from middleware.store.plans import session_keys
+from middleware.store.keys import session_keys
 from middleware.testing import RedisCluster
 from tests.conftest import Manager, concurrently, open_manager
 

@@ -27,7 +27,7 @@ from middleware import (
     is_valid_chat,
     load_config,
 )
-from middleware.store.plans import session_keys
+from middleware.store.keys import session_keys
 from tests.strategies import INJECTIONS, hostile_text, turns
 
 MB5 = "x" * 5_000_000

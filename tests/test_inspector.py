@@ -13,7 +13,7 @@ from middleware import AsyncSessionManager, Config, SessionManager, ToolCall
 from middleware.demo.device import LAB
 from middleware.inspector.app import create_app
 from middleware.inspector.view import conversation_view
-from middleware.store.plans import session_keys
+from middleware.store.keys import session_keys
 
 # The inspector answers only to loopback names by default (DNS rebinding): tests speak to it there.
 LOCAL = "http://127.0.0.1:8300"

@@ -11,7 +11,7 @@ import pytest
 
 from middleware import Config, InvalidSessionIdError, NotesError, ToolCall
 from middleware.demo.device import LAB
-from middleware.store.plans import pair_keys, session_keys
+from middleware.store.keys import pair_keys, session_keys
 from middleware.testing.scripted import register
 from tests.conftest import Manager, ManagerFactory, concurrently
 

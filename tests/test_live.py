@@ -3,6 +3,7 @@ and the script that records finished turns in arrival order, on the embedded sto
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -10,12 +11,14 @@ import pytest
 
 from middleware import Config, SessionManager
 from middleware.core.composer import Composer
+from middleware.core.conversation import OpenTurn, read_messages
 from middleware.core.effects import Batch
 from middleware.core.state import Turn
 from middleware.exceptions import InvalidMessageError, InvalidToolCallError
 from middleware.runner import run
-from middleware.store import RedisStore, live, plans
-from middleware.store.live import OpenTurn, read_messages
+from middleware.store import RedisStore, live
+from middleware.store import keys as store_keys
+from middleware.store import record as store_record
 from middleware.tokens import get_tokenizer
 
 
@@ -104,15 +107,18 @@ def test_an_open_turn_takes_only_the_results_it_waits_for() -> None:
 
 
 def test_a_queued_turn_keeps_the_record_script_arguments() -> None:
-    """record_arguments keeps the ARGV of plans.record_command, as text, without the script and its keys."""
+    """A finished turn queued by finish.lua carries record.lua's ARGV as text (JSON strings), in RecordArguments' order."""
     config = Config()
-    layout = plans.Layout.of(config)
+    layout = store_keys.Layout.of(config)
     composer = Composer(config, get_tokenizer("gpt-4o-mini"))
     update = composer.apply_turn(Turn(user="go", assistant="done", tool_calls=()), turn_id="t1", prompt="{}")
-    command = plans.record_command(layout, "s", update, now=1.5)
-    arguments = live.record_arguments(command)
-    assert arguments[0] == "t1" and arguments[1] == "1.5" and all(isinstance(a, str) for a in arguments)
-    assert len(arguments) == len(command) - 3 - int(command[2])
+    record = store_record.record_arguments(layout, "s", update, now=1.5)
+    batch = next(live.finish(layout, "s", 7, record, drop=None, now=2.0, wait=30))
+    (script,) = batch.commands
+    *_, seq, entry, drop = script
+    arguments = json.loads(entry)
+    assert (seq, drop) == (7, "") and arguments[:2] == ["t1", "1.5"] and all(isinstance(a, str) for a in arguments)
+    assert arguments == [a.decode() if isinstance(a, bytes) else str(a) for a in record.argv()]
 
 
 # --- the ordering script, on the store ------------------------------------------------------------
@@ -127,18 +133,18 @@ def store(store_url: str) -> Any:
 
 
 def arrive(config: Config, driver: RedisStore, *, waiting: tuple[str, ...] = (), wait: float = 3600) -> live.Arrival:
-    layout = plans.Layout.of(config)
+    layout = store_keys.Layout.of(config)
     return run(
         live.arrive(layout, "s", waiting=waiting, reserve=not waiting, mark_import=True, now=time.time(), wait=wait), driver.send
     )
 
 
 def finish(config: Config, driver: RedisStore, seq: int, text: str, *, wait: float = 3600) -> None:
-    layout = plans.Layout.of(config)
+    layout = store_keys.Layout.of(config)
     composer = Composer(config, get_tokenizer("gpt-4o-mini"))
     update = composer.apply_turn(Turn(user=text, assistant=f"re {text}"), turn_id=text)
-    command = plans.record_command(layout, "s", update, now=time.time())
-    run(live.finish(layout, "s", seq, command, drop=None, now=time.time(), wait=wait), driver.send)
+    record = store_record.record_arguments(layout, "s", update, now=time.time())
+    run(live.finish(layout, "s", seq, record, drop=None, now=time.time(), wait=wait), driver.send)
 
 
 def recorded(config: Config, url: str) -> list[str]:
@@ -175,7 +181,7 @@ def test_giving_a_place_up_lets_the_next_turn_through(store: Any, store_url: str
     config, driver = store
     first, second = arrive(config, driver).seq, arrive(config, driver).seq
     finish(config, driver, second, "second")
-    layout = plans.Layout.of(config)
+    layout = store_keys.Layout.of(config)
     run(live.finish(layout, "s", first, None, drop=None, now=time.time(), wait=3600), driver.send)
     assert recorded(config, store_url) == ["second"]
 
@@ -184,7 +190,7 @@ def test_the_first_arrival_may_import_and_an_open_turn_is_found_by_its_call_ids(
     """Only the first request may import history; a waiting turn is found by any id of its pending calls."""
     config, driver = store
     assert arrive(config, driver).first and not arrive(config, driver).first
-    layout = plans.Layout.of(config)
+    layout = store_keys.Layout.of(config)
     turn = OpenTurn(seq=0, turn_id="t", user="u").asked(asks("c1", "c2"))
     run(live.wait_for_results(layout, "s", turn, drop=None, now=time.time(), wait=3600), driver.send)
     found = arrive(config, driver, waiting=("zz", "c1"))
@@ -198,7 +204,7 @@ def test_a_turn_waiting_for_tool_results_lets_later_turns_through(store: Any, st
     """Waiting for the client's tools gives the turn's place up: a later turn is recorded at once,
     and the tool turn when its results come."""
     config, driver = store
-    layout = plans.Layout.of(config)
+    layout = store_keys.Layout.of(config)
     first, second = arrive(config, driver).seq, arrive(config, driver).seq
     turn = OpenTurn(seq=first, turn_id="t", user="tools").asked(asks("c1"))
     waiting = run(live.wait_for_results(layout, "s", turn, drop=None, now=time.time(), wait=3600), driver.send)

@@ -18,8 +18,10 @@ import pytest
 
 from middleware import Config, Connector, Tool, ToolCall, Turn
 from middleware.core.summary import summary_line
-from middleware.store import plans
-from middleware.store.plans import Layout, session_keys, vector_prefix
+from middleware.store import keys as store_keys
+from middleware.store import load as store_load
+from middleware.store.keys import Layout, session_keys
+from middleware.store.vectors import vector_prefix
 from middleware.testing import RedisCluster, RedisServer, capture_events
 from middleware.testing.scripted import _hashed, register_embedder
 from tests.conftest import Manager, ManagerFactory, open_manager
@@ -200,11 +202,11 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
         raw.hset(keys.meta, "turns", turns)
         archive, recent, count = rng.randint(5, 80), rng.randint(0, 3), rng.randint(1, 6)
         query = [(term, rng.choice((1.0, 1.0, 0.5))) for term in rng.sample(vocabulary, rng.randint(1, 6))]
-        floor, scan = rng.choice((0.0, 1.0, 3.0)), rng.choice((16, 40, 100, plans.POSTINGS, 1000))
+        floor, scan = rng.choice((0.0, 1.0, 3.0)), rng.choice((16, 40, 100, store_keys.POSTINGS, 1000))
         common = rng.choice((0, 1, 2, 6, 24))
         reply = raw.execute_command(
-            "eval", plans.LOAD_SCRIPT, 6, keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx,
-            archive, recent, count, len(query), plans.query_argument(query), floor, scan, common,
+            "eval", store_load.LOAD.text, 6, keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx,
+            archive, recent, count, len(query), store_load.query_argument(query), floor, scan, common,
         )  # fmt: skip
         rows = reply[4]
         got = [(rows[i].decode(), float(rows[i + 1]), float(rows[i + 2]), rows[i + 3].decode()) for i in range(0, len(rows), 5)]

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from middleware import Config, StoreError, StoreUnavailableError
-from middleware.store.plans import pair_keys, session_keys
+from middleware.store.keys import pair_keys, session_keys
 from middleware.testing import FaultProxy, RedisCluster, RedisServer, capture_events
 from tests.conftest import Manager, ManagerFactory, concurrently, open_manager, require_binary
 

@@ -18,7 +18,7 @@ import pytest
 
 from middleware import SessionManager
 from middleware.serve import create_app
-from middleware.store.plans import session_keys
+from middleware.store.keys import session_keys
 from middleware.testing import free_port, register, serving
 from tests.serve_workers import TOOLS, config_for, gated, serve_endpoint
 

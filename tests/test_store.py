@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from middleware import AsyncSessionManager, Config, RedisStore, SessionManager, StoreError, StoreUnavailableError, ToolCall
-from middleware.store.plans import session_keys
+from middleware.store.keys import session_keys
 from middleware.testing import capture_events
 from tests.conftest import Manager, ManagerFactory, RedisServer
 
@@ -413,7 +413,9 @@ def test_every_driver_runs_a_whole_plan_with_execute(manager: Manager) -> None:
     """``store.execute(plan)`` (the storage contract a user's own code may call) runs a
     plan to its result on the face's driver; a sync store behind a worker thread too."""
     from middleware.store import ThreadedStore
-    from middleware.store.plans import Layout, load, ping
+    from middleware.store.keys import Layout
+    from middleware.store.load import load
+    from middleware.store.sessions import ping
 
     manager.record_turn("s", user="go to shop", assistant="at shop", tool_calls=[nav("shop")])
     layout = Layout.of(manager.config)

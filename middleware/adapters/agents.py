@@ -20,8 +20,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..core.conversation import content_text
 from ..session.manager import AsyncSessionManager
-from ..store.live import content_text
 from .memory import memory_messages, require, turns_in
 
 __all__ = ["MiddlewareSession"]

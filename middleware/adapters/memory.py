@@ -9,10 +9,10 @@ from types import ModuleType
 from typing import Any, NamedTuple
 
 from ..config.schema import Config
+from ..core.conversation import content_text, whole_turns
 from ..core.replies import interpret_reply
 from ..core.state import SessionState, ToolCall
 from ..session.standalone import composer_for
-from ..store.live import content_text, whole_turns
 from ..tokens import Tokenizer
 
 __all__ = ["ChatTurn", "memory_messages", "require", "turns_in"]

@@ -7,7 +7,7 @@ connectors observed. A piece has a kind, its text (one line, capped) and its *te
 
 Before a call, the query (the current message's terms, the recent window's at half
 weight) goes to the store with the load; the store scores archived pieces by the rare
-terms they share with it and sends back the best few (``middleware.core.plans``).
+terms they share with it and sends back the best few (``middleware.store.load``).
 ``rank`` then orders those candidates with older values of context keys (the fact
 history) by that score, recency and overlap with the current context, drops what the
 prompt already shows, and keeps what fits ``memory.recall_tokens``. ``render_recall``
@@ -35,7 +35,7 @@ RELATIVE = 0.6  # a lexical match or an earlier value: at least this share of th
 # Semantic recall: the cosine similarity that admits a piece the vector search found. Such
 # pieces are not held to RELATIVE: the nearest fill what the budget leaves, best first. On the
 # tool-free conversations (all-MiniLM-L6-v2) admitting only the nearest, or only pieces at
-# 0.35, answered 73.7% of the questions; all the search returns (plans.CANDIDATES) at 0.2,
+# 0.35, answered 73.7% of the questions; all the search returns (load.CANDIDATES) at 0.2,
 # 86.2%, for 0.5% of the full history's tokens (`python -m benchmarks.recall`).
 MIN_SIMILARITY = 0.2
 SEMANTIC_WEIGHT = 12.0  # a similarity of 0.5 weighs about as much as one rare shared term

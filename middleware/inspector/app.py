@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..core.text import quoted, redact_secrets
 from ..exceptions import InvalidInputError, StoreError
 from ..session.manager import AsyncSessionManager, SessionManager
-from ..store.plans import MAX_PAGE
+from ..store.sessions import MAX_PAGE
 from .view import INCLUDES, MAX_LIMIT, listing, session_view
 
 __all__ = ["LOOPBACK_HOSTS", "TrustedHosts", "create_app", "host_name"]

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..core.state import SessionPage
-from ..store.plans import Inspection
+from ..store.sessions import Inspection
 
 __all__ = ["INCLUDES", "conversation_view", "listing", "parse_traces", "session_view"]
 

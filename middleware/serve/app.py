@@ -34,8 +34,8 @@ from ..events import log
 from ..exceptions import InvalidInputError, InvalidRequestError, InvalidSessionIdError, LLMError, StoreError
 from ..runner import arun
 from ..session.engine import Engine
-from ..store import plans
 from ..store.drivers import AsyncRedisStore, AsyncSessionStore
+from ..store.sessions import ping
 from .turns import Exchange, Turns
 from .wire import Request, error_body, read_request, sse
 
@@ -108,7 +108,7 @@ class Endpoint:
 
     async def health(self, request: HttpRequest) -> Response:
         try:
-            await self._run(plans.ping(self.engine.layout))
+            await self._run(ping(self.engine.layout))
         except StoreError:
             return _error(503, "The session store is unavailable.", code="store_unavailable")
         return JSONResponse({"ok": True})

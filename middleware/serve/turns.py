@@ -20,13 +20,15 @@ import orjson
 
 from .. import llm
 from ..core.archive import query_terms
+from ..core.conversation import Conversation, OpenTurn, content_text, read_messages
 from ..core.effects import Program
 from ..core.replies import interpret_reply
 from ..core.state import Prompt, SessionState, TokenBreakdown, built
 from ..exceptions import InvalidMessageError
 from ..session.engine import Engine
-from ..store import live, plans
-from ..store.live import Conversation, OpenTurn
+from ..store import live
+from ..store.load import load
+from ..store.record import record, record_arguments
 from ..usage.log import usage_record
 
 __all__ = ["Exchange", "Turns"]
@@ -72,7 +74,7 @@ class Turns:
         """Read the request against the session; compose what goes upstream."""
         engine = self.engine
         session_id = engine.session_id(session_id)
-        conversation = live.read_messages(messages)
+        conversation = read_messages(messages)
         user = conversation.user
         if user is not None:
             user = engine.user_message(user if user.strip() else NO_TEXT)
@@ -83,7 +85,7 @@ class Turns:
         turn, drop = self._turn(conversation, arrival, user)
         state, candidates = arrival.loaded.state, arrival.loaded.candidates
         if user is None and self.layout.recall:  # only the tool results came: recall for the turn's own message
-            loaded = yield from plans.load(self.layout, session_id, query=query_terms(turn.user, ()))
+            loaded = yield from load(self.layout, session_id, query=query_terms(turn.user, ()))
             state, candidates = loaded.state, loaded.candidates
         if arrival.first and not state.turns and conversation.earlier:
             state, candidates = yield from self._import(session_id, conversation.earlier, turn.user)
@@ -117,10 +119,10 @@ class Turns:
         engine = self.engine
         for messages in earlier:
             text, calls, _, _ = interpret_reply(list(messages[1:]))
-            user = live.content_text(messages[0].get("content"), "") or NO_TEXT
+            user = content_text(messages[0].get("content"), "") or NO_TEXT
             update = engine.composer.apply_turn(engine.turn(user, text, calls), turn_id=uuid.uuid4().hex)
-            yield from plans.record(self.layout, session_id, update, now=time.time())
-        loaded = yield from plans.load(self.layout, session_id, query=query_terms(user, ()) if self.layout.recall else ())
+            yield from record(self.layout, session_id, update, now=time.time())
+        loaded = yield from load(self.layout, session_id, query=query_terms(user, ()) if self.layout.recall else ())
         return loaded.state, loaded.candidates
 
     def _compose(self, state: SessionState, user: str, system: str | None, model: str, extra: int, candidates: Any) -> Prompt:
@@ -177,8 +179,8 @@ class Turns:
         _, calls, _, _ = interpret_reply([*turn.loop, {"role": "assistant", "content": text}])
         update = engine.composer.apply_turn(engine.turn(turn.user, text, calls), turn_id=turn.turn_id,
                                             prompt=_prompt_json(exchange.prompt, exchange.messages))  # fmt: skip
-        command = plans.record_command(self.layout, exchange.session_id, update, now=now)
-        yield from live.finish(self.layout, exchange.session_id, turn.seq, command, drop=exchange.drop, now=now, wait=self.wait)
+        arguments = record_arguments(self.layout, exchange.session_id, update, now=now)
+        yield from live.finish(self.layout, exchange.session_id, turn.seq, arguments, drop=exchange.drop, now=now, wait=self.wait)
 
     def fail(self, exchange: Exchange) -> Program[None]:
         """The upstream call failed. A turn waiting in Redis stays there (the client may send

@@ -47,7 +47,13 @@ from ..core.text import cut_middle, redact_secrets
 from ..events import debug_enabled, log
 from ..exceptions import InvalidToolCallError, LLMError, StoreError, StoreUnavailableError
 from ..lru import Lru
-from ..store import plans
+from ..store.decoding import Loaded
+from ..store.keys import Layout
+from ..store.load import load
+from ..store.notes import edit_notes, read_notes
+from ..store.record import Recorded, record
+from ..store.sessions import Inspection, eviction_policy, inspect, list_sessions, pair_sessions, ping, reset, resolve_session
+from ..store.vectors import encode_vector, vector_index
 from ..tokens import context_window, get_tokenizer
 from ..tools import Tool, Toolset, import_tool, origin_of
 from ..usage.log import UsageLog
@@ -109,7 +115,7 @@ class Engine:
     def __init__(self, config: Config, connectors: Iterable[Connector] = ()) -> None:
         self.config = config
         self.connectors = tuple(connectors)
-        self.layout = plans.Layout.of(config)
+        self.layout = Layout.of(config)
         self.tokenizer = get_tokenizer(config.tokens.model, encoding=config.tokens.encoding)
         self.composer = Composer(config, self.tokenizer)
         self.usage_log = UsageLog(config.usage_log.path, include_content=config.usage_log.include_content)
@@ -379,7 +385,7 @@ class Engine:
 
     # --- loading and composing --------------------------------------------------------
 
-    def _loaded(self, session_id: str, loaded: plans.Loaded) -> SessionState:
+    def _loaded(self, session_id: str, loaded: Loaded) -> SessionState:
         """What a load leaves in this process: the owner, warnings."""
         if loaded.state.owner is not None:
             self._owners.put(session_id, loaded.state.owner)
@@ -393,7 +399,7 @@ class Engine:
     def get_state(self, session_id: str) -> Program[SessionState]:
         """What the session remembers."""
         session_id = self.session_id(session_id)
-        return self._loaded(session_id, (yield from plans.load(self.layout, session_id, owner=self._owners.get(session_id))))
+        return self._loaded(session_id, (yield from load(self.layout, session_id, owner=self._owners.get(session_id))))
 
     def prepare(
         self,
@@ -418,9 +424,7 @@ class Engine:
             query = query_terms(user_message, ()) if self.layout.recall else ()  # the store selects by the message's own terms
             found = (yield from self._vectors([user_message])) if self._semantic is not False else ()
             vector = found[0] if found else ()
-            loaded = yield from plans.load(
-                self.layout, session_id, owner=self._owners.get(session_id), query=query, vector=vector
-            )
+            loaded = yield from load(self.layout, session_id, owner=self._owners.get(session_id), query=query, vector=vector)
             state, candidates = self._loaded(session_id, loaded), loaded.candidates
         except StoreError as exc:
             if not self.degrade:
@@ -465,7 +469,7 @@ class Engine:
             if self._pending:
                 yield from self._flush(session_id)
             encoded = yield from self._encoded(update)
-            recorded = yield from plans.record(self.layout, session_id, update, now=time.time(), vectors=encoded or ())
+            recorded = yield from record(self.layout, session_id, update, now=time.time(), vectors=encoded or ())
             turns = self._recorded(session_id, recorded)
         except StoreError as exc:
             if not self.degrade:
@@ -494,7 +498,7 @@ class Engine:
             return ()
         vectors = yield from self._vectors([p.text for p in update.pieces])
         if vectors:
-            return tuple(plans.encode_vector(v) for v in vectors)
+            return tuple(encode_vector(v) for v in vectors)
         # _vectors may have learned that the store has no vector search: none to make; else the model failed
         return () if cast("bool | None", self._semantic) is False else None
 
@@ -510,7 +514,7 @@ class Engine:
             log.warning("recall.embedding_failed", model=model, error=redact_secrets(str(exc))[:200])
             return ()
         if self._semantic is None:  # first use: make the store's vector index, or learn it has none
-            self._semantic = yield from plans.vector_index(self.layout, len(vectors[0]))
+            self._semantic = yield from vector_index(self.layout, len(vectors[0]))
             if not self._semantic:
                 log.warning("recall.semantic_unavailable", hint="the store has no vector search (Redis 8, or Redis "
                             "Stack, outside a cluster): recall ranks lexically")  # fmt: skip
@@ -519,7 +523,7 @@ class Engine:
 
     def _check_server(self) -> Program[None]:
         """Once per process: warn when the server may evict our keys (its maxmemory-policy)."""
-        policy = yield from plans.eviction_policy(self.layout)
+        policy = yield from eviction_policy(self.layout)
         self._server_checked = True
         if policy is None or policy == "noeviction":
             return
@@ -529,7 +533,7 @@ class Engine:
         elif self.layout.ttl_ms:
             log.info("store.eviction_possible", policy=policy, hint="Redis may evict sessions before their TTL; notes are kept")
 
-    def _recorded(self, session_id: str, recorded: plans.Recorded) -> int:
+    def _recorded(self, session_id: str, recorded: Recorded) -> int:
         if recorded.repaired:
             log.warning("store.repaired", session=session_id, keys=list(recorded.repaired))
         if recorded.index_error:
@@ -588,7 +592,7 @@ class Engine:
                     made.update((yield from self._held_vectors([u for _, u, _, v in held[index:] if v is None and u.pieces])))
                     embedding = id(update) in made  # a call that failed is not tried again in this flush
                 encoded = vectors if vectors is not None else made.get(id(update), ())
-                recorded = yield from plans.record(self.layout, sid, update, now=time.time(), vectors=encoded)
+                recorded = yield from record(self.layout, sid, update, now=time.time(), vectors=encoded)
             except StoreError as exc:
                 if session_id is not None and (not tolerate or isinstance(exc, StoreUnavailableError)):
                     raise
@@ -623,7 +627,7 @@ class Engine:
             return {}
         made, at = {}, 0
         for update in batch:
-            made[id(update)] = tuple(plans.encode_vector(v) for v in vectors[at : at + len(update.pieces)])
+            made[id(update)] = tuple(encode_vector(v) for v in vectors[at : at + len(update.pieces)])
             at += len(update.pieces)
         with self._pending_lock:
             for index, (sid, held, size, kept) in enumerate(self._pending):
@@ -646,14 +650,14 @@ class Engine:
     def reset(self, session_id: str) -> Program[None]:
         """Forget a session entirely."""
         session_id = self.session_id(session_id)
-        yield from plans.reset(self.layout, session_id)
+        yield from reset(self.layout, session_id)
         self._owners.forget(session_id)
         self.billing.forget(session_id)
 
     def _resolve(self, user_id: str, agent: str, *, new: bool) -> Program[str]:
         user_id, agent = self.party(user_id, agent)
         candidate = f"{user_id}/{agent}/{uuid.uuid4().hex[:12]}"  # readable, searchable, unique
-        session_id = yield from plans.resolve_session(self.layout, user_id, agent, candidate=candidate, now=time.time(), new=new)
+        session_id = yield from resolve_session(self.layout, user_id, agent, candidate=candidate, now=time.time(), new=new)
         if session_id == candidate:
             self._owners.put(candidate, (user_id, agent))
         return session_id
@@ -668,11 +672,11 @@ class Engine:
 
     def pair_sessions(self, user_id: str, agent: str) -> Program[list[tuple[str, float]]]:
         """The sessions of (user, agent), newest first, with their creation times."""
-        return plans.pair_sessions(self.layout, *self.party(user_id, agent))
+        return pair_sessions(self.layout, *self.party(user_id, agent))
 
     def notes(self, user_id: str, agent: str) -> Program[str]:
         """The long-term notes of (user, agent) (Markdown; "" when there are none)."""
-        return plans.notes(self.layout, *self.party(user_id, agent))
+        return read_notes(self.layout, *self.party(user_id, agent))
 
     def manage_notes(
         self, user_id: str, agent: str, operation: str = "read", *, content: str | None = None, section_header: str | None = None
@@ -690,25 +694,25 @@ class Engine:
             return updated
 
         if operation not in WRITES:
-            edit((yield from plans.notes(self.layout, user_id, agent)))
+            edit((yield from read_notes(self.layout, user_id, agent)))
         else:
-            yield from plans.edit_notes(self.layout, user_id, agent, edit, edit_id=os.urandom(12).hex())
+            yield from edit_notes(self.layout, user_id, agent, edit, edit_id=os.urandom(12).hex())
         return said[-1]
 
     # --- listing and inspection ------------------------------------------------------------
 
     def list_sessions(self, *, search: str | None = None, page: int = 1, page_size: int = 20) -> Program[SessionPage]:
         """Sessions newest first, optionally those whose id contains ``search``."""
-        return plans.list_sessions(self.layout, search=search, page=page, page_size=page_size)
+        return list_sessions(self.layout, search=search, page=page, page_size=page_size)
 
-    def inspect(self, session_id: str, *, traces: int = 100) -> Program[plans.Inspection]:
+    def inspect(self, session_id: str, *, traces: int = 100) -> Program[Inspection]:
         """Everything stored for a session: state, notes, the last ``traces`` turn records
         and the last prompt; corrupt records are listed, not raised."""
-        return plans.inspect(self.layout, self.session_id(session_id), traces=traces)
+        return inspect(self.layout, self.session_id(session_id), traces=traces)
 
     def ping(self) -> Program[bool]:
         """Whether the store answers (StoreError when it does not)."""
-        return plans.ping(self.layout)
+        return ping(self.layout)
 
     def close(self) -> None:
         self.usage_log.close()

@@ -19,7 +19,7 @@ from ..core.effects import Batch, Plan
 from ..core.text import redact_url
 from ..exceptions import StoreError, StoreUnavailableError
 from ..runner import arun, run
-from .plans import error_text
+from .decoding import error_text
 
 __all__ = ["AsyncRedisStore", "AsyncSessionStore", "RedisStore", "SessionStore", "ThreadedStore", "make_client"]
 

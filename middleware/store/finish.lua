@@ -1,0 +1,16 @@
+-- A turn ends (see live.py): record it in its place (`entry`: its record arguments as JSON,
+-- [] to give the place up), or queue it until the turns before it are recorded.
+-- ARGV: FinishArguments, in its order. Returns 1.
+local now_text, wait_text, ttl_text, seq, entry, drop = unpack(ARGV, 1, 6)
+--#include order.lua
+if drop ~= '' then redis.call('HDEL', live, drop) end
+seq = tonumber(seq)
+if seq <= number('applied') then
+  apply(entry)
+else
+  redis.call('HSET', live, 'q:' .. seq, entry)
+  redis.call('HINCRBY', live, 'queued', 1)
+end
+flush()
+if ttl > 0 then redis.call('PEXPIRE', live, ttl) end
+return 1

@@ -1,0 +1,148 @@
+-- A load (see load.py): the session's four reads and, for a query, the archive's best pieces.
+-- KEYS: ctx sum recent meta arc idx. ARGV: LoadArguments, in its order.
+local archive_turns, recent_turns, candidates, n_terms, query, min_score, scan, common = unpack(ARGV, 1, 8)
+local ctx, sum, recent, meta, arc, idx = unpack(KEYS, 1, 6)
+local out = {redis.pcall('ZRANGE', ctx, 0, -1, 'WITHSCORES'), redis.pcall('LRANGE', sum, 0, -1),
+             redis.pcall('LRANGE', recent, 0, -1), redis.pcall('HGETALL', meta), {}}
+-- part: entries (the query's index entries read)
+n_terms = tonumber(n_terms)
+if n_terms == 0 or out[4].err then return out end
+local turns = 0
+for i = 1, #out[4], 2 do
+  if out[4][i] == 'turns' then turns = tonumber(out[4][i + 1]) or 0 end
+end
+local oldest, newest = turns - tonumber(archive_turns) + 1, turns - tonumber(recent_turns)
+if newest < 1 then return out end
+local terms, weights = {}, {}
+for term, weight in string.gmatch(query, '(%S+) (%S+)') do
+  terms[#terms + 1] = term
+  weights[#weights + 1] = tonumber(weight)
+end
+if #terms ~= n_terms then return redis.error_reply('ERR the query holds ' .. #terms .. ' terms, not ' .. n_terms) end
+local lists = redis.pcall('HMGET', idx, unpack(terms))
+-- part: scoring (every piece scored)
+local size = redis.pcall('HLEN', arc)
+if lists.err or type(size) ~= 'number' then return out end
+-- A piece's score is the sum of the weights of the message's terms it holds, so it
+-- follows from which terms those are (its mask): the masks are ranked, not the pieces,
+-- and a table.sort over every piece (most of a recall's time in Lua) is not needed.
+local mask, order, idf, upper = {}, {}, {}, newest + 1
+scan, common = tonumber(scan), tonumber(common)
+for j = 1, n_terms do
+  local list, n, bit = lists[j], 0, 2 ^ (j - 1)
+  local above = 2 * bit
+  if list and #list >= scan then  -- a common word: the first `common` of them only
+    common = common - 1
+    if common < 0 then list = nil end
+  end
+  if list and #list > scan then  -- the newest `scan` bytes: the ids that start in them
+    list = string.sub(list, (string.find(list, ' ', #list - scan, true) or #list) + 1)
+  end
+  if list then
+    for id in string.gmatch(list, '[^ ]+') do  -- a set, not %S: a few ns an id less
+      local m = mask[id]
+      if m == nil then  -- first seen: in the list of the first of its terms, in that list's order
+        local t = tonumber(id)  -- "<turn>.<n>" read as a number: its turn plus a fraction below one
+        if t and t >= oldest and t < upper then
+          order[#order + 1] = id
+          mask[id], n = bit, n + 1
+        else
+          mask[id] = false  -- out of range: not read again
+        end
+      elseif m and m % above < bit then  -- once per term
+        mask[id], n = m + bit, n + 1
+      end
+    end
+  end
+  idf[j] = weights[j] * math.log(1 + (size - n + 0.5) / (n + 0.5))
+end
+-- Each mask's pieces, newest first: `order` holds each term's new ids oldest first, so
+-- read backwards it gives every mask its pieces newest first. Only the current
+-- message's own terms (weight 1) select, above the floor; the others rank.
+local floor, groups, score, asked, masks = tonumber(min_score), {}, {}, {}, {}
+for i = #order, 1, -1 do
+  local id = order[i]
+  local m = mask[id]
+  local group = groups[m]
+  if group == nil then
+    local total, own, selects, rest, k = 0, 0, false, m, 1
+    while rest > 0 do  -- up to its last term only
+      local held = rest % 2
+      if held == 1 then
+        total = total + idf[k]
+        if weights[k] >= 1 then own, selects = own + idf[k], true end
+      end
+      rest, k = (rest - held) / 2, k + 1
+    end
+    group, score[m], asked[m] = {}, total, own
+    groups[m] = group
+    if selects and own >= floor then masks[#masks + 1] = m end
+  end
+  group[#group + 1] = id
+end
+if #masks == 0 then return out end
+-- Best masks first; pieces of masks that score the same, newest first among them (a turn's
+-- pieces: the last first). A term's ids are in the order they were written, newest last.
+table.sort(masks, function(a, b) return score[a] > score[b] end)
+local best, limit, i = {}, 2 * tonumber(candidates), 1
+while i <= #masks and #best < limit do
+  local tied = {masks[i]}
+  while i + #tied <= #masks and score[masks[i + #tied]] == score[masks[i]] do tied[#tied + 1] = masks[i + #tied] end
+  local ids = groups[tied[1]]
+  if #tied > 1 then
+    ids = {}
+    for _, m in ipairs(tied) do
+      for _, id in ipairs(groups[m]) do ids[#ids + 1] = id end
+    end
+    table.sort(ids, function(a, b)  -- as within a mask: newest turn first, then its last piece first
+      local ta, na = string.match(a, '^(%d+)%.(%d+)$')
+      local tb, nb = string.match(b, '^(%d+)%.(%d+)$')
+      ta, na, tb, nb = tonumber(ta) or 0, tonumber(na) or 0, tonumber(tb) or 0, tonumber(nb) or 0
+      if ta ~= tb then return ta > tb end
+      return na > nb
+    end)
+  end
+  for _, id in ipairs(ids) do
+    if #best == limit then break end
+    best[#best + 1] = id
+  end
+  i = i + #tied
+end
+-- Read in turn only as many as are still wanted: most texts are not repeats, so one read of
+-- `candidates` records usually does.
+-- part: chosen (the chosen pieces read and sent)
+local wanted, row, seen, names_of, at = tonumber(candidates), out[5], {}, {}, 1
+local sent = 0
+while sent < wanted and at <= #best do
+  local batch = {}
+  for k = at, math.min(at + wanted - sent - 1, #best) do batch[#batch + 1] = best[k] end
+  at = at + #batch
+  local records = redis.pcall('HMGET', arc, unpack(batch))
+  if records.err then return out end
+  for i, id in ipairs(batch) do
+    -- The same text from another turn says nothing new: one of each, at most `candidates`.
+    -- Anchored at the start (as Python splits it, the text is what follows the third tab):
+    -- an unanchored '[^\t]*$' retries from every position and costs several µs a record.
+    local text = records[i] and string.match(records[i], '^[^\t]*\t[^\t]*\t[^\t]*\t(.*)$')
+    if text and not seen[text] then
+      seen[text], sent = true, sent + 1
+      local m = mask[id]
+      local names = names_of[m]
+      if names == nil then
+        local held, rest = {}, m
+        for j = 1, n_terms do
+          if rest % 2 == 1 then held[#held + 1] = terms[j] end
+          rest = math.floor(rest / 2)
+        end
+        names = table.concat(held, ' ')
+        names_of[m] = names
+      end
+      row[#row + 1] = id
+      row[#row + 1] = tostring(score[m])
+      row[#row + 1] = tostring(asked[m])
+      row[#row + 1] = names
+      row[#row + 1] = records[i]
+    end
+  end
+end
+return out

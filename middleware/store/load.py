@@ -1,0 +1,187 @@
+"""A session's load: its state in one round trip, with the archive's best pieces for the
+current message (recall) and, for semantic recall, the nearest pieces by meaning.
+
+The reads of a load and the archive's best pieces for a query run in one script
+(``load.lua``): the query's terms are looked up in the index, each piece scored by the rare
+terms it shares (BM25's idf, weighted per term), skipping turns out of the archive and the
+turns the recent window shows in full; of the pieces holding a term of the current message
+itself (weight 1: the recent window's terms only rank), the CANDIDATES best come back with
+their text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.archive import MIN_SCORE, Candidate
+from ..core.effects import Batch, Command, Plan
+from .decoding import LOAD_REPLIES, Loaded, checked, decode_state, refused, text_of, text_or_empty
+from .keys import POSTINGS, Layout, SessionKeys
+from .notes import read_notes
+from .scripts import Arguments, Script, no_script
+from .vectors import nearest, vector_search
+
+__all__ = [
+    "CANDIDATES",
+    "COMMON_TERMS",
+    "LOAD",
+    "POSTINGS",
+    "LoadArguments",
+    "load",
+    "load_commands",
+    "load_script_until",
+    "query_argument",
+]
+
+# Of the message's terms whose lists fill those bytes (common words, held by a dozen or more
+# recent pieces), a recall reads the first this many, in the message's order: such words
+# rank little and cost the most to read. Reading all of them took 40% more server time
+# for a long message and kept no more needed values (`python -m benchmarks.recall`).
+COMMON_TERMS = 6
+# Pieces a recall sends back at most, best first: the bytes read per call do not grow with the archive.
+CANDIDATES = 10
+
+LOAD = Script.named("load")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadArguments(Arguments):
+    """ARGV of load.lua. ``query``: "term weight term weight ..." in one argument (it costs
+    the client less to send than two arguments a term); ``scan``: the bytes read of each
+    term's ids, the newest; ``common``: how many terms whose ids fill them are read."""
+
+    archive_turns: int
+    recent_turns: int
+    candidates: int
+    n_terms: int
+    query: str
+    min_score: float
+    scan: int
+    common: int
+
+
+def load_script_until(part: str) -> str:
+    """load.lua returning early where it marks ``-- part: <part>`` (entries, scoring,
+    chosen), with what it has read: for timing the script part by part."""
+    marker = f"-- part: {part}\n"
+    if LOAD.text.count(marker) != 1:
+        raise ValueError(f"load.lua marks no part {part!r}; expected one '{marker.strip()}' line")
+    return LOAD.text.replace(marker, f"do return out end\n{marker}", 1)
+
+
+@functools.lru_cache(maxsize=65_536)
+def load_commands(keys: SessionKeys) -> tuple[Command, ...]:
+    """The reads of one load: the same for a session every time, so built once."""
+    return (
+        ("zrange", keys.ctx, 0, -1, False, True),  # desc=False, withscores=True
+        ("lrange", keys.sum, 0, -1),
+        ("lrange", keys.recent, 0, -1),
+        ("hgetall", keys.meta),
+    )
+
+
+def _load_command(layout: Layout, keys: SessionKeys, query: Sequence[tuple[str, float]]) -> Command:
+    arguments = LoadArguments(archive_turns=layout.archive_turns, recent_turns=layout.recent_messages // 2,
+                              candidates=CANDIDATES, n_terms=len(query), query=query_argument(query), min_score=MIN_SCORE,
+                              scan=POSTINGS, common=COMMON_TERMS)  # fmt: skip
+    return LOAD.by_sha((keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx), arguments)
+
+
+def query_argument(query: Sequence[tuple[str, float]]) -> str:
+    """The load script's query, "term weight term weight ...": terms are words (no spaces)."""
+    text = " ".join(f"{term} {_WEIGHTS.get(weight) or repr(float(weight))}" for term, weight in query)
+    if len(text.split()) != 2 * len(query):
+        raise ValueError(
+            f"recall query of {len(query)} terms: a term is empty or holds whitespace; expected words as terms_of gives"
+        )
+    return text
+
+
+_WEIGHTS = {1.0: "1", 0.5: "0.5"}  # the two weights query_terms gives, spelt once
+
+
+def _pairs(flat: Any) -> Any:
+    """A script's flat [a, b, a, b...] reply as the pipeline would give it: [(a, b)...]."""
+    return flat if isinstance(flat, Exception) else [(flat[i], float(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+
+def _mapping(flat: Any) -> Any:
+    return flat if isinstance(flat, Exception) else {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+
+
+def _merged(lexical: Sequence[Candidate], near: Sequence[Candidate]) -> tuple[Candidate, ...]:
+    """One candidate per piece: a piece both searches found keeps its lexical score and
+    gains its similarity."""
+    similar = {(c.turn, c.text): c.similarity for c in near}
+    merged = [c._replace(similarity=similar.pop((c.turn, c.text), 0.0)) for c in lexical]
+    return (*merged, *(c for c in near if (c.turn, c.text) in similar))
+
+
+def _candidates(flat: Any) -> tuple[Candidate, ...]:
+    found = []
+    for i in range(0, len(flat) - 4, 5):
+        piece_id, score, asked, matched, record = flat[i : i + 5]
+        kind, tokens, terms, text = [*text_of(record).split("\t", 3), "", "", ""][:4]
+        if text and tokens.isdigit():
+            turn = int(text_of(piece_id).partition(".")[0])
+            # Positional: a NamedTuple's keyword constructor costs more.
+            found.append(Candidate(turn, kind, text, int(tokens), float(score), tuple(text_of(matched).split()),
+                                   tuple(terms.split()), 0.0, float(asked)))  # fmt: skip
+    return tuple(found)
+
+
+def load(
+    layout: Layout,
+    session_id: str,
+    *,
+    owner: tuple[str, str] | None = None,
+    query: Sequence[tuple[str, float]] = (),
+    vector: Sequence[float] = (),
+) -> Plan[Loaded]:
+    """A session's state in one round trip. Its notes join the reads when ``owner`` (the
+    owner the caller last saw) is given; a session whose owner turns out different
+    takes a second round trip for them. With a ``query`` (terms and weights), the
+    archive's best pieces for it come back too (``Loaded.candidates``), and with a
+    ``vector`` (the current message's embedding) the nearest pieces, from the server's
+    vector index, in the same round trip."""
+    notes_shown, keys = layout.notes_shown, layout.session(session_id)
+    recall = bool(query) and layout.recall
+    commands = (_load_command(layout, keys, query),) if recall else load_commands(keys)
+    if owner is not None and notes_shown:
+        commands = (*commands, ("get", layout.pair(*owner).notes))
+    if vector:
+        commands = (*commands, vector_search(layout, session_id, vector, count=CANDIDATES))
+    replies = yield Batch(commands)
+    if vector:
+        near, replies = nearest(replies[-1]), replies[:-1]
+    candidates: tuple[Candidate, ...] = ()
+    if recall:
+        if no_script(replies[0]):
+            replies = yield Batch([LOAD.by_text(commands[0]), *commands[1 : len(replies)]])
+        script, *rest = replies
+        if isinstance(script, Exception):
+            raise refused(script)
+        ctx, summary, recent, meta, found = script
+        replies = [_pairs(ctx), summary, recent, _mapping(meta), *rest]
+        candidates = _candidates(found)
+    loaded = decode_state(session_id, replies, layout)
+    if vector:  # the index may still hold vectors of turns out of the archive: they are not recalled
+        oldest = loaded.state.turns - layout.archive_turns + 1
+        candidates = _merged(candidates, [c for c in near if c.turn >= oldest])
+    loaded = loaded._replace(candidates=candidates)
+    if "meta" in loaded.missing:  # the ids of the last turns carry the count the meta hash lost
+        (last,) = yield Batch([("zrange", keys.ids, -1, -1, False, True)])
+        counted = int(last[0][1]) if isinstance(last, list) and last else 0
+        loaded = loaded._replace(state=dataclasses.replace(loaded.state, turns=max(loaded.state.turns, counted)))
+    found_owner = loaded.state.owner
+    if found_owner is None or not notes_shown:
+        return loaded
+    if found_owner == owner:
+        text = text_or_empty(checked(replies[LOAD_REPLIES:])[0])
+    else:
+        text = yield from read_notes(layout, *found_owner)
+    return loaded._replace(state=dataclasses.replace(loaded.state, notes=text))

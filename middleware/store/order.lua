@@ -1,0 +1,40 @@
+-- Shared by arrive.lua and finish.lua (included after their argument line, which names
+-- now_text, wait_text and ttl_text): apply queued turns strictly in arrival order. A turn
+-- is applied by the store's own record script (record.lua), run here as a function:
+-- scripts cannot call scripts. KEYS: the live hash, then the recorded keys in their order,
+-- then the listing index unless on a cluster.
+local live = KEYS[1]
+local now, wait, ttl = tonumber(now_text), tonumber(wait_text), tonumber(ttl_text)
+local recorded = {unpack(KEYS, 2)}
+local function record_turn(KEYS, ARGV)
+--#include record.lua
+end
+local function number(name) return tonumber(redis.call('HGET', live, name) or '0') or 0 end
+local function apply(entry)
+  local arguments = cjson.decode(entry)
+  if #arguments > 0 then record_turn(recorded, arguments) end
+end
+local function flush()
+  local applied, arrived, queued = number('applied'), number('arrived'), number('queued')
+  while queued > 0 and applied < arrived do
+    local name = 'q:' .. (applied + 1)
+    local entry = redis.call('HGET', live, name)
+    if entry then
+      apply(entry)
+      redis.call('HDEL', live, name)
+      queued = queued - 1
+    else
+      -- the turn holding the line is passed over once the waiting ones waited long enough
+      local blocked = tonumber(redis.call('HGET', live, 'blocked') or '')
+      if not blocked then
+        blocked = now
+        redis.call('HSET', live, 'blocked', now_text)
+      end
+      if now - blocked < wait then break end
+      redis.call('HSET', live, 'blocked', now_text)
+    end
+    applied = applied + 1
+  end
+  if queued <= 0 then redis.call('HDEL', live, 'blocked') queued = 0 end
+  redis.call('HSET', live, 'applied', applied, 'queued', queued)
+end

@@ -1,0 +1,208 @@
+-- Records one turn (see record.py). ARGV: the named arguments of RecordArguments, in its
+-- order, then the variable tail: n_context (key value)*n_context, n_recent record*n_recent,
+-- n_pieces (kind tokens terms facts text vector)*n_pieces, tool_window, n_tools tool*n_tools.
+-- KEYS: the session's keys in SessionKeys order (ctx sum recent meta traces prompt ids arc idx),
+-- then the listing index unless on a cluster.
+local turn_id, now, ttl_ms, full_tokens, max_keys, key_history, summary_lines, recent_messages, trace_entries, turn_ids, session_id, index_cutoff, summary_line, trace, prompt_json, archive_turns, postings, vector_prefix, vector_tag = unpack(ARGV, 1, 19)
+local at = 19 + 1  -- the variable tail follows the named arguments
+local ctx, sum, recent, meta, traces, prompt, ids, arc, idx = unpack(KEYS, 1, 9)
+local repaired = {}
+-- A key holding a foreign type is replaced, a counter holding no integer is reset;
+-- any other error reply (OOM, NOPERM...) stops the script before it writes anything more.
+local function call(...)
+  local reply = redis.pcall(...)
+  if type(reply) ~= 'table' or not reply.err then return reply end
+  local args, err = {...}, tostring(reply.err)
+  if string.sub(err, 1, 9) == 'WRONGTYPE' then
+    redis.call('DEL', args[2])
+    repaired[#repaired + 1] = args[2]
+  elseif args[1] == 'HINCRBY' and string.find(err, 'not an integer', 1, true) then
+    redis.call('HDEL', args[2], args[3])
+    repaired[#repaired + 1] = args[2] .. ' ' .. args[3]
+  else
+    error(reply)
+  end
+  return redis.call(...)
+end
+
+-- The newest ids of a space-separated list, in at most `cap` bytes: past twice that it is
+-- cut back to `cap` at an id boundary, so a write seldom scans the list.
+local function newest(list, cap)
+  if #list <= 2 * cap then return list end
+  local at = string.find(list, ' ', #list - cap, true)
+  return at and string.sub(list, at + 1) or list
+end
+
+local function record()
+if turn_id ~= '' and call('ZSCORE', ids, turn_id) then
+  return {tonumber(redis.pcall('HGET', meta, 'turns')) or 0, 0}
+end
+
+local ttl = tonumber(ttl_ms)
+local max_keys, history = tonumber(max_keys), tonumber(key_history)
+if redis.call('EXISTS', meta) == 0 then  -- evicted, or a new session: count on from the last turn id
+  local last = call('ZRANGE', ids, -1, -1, 'WITHSCORES')
+  if last[2] then call('HSET', meta, 'turns', last[2]) end
+end
+local turns = call('HINCRBY', meta, 'turns', 1)
+call('HINCRBY', meta, 'full_tokens', full_tokens)
+call('HSETNX', meta, 'created', now)
+call('HSET', meta, 'updated', now, 'last_turn', turn_id)
+
+local n_context = tonumber(ARGV[at])
+at = at + 1
+if n_context > 0 then
+  -- Values written by an earlier version carry a clock in microseconds: give them turn scores.
+  local legacy = call('ZRANGEBYSCORE', ctx, '1e12', '+inf')
+  for rank, member in ipairs(legacy) do call('ZADD', ctx, (turns - 1) * 1000 + rank, member) end
+  for i = 0, n_context - 1 do
+    call('ZADD', ctx, turns * 1000 + i, ARGV[at + 2 * i] .. '=' .. ARGV[at + 2 * i + 1])
+  end
+  -- Keep the newest `history` values of each key, and the `max_keys` keys set last.
+  local rank, count, drop = {}, {}, {}
+  for _, member in ipairs(call('ZREVRANGE', ctx, 0, -1)) do
+    local key = string.match(member, '^([^=]+)=')
+    if key == nil then
+      drop[#drop + 1] = member
+    else
+      if rank[key] == nil then
+        rank[key] = #count + 1
+        count[#count + 1] = 0
+      end
+      count[rank[key]] = count[rank[key]] + 1
+      if rank[key] > max_keys or count[rank[key]] > history then drop[#drop + 1] = member end
+    end
+  end
+  for i = 1, #drop, 1000 do call('ZREM', ctx, unpack(drop, i, math.min(i + 999, #drop))) end
+end
+at = at + 2 * n_context
+
+local keep = tonumber(summary_lines)
+if keep > 0 then
+  call('RPUSH', sum, summary_line)
+  call('LTRIM', sum, -keep, -1)
+end
+local n_recent = tonumber(ARGV[at])
+keep = tonumber(recent_messages)
+if keep > 0 and n_recent > 0 then
+  call('RPUSH', recent, unpack(ARGV, at + 1, at + n_recent))
+  call('LTRIM', recent, -keep, -1)
+end
+at = at + 1 + n_recent
+keep = tonumber(trace_entries)
+if keep > 0 and trace ~= '' then
+  call('RPUSH', traces, trace)
+  call('LTRIM', traces, -keep, -1)
+end
+if prompt_json ~= '' then call('SET', prompt, prompt_json) end
+if turn_id ~= '' then
+  call('ZADD', ids, turns, turn_id)
+  call('ZREMRANGEBYRANK', ids, 0, -tonumber(turn_ids) - 1)
+end
+
+local archive, cap, n_pieces, vectors = tonumber(archive_turns), tonumber(postings), tonumber(ARGV[at]), vector_prefix
+if archive > 0 then
+  if n_pieces > 0 then
+    local fields, postings, terms = {}, {}, {}
+    for i = 0, n_pieces - 1 do
+      local base, id = at + 1 + 6 * i, turns .. '.' .. i
+      local record = ARGV[base] .. '\t' .. ARGV[base + 1] .. '\t' .. ARGV[base + 3] .. '\t' .. ARGV[base + 4]
+      fields[#fields + 1] = id
+      fields[#fields + 1] = record
+      if vectors ~= '' and ARGV[base + 5] ~= '' then  -- semantic recall: the piece's vector, for the server's index
+        local key = vectors .. id
+        redis.call('HSET', key, 's', vector_tag, 'turn', turns, 'vec', ARGV[base + 5], 'rec', record)
+        if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+      end
+      for term in string.gmatch(ARGV[base + 2], '%S+') do
+        if postings[term] == nil then
+          postings[term] = id
+          terms[#terms + 1] = term
+        else
+          postings[term] = postings[term] .. ' ' .. id
+        end
+      end
+    end
+    call('HSET', arc, unpack(fields))
+    if #terms > 0 then
+      local lists, updates = call('HMGET', idx, unpack(terms)), {}
+      for j, term in ipairs(terms) do
+        local list = lists[j] and (lists[j] .. ' ' .. postings[term]) or postings[term]
+        updates[#updates + 1] = term
+        updates[#updates + 1] = newest(list, cap)
+      end
+      call('HSET', idx, unpack(updates))
+    end
+  end
+  local gone = turns - archive  -- the turn that falls out of the archive now
+  if gone >= 1 then
+    -- Its pieces go, and those of older turns a few pieces picked at random belong to:
+    -- turns kept while the archive was longer (archive_turns lowered) go a few at a time.
+    local turns_gone, seen = {gone}, {[gone] = true}
+    local picked = call('HRANDFIELD', arc, 4)
+    if type(picked) ~= 'table' then picked = {} end
+    for _, id in ipairs(picked) do
+      local t = tonumber(string.match(id, '^(%d+)%.'))
+      if t and t < gone and not seen[t] then
+        seen[t] = true
+        turns_gone[#turns_gone + 1] = t
+      end
+    end
+    for _, t in ipairs(turns_gone) do
+      local old, keys = {}, {}
+      for n = 0, 31 do
+        old[#old + 1] = t .. '.' .. n
+        keys[#keys + 1] = vectors .. t .. '.' .. n
+      end
+      call('HDEL', arc, unpack(old))
+      if vectors ~= '' then redis.call('DEL', unpack(keys)) end
+    end
+  end
+  -- Sweep: a few terms at random; one whose newest piece fell out of the archive goes.
+  local sample = call('HRANDFIELD', idx, 3, 'WITHVALUES')
+  if type(sample) ~= 'table' then sample = {} end  -- a missing key: an empty array (nil in some servers)
+  for i = 1, #sample, 2 do
+    local last = tonumber(string.match(sample[i + 1], '(%d+)%.%d+$'))
+    if last and last <= gone then call('HDEL', idx, sample[i]) end
+  end
+else
+  call('UNLINK', arc, idx)  -- archive_turns 0 keeps none: what an earlier setting kept goes
+end
+
+at = at + 1 + 6 * n_pieces  -- past the pieces
+local window, n_tools = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+if window > 0 then
+  -- Tools called ("t:<name>" = "<order> <last turn>"): the order a tool was first sent in
+  -- stays while it is called within `window` turns; fields older than that are dropped.
+  for i = 1, n_tools do
+    local field = 't:' .. ARGV[at + 1 + i]
+    local old, order = call('HGET', meta, field), nil
+    if old then
+      local first, last = string.match(old, '^(%d+) (%d+)$')
+      if first and turns - tonumber(last) <= window then order = first end
+    end
+    call('HSET', meta, field, (order or tostring(turns * 1000 + i)) .. ' ' .. turns)
+  end
+  local fields = call('HGETALL', meta)
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, 2) == 't:' then
+      local last = tonumber(string.match(fields[i + 1], ' (%d+)$') or '0')
+      if turns - last >= window then call('HDEL', meta, fields[i]) end
+    end
+  end
+end
+
+for i = 1, 9 do
+  if ttl > 0 then call('PEXPIRE', KEYS[i], ttl) else call('PERSIST', KEYS[i]) end
+end
+if KEYS[10] then  -- the listing index: best effort, never fails the turn
+  redis.pcall('ZADD', KEYS[10], now, session_id)
+  if index_cutoff ~= '' then redis.pcall('ZREMRANGEBYSCORE', KEYS[10], '-inf', index_cutoff) end
+end
+return {turns, 1, unpack(repaired)}
+end
+
+local ok, result = pcall(record)
+if ok then return result end
+if type(result) == 'table' and result.err then return result end
+return redis.error_reply(tostring(result))
