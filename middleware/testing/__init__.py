@@ -1,7 +1,7 @@
 """Helpers for testing code that uses ``middleware`` (and for our own tests): capture the
 library's events, start real ``redis-server`` processes (one, or a small cluster) on free
-loopback ports, put a fault-injecting proxy in front of one, serve an app on loopback, and
-serve scripted models through litellm."""
+loopback ports, put a fault-injecting proxy in front of one, serve an app on loopback (a stand-in
+OpenAI-compatible provider among them), and serve scripted models through litellm."""
 
 from __future__ import annotations
 
