@@ -21,7 +21,7 @@ import importlib
 import inspect
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -265,20 +265,24 @@ def as_tools(items: Iterable[Any]) -> list[Tool]:
 
 class ToolList(list):  # type: ignore[type-arg]
     """The ``tools`` a wrapped chatbot is handed with disclosure on: a plain list (the loader,
-    then the disclosed tools, each as it was given: a schema dict, a ``Tool`` or a
-    callable) that also runs the loader. A chatbot that runs its own tool loop answers a
-    call of the loader with ``tools.load(arguments)``, which appends the loaded tools to
-    this same list for its next LLM call; with callables, the loader is a callable too."""
+    then the disclosed tools) that also runs the loader. Schemas it was given as dicts are
+    handed as ``chat()`` sends them (``schemas``: the request's, breakpoints included); its
+    ``Tool`` objects and callables as given. A chatbot that runs its own tool loop answers a
+    call of the loader with ``tools.load(arguments)``, which appends the loaded tools to this
+    same list for its next LLM call; with callables, the loader is a callable too."""
 
-    def __init__(self, disclosed: DisclosedTools, originals: Mapping[str, Any], *, callables: bool) -> None:
+    def __init__(
+        self, disclosed: DisclosedTools, originals: Mapping[str, Any], *, callables: bool,
+        schemas: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:  # fmt: skip
         self.disclosed, self.originals, self.callables = disclosed, originals, callables
         self.loader_name = disclosed.catalog.loader_name
-        super().__init__([self._loader_item(), *(originals[name] for name in disclosed.names)])
+        if callables:
+            super().__init__([self._loader(), *(originals[name] for name in disclosed.names)])
+        else:
+            super().__init__([dict(schema) for schema in (schemas if schemas is not None else disclosed.schemas())])
 
-    def _loader_item(self) -> Any:
-        if not self.callables:
-            return dict(self.disclosed.catalog.loader_schema)
-
+    def _loader(self) -> Any:
         def load(names: list[str]) -> str:
             return self.load({"names": names})
 
@@ -300,7 +304,10 @@ class ToolList(list):  # type: ignore[type-arg]
                 arguments = None
         before = len(self.disclosed.names)
         answer = self.disclosed.load(arguments)
-        self.extend(self.originals[name] for name in self.disclosed.names[before:])
+        if self.callables:
+            self.extend(self.originals[name] for name in self.disclosed.names[before:])
+        else:  # as chat() sends them: a group's shared opening only in the first of its tools sent
+            self.extend(self.disclosed.schemas()[1 + before :])
         return answer
 
 

@@ -10,7 +10,6 @@ import pytest
 from middleware.core.caching import (
     ANTHROPIC_LOOKBACK,
     CacheState,
-    LoopOdds,
     Rules,
     Split,
     blocks,
@@ -19,8 +18,6 @@ from middleware.core.caching import (
     rules_for,
     split,
     with_breakpoints,
-    worth_sending,
-    worth_writing,
 )
 
 # Prices as litellm's local price map has them (USD per token).
@@ -194,37 +191,6 @@ def test_the_memory_that_changes_now_and_then_gets_its_own_breakpoint_and_is_rea
     assert marked[1] == {"role": "user", "content": "hi"}
 
 
-def test_a_breakpoint_is_written_only_when_a_later_call_is_likely_enough_to_read_it() -> None:
-    """Sonnet: writing costs 0.25 of the input price more, a read saves 0.9 of it, so the
-    break-even chance is 0.25 / 0.9 = 27.8%. Without a write premium (OpenAI) writing is free."""
-    assert worth_writing(SONNET, 0.28) and not worth_writing(SONNET, 0.27)
-    assert worth_writing(GPT_4O_MINI, 0.0)
-    odds = LoopOdds()
-    assert odds.chance(True) == odds.chance(False) == 0.5  # as if one call of each kind was seen
-    for _ in range(3):
-        odds.note(True, False)
-    odds.note(False, True)
-    assert odds.chance(True) == pytest.approx(1 / 5) and odds.chance(False) == pytest.approx(2 / 3)
-
-
-def test_a_matched_tool_is_sent_when_its_chance_pays_for_it_against_a_loader_round() -> None:
-    """Worked by hand, per token. Sonnet, a 100-token schema after 2,000 tokens that stay
-    and 600 more: sent, it is written (100 x 3.75e-6 = 3.75e-4); not sent, a turn that calls
-    it makes one more call reading the 2,000 (6e-4) and writing the 600 and the schema
-    (700 x 3.75e-6 = 2.625e-3), 3.225e-3 in all: the break-even chance is 11.6%. When it is
-    the first tool sent after those that stay, the 200 cached tokens after the tools are
-    written instead of read too (200 x 3.45e-6 = 6.9e-4): 1.065e-3, break-even 33.0%.
-    gpt-4o-mini, the same sizes: 1.5e-5 against 1.5e-4 + 1.05e-4, break-even 5.9%. Where
-    the shared tokens are short of the model's minimum nothing is cached, and with no
-    prices nothing can be weighed: always sent (disclosure.match_tools decides)."""
-    sizes = {"schema": 100, "shared": 2000, "rest": 600}
-    assert worth_sending(SONNET, 0.12, **sizes) and not worth_sending(SONNET, 0.11, **sizes)
-    assert worth_sending(SONNET, 0.34, **sizes, after=200) and not worth_sending(SONNET, 0.32, **sizes, after=200)
-    assert worth_sending(GPT_4O_MINI, 0.06, **sizes) and not worth_sending(GPT_4O_MINI, 0.058, **sizes)
-    assert worth_sending(SONNET, 0.0, schema=100, shared=1000, rest=600)
-    assert worth_sending(Rules(kind="openai", min_tokens=1024), 0.0, **sizes)
-
-
 def test_litellm_passes_the_breakpoints_on_to_anthropic() -> None:
     """Through litellm's own Anthropic request transformation (offline): cache_control lands
     on the tool, the static system block and the last tool result."""
@@ -256,48 +222,3 @@ def test_litellm_passes_the_breakpoints_on_to_anthropic() -> None:
     assert [block.get("cache_control") for block in request["system"]] == [{"type": "ephemeral"}] * 2 + [None]
     assert request["messages"][0]["content"][0]["cache_control"] == {"type": "ephemeral"}
     assert "cache_control" not in json.dumps(request["messages"][1:])
-
-
-def test_per_call_cost_reads_the_stable_part_once_it_is_long_enough() -> None:
-    """In input-token units, warm cache: OpenAI reads whole 128-token steps of the stable part
-    at its discount; Anthropic writes the changing rest at 1.25x; below the minimum nothing is read."""
-    from middleware.core.caching import per_call_cost
-
-    assert per_call_cost(GPT_4O_MINI, total=3000, stable=2000) == pytest.approx(1920 * 0.5 + 1080)
-    assert per_call_cost(SONNET, total=3000, stable=2000) == pytest.approx(2000 * 0.1 + 1000 * 1.25)
-    haiku = rules_for(
-        "anthropic", {"input_cost_per_token": 1e-06, "cache_read_input_token_cost": 1e-07, "prompt_cache_min_tokens": 4096}
-    )
-    assert per_call_cost(haiku, total=3000, stable=2800) == 3000  # under 4,096: nothing cached
-
-
-def test_every_schema_is_preferred_only_when_it_alone_can_be_cached_and_costs_less() -> None:
-    """Haiku 4.5: a 2,800-token disclosed prefix is never cached, every schema (5,000) is, and
-    costs less. Sonnet: both can be cached, so the disclosed prompt stays (no switching back
-    and forth, each switch rewriting the cache). gpt-4o-mini: every schema can be cached but,
-    at half price, costs more than a small disclosed prompt."""
-    from middleware.core.caching import prefer_whole
-
-    haiku = rules_for("anthropic", {"input_cost_per_token": 1e-06, "cache_read_input_token_cost": 1e-07,
-                                    "cache_creation_input_token_cost": 1.25e-06, "prompt_cache_min_tokens": 4096})  # fmt: skip
-    sizes = {"disclosed": 3100, "disclosed_stable": 2800, "whole": 5300, "whole_stable": 5000}
-    assert prefer_whole(haiku, **sizes)
-    assert not prefer_whole(SONNET, **sizes)
-    assert not prefer_whole(GPT_4O_MINI, disclosed=800, disclosed_stable=250, whole=2600, whole_stable=2300)
-
-
-def test_every_schema_is_not_sent_while_the_disclosed_prefix_soon_grows_into_the_minimum() -> None:
-    """Hand-worked, Haiku 4.5 (4,096 minimum; input $1, read $0.10, write $1.25 per million):
-    the disclosed prompt (3,100 tokens, 2,800 stable) costs 3,100 a call and every schema
-    (5,300, 5,000 stable) 5,000 x 0.1 + 300 x 1.25 = 875, a gain of 2,225 a call; its first
-    call costs 5,000 x (1.25 - 0.1) = 5,750 more than a warm one. Growing 1,300 tokens a turn
-    the stable part is cached after one turn: 2,225 < 5,750, the disclosed prompt stays; at
-    500 a turn it takes three: 6,675 > 5,750, every schema is sent; not growing, as before."""
-    from middleware.core.caching import prefer_whole
-
-    haiku = rules_for("anthropic", {"input_cost_per_token": 1e-06, "cache_read_input_token_cost": 1e-07,
-                                    "cache_creation_input_token_cost": 1.25e-06, "prompt_cache_min_tokens": 4096})  # fmt: skip
-    sizes = {"disclosed": 3100, "disclosed_stable": 2800, "whole": 5300, "whole_stable": 5000}
-    assert not prefer_whole(haiku, **sizes, growth=1300)
-    assert prefer_whole(haiku, **sizes, growth=500)
-    assert prefer_whole(haiku, **sizes, growth=0)

@@ -337,7 +337,6 @@ def test_a_tool_named_like_the_loader_is_refused(managers: ManagerFactory, log_p
 def test_a_wrapped_single_call_chatbot_gets_its_loader_answered(managers: ManagerFactory, log_path: Path) -> None:
     """A chatbot that makes one LLM call with the tools it is handed: when the reply only asks
     for the loader, the middleware answers and calls the chatbot again with the schemas."""
-    from middleware import llm
 
     model = Needs({"show notes.txt": [("cat", {"file_name": "notes.txt"})]})
     schemas = [Tool(fn).schema for fn in toolset()]
@@ -486,61 +485,6 @@ def test_recent_tools_stay_only_when_the_cache_is_asked_whether_they_pay() -> No
     asked.clear()
     CATALOG.select({}, 2, "send a message", policy(match_tools=1), cached=no)
     assert asked == []
-
-
-@pytest.mark.parametrize(
-    ("caching", "kept_tokens", "whole_tokens", "keeps"),
-    [
-        ({"rules": "none"}, 50_000, 50_000, False),  # not modelled, and no cache price known
-        ({"rules": "none", "price_as": "deepseek/deepseek-chat"}, 500, 500, True),  # not modelled, reads priced lower
-        ({"price_as": "claude-sonnet-4-5"}, 5_000, 5_000, False),  # Anthropic caches only at breakpoints
-        ({"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}, 1_100, 1_100, True),
-        ({"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}, 400, 1_100, True),  # reads at a tenth
-        ({"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}, 400, 700, False),  # nothing reaches 1,024
-        ({"price_as": "gpt-4o-mini"}, 1_100, 1_100, True),  # reaches 1,024, read at half
-        ({"price_as": "gpt-4o-mini"}, 700, 50_000, False),  # read at half: only once they are cached
-        ({"price_as": "gpt-5-mini"}, 700, 1_100, True),  # read at a tenth
-        ({"price_as": "gpt-4.1-mini"}, 700, 1_100, True),  # read at exactly a quarter
-        ({"price_as": "claude-haiku-4-5", "anthropic_breakpoints": True}, 3_000, 3_900, False),  # 4,096 minimum
-    ],
-)
-def test_whether_recent_tools_pay_follows_each_providers_caching(
-    caching: dict[str, Any], kept_tokens: int, whole_tokens: int, keeps: bool
-) -> None:
-    """Hand-worked: kept schemas of ``kept_tokens`` against every schema's ``whole_tokens``
-    (with the static system text), under each provider's rules and litellm's prices."""
-    from middleware.session.engine import Engine
-
-    engine = Engine(Config().with_overrides(caching=caching, usage_log={"path": None}))
-    schemas = _schemas_of_tokens(engine, kept_tokens)
-    assert engine.keeps_recent("m", schemas, whole_tokens=whole_tokens - engine.composer.static_tokens) is keeps
-
-
-def _schemas_of_tokens(engine: Any, tokens: int) -> list[dict[str, Any]]:
-    """One schema of ``tokens`` tokens (within 2), as the engine counts them."""
-
-    def schemas_of(words: int) -> list[dict[str, Any]]:
-        return [{"type": "function", "function": {"name": "t", "description": "word " * words}}]
-
-    words = tokens
-    for _ in range(5):
-        words += tokens - llm.tools_tokens(engine.config.tokens.model, schemas_of(words))
-    assert abs(llm.tools_tokens(engine.config.tokens.model, schemas_of(words)) - tokens) <= 2
-    return schemas_of(words)
-
-
-def test_the_system_text_after_changing_tools_is_not_counted_as_cached() -> None:
-    """Matched tools come between the kept tools and the system text and change from turn to
-    turn, so a long system text does not lift kept tools over the minimum: 700 tokens of
-    kept tools with about 900 of instructions stay out with gpt-4o-mini."""
-    from middleware.session.engine import Engine
-
-    config = Config().with_overrides(assistant={"instructions": "Follow the house rules. " * 180}, caching={"price_as": "gpt-4o-mini"},
-                                     usage_log={"path": None})  # fmt: skip
-    engine = Engine(config)
-    assert engine.composer.static_tokens > 800
-    assert engine.keeps_recent("m", _schemas_of_tokens(engine, 700), whole_tokens=50_000) is False
-    assert engine.keeps_recent("m", _schemas_of_tokens(engine, 1_100), whole_tokens=50_000) is True
 
 
 def test_every_schema_is_sent_when_the_system_text_follows_matched_tools(managers: ManagerFactory, log_path: Path) -> None:
@@ -1040,7 +984,7 @@ def test_tools_are_embedded_in_batches_kept_as_each_is_made(managers: ManagerFac
     """120 tools: 96, then 24 (providers cap a call's inputs). When the second call fails the
     turn matches by words, and the next turn embeds only those 24, then its message; each
     vector went to its own tool (the inbox tool, in the second batch, is matched by meaning)."""
-    from middleware.session.engine import EMBED_BATCH
+    from middleware.session.embedder import EMBED_BATCH
 
     embeddings = Embeddings()
     fail_once = iter([True])  # the first short call of tools fails

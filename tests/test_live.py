@@ -3,6 +3,7 @@ and the script that records finished turns in arrival order, on the embedded sto
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Any
@@ -12,12 +13,12 @@ import pytest
 from middleware import Config, SessionManager
 from middleware.core.composer import Composer
 from middleware.core.conversation import OpenTurn, read_messages
-from middleware.core.effects import Batch
 from middleware.core.state import Turn
 from middleware.exceptions import InvalidMessageError, InvalidToolCallError
 from middleware.runner import run
 from middleware.store import RedisStore, live
 from middleware.store import keys as store_keys
+from middleware.store import load as store_load
 from middleware.store import record as store_record
 from middleware.tokens import get_tokenizer
 
@@ -96,7 +97,7 @@ def test_a_tool_call_without_an_id_is_refused() -> None:
 
 def test_an_open_turn_takes_only_the_results_it_waits_for() -> None:
     """Results are matched to the pending calls by id, in the calls' order; a missing one is an error."""
-    turn = OpenTurn(seq=3, turn_id="t", user="u").asked(asks("a", "b"))
+    turn = asked(OpenTurn(seq=3, turn_id="t", user="u"), "a", "b")
     assert turn.pending == ("a", "b") and turn.field == "open:a" and turn.steps == 1
     answered = turn.answered([result("b", "B"), result("zzz"), result("a", "A")])
     assert [m.get("tool_call_id") for m in answered.loop] == [None, "a", "b"] and answered.pending == ()
@@ -132,11 +133,17 @@ def store(store_url: str) -> Any:
     driver.close()
 
 
+def asked(turn: OpenTurn, *ids: str) -> OpenTurn:
+    """``turn`` after the model asked for tools ``ids``, one more call made."""
+    return dataclasses.replace(turn, loop=(*turn.loop, asks(*ids)), steps=turn.steps + 1)
+
+
 def arrive(config: Config, driver: RedisStore, *, waiting: tuple[str, ...] = (), wait: float = 3600) -> live.Arrival:
+    """A request arriving, its arrival sent ahead of the session's load in one round trip."""
     layout = store_keys.Layout.of(config)
-    return run(
-        live.arrive(layout, "s", waiting=waiting, reserve=not waiting, mark_import=True, now=time.time(), wait=wait), driver.send
-    )
+    command = live.arrive_command(layout, "s", waiting=waiting, reserve=not waiting, mark_import=True, now=time.time(), wait=wait)
+    loaded = run(store_load.load(layout, "s", ahead=[command]), driver.send)
+    return live.arrival(loaded.ahead[0])
 
 
 def finish(config: Config, driver: RedisStore, seq: int, text: str, *, wait: float = 3600) -> None:
@@ -191,7 +198,7 @@ def test_the_first_arrival_may_import_and_an_open_turn_is_found_by_its_call_ids(
     config, driver = store
     assert arrive(config, driver).first and not arrive(config, driver).first
     layout = store_keys.Layout.of(config)
-    turn = OpenTurn(seq=0, turn_id="t", user="u").asked(asks("c1", "c2"))
+    turn = asked(OpenTurn(seq=0, turn_id="t", user="u"), "c1", "c2")
     run(live.wait_for_results(layout, "s", turn, drop=None, now=time.time(), wait=3600), driver.send)
     found = arrive(config, driver, waiting=("zz", "c1"))
     assert found.open == turn and found.seq == 0  # no new place for a continued turn
@@ -206,7 +213,7 @@ def test_a_turn_waiting_for_tool_results_lets_later_turns_through(store: Any, st
     config, driver = store
     layout = store_keys.Layout.of(config)
     first, second = arrive(config, driver).seq, arrive(config, driver).seq
-    turn = OpenTurn(seq=first, turn_id="t", user="tools").asked(asks("c1"))
+    turn = asked(OpenTurn(seq=first, turn_id="t", user="tools"), "c1")
     waiting = run(live.wait_for_results(layout, "s", turn, drop=None, now=time.time(), wait=3600), driver.send)
     assert waiting.seq == 0
     finish(config, driver, second, "second")
@@ -215,18 +222,12 @@ def test_a_turn_waiting_for_tool_results_lets_later_turns_through(store: Any, st
     assert recorded(config, store_url) == ["second", "tools"]
 
 
-def test_piggyback_sends_commands_with_a_plans_first_batch() -> None:
-    """One round trip for both: the commands go first; the plan gets its own replies and goes on."""
-
-    def plan() -> Any:
-        first = yield Batch([("get", "a")])
-        second = yield Batch([("get", "b")])
-        return first + second
-
-    combined = live.piggyback([("incr", "n")], plan())
-    batch = next(combined)
-    assert [c[0] for c in batch.commands] == ["incr", "get"]
-    assert combined.send([1, "A"]).commands == [("get", "b")]
-    with pytest.raises(StopIteration) as stop:
-        combined.send(["B"])
-    assert stop.value.value == ([1], ["A", "B"])
+def test_commands_sent_ahead_of_a_load_go_in_its_round_trip(store: Any) -> None:
+    """One round trip for both: the commands go first and their replies come back with the state."""
+    config, driver = store
+    layout = store_keys.Layout.of(config)
+    plan = store_load.load(layout, "s", ahead=[("incr", "n"), ("incr", "n")])
+    batch = next(plan)
+    assert [c[0] for c in batch.commands[:2]] == ["incr", "incr"] and len(batch.commands) > 2
+    loaded = run(store_load.load(layout, "s", ahead=[("incr", "n")]), driver.send)
+    assert loaded.ahead == (1,) and loaded.state.turns == 0

@@ -472,7 +472,7 @@ def test_held_turns_get_their_vectors_in_one_embedding_call(face: str, tmp_path:
     vectors made for a write that failed are kept with the held turns, not made again on
     every call; an embedding call that fails is not tried again in that flush, and the
     turns are written all the same."""
-    from middleware.session.engine import EMBED_BATCH
+    from middleware.session.embedder import EMBED_BATCH
 
     with _outage(tmp_path, "counted") as (server, config, calls, failing):
         client = server.client()

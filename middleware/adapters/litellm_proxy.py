@@ -8,7 +8,8 @@ clients get the same memory as ``middleware serve`` gives, added by config::
 Before each call (``async_pre_call_hook``) the request's messages are replaced by the
 session's composed prompt and the turn's tool loop; after it (``async_log_success_event``)
 the turn is recorded, or kept open for the client's tool results, exactly as the endpoint
-does (``middleware.serve.turns``). The session is the request's ``user``, else
+does (``middleware.serve.turns``). The proxy makes the call itself, so the hook cannot answer
+the disclosure loader: the client's tools go upstream as it sent them. The session is the request's ``user``, else
 ``metadata.session_id``, else the ``X-Session-Id`` header; other requests pass untouched.
 ``hook`` is made on first use from ``$MIDDLEWARE_CONFIG`` and ``$REDIS_URL``.
 """
@@ -30,6 +31,7 @@ from ..runner import arun
 from ..serve.turns import Exchange, Turns
 from ..session.engine import Engine
 from ..store.drivers import AsyncRedisStore, AsyncSessionStore
+from ..turn.plan import Request
 from .memory import require
 
 __all__ = ["MiddlewareHook", "hook"]  # noqa: F822 (hook is made on first use, by __getattr__)
@@ -56,8 +58,9 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
         config = config if config is not None else load_config()
         self.engine = Engine(config)
         self.store = store if store is not None else AsyncRedisStore.from_url(config.store.url, config.store)
-        self.turns = Turns(self.engine, wait=config.serve.order_wait_seconds, kind="litellm_proxy")
-        self._exchanges: Lru[tuple[Exchange, float]] = Lru(10_000)  # by litellm call id, from the hook to the callback
+        self.turns = Turns(self.engine, config, wait=config.serve.order_wait_seconds, kind="litellm_proxy")
+        # By litellm call id, from the hook to the callback: the exchange, the request sent and when.
+        self._exchanges: Lru[tuple[Exchange, Request, float]] = Lru(10_000)
 
     async def async_pre_call_hook(
         self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any
@@ -71,13 +74,16 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
         }:
             return data
         try:
-            exchange = await arun(self.turns.begin(session, data.get("messages"), data.get("tools"), str(data.get("model"))),
-                                  self.store.send)  # fmt: skip
+            begun = self.turns.begin(session, data.get("messages"), data.get("tools"), str(data.get("model")), disclose=False)
+            exchange = await arun(begun, self.store.send)
         except InvalidInputError as exc:  # the proxy answers 400 with this message
             raise ValueError(str(exc)) from None
+        request = exchange.calls.request()
         call_id = data.setdefault("litellm_call_id", str(uuid.uuid4()))
-        self._exchanges.put(call_id, (exchange, time.perf_counter()))
-        data["messages"] = exchange.messages
+        self._exchanges.put(call_id, (exchange, request, time.perf_counter()))
+        data["messages"] = request.messages
+        if request.schemas is not None:  # the client's own, with their breakpoint where the caching rules place one
+            data["tools"] = request.schemas
         return data
 
     async def async_post_call_success_hook(self, data: dict[str, Any], user_api_key_dict: Any, response: Any) -> Any:
@@ -93,24 +99,22 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
         found = self._exchanges.pop(str(data.get("litellm_call_id")))
         if found is None or not getattr(response, "choices", None):
             return
-        exchange, started = found
+        exchange, request, started = found
         model = str(data.get("model") or "")
-        reply = llm.message_of(response)
-        await arun(
-            self.turns.finish(exchange, reply, response, model=model, latency=time.perf_counter() - started), self.store.send
-        )
+        step = self.turns.step(exchange, request, llm.message_of(response), response, model=model,
+                               latency=time.perf_counter() - started)  # fmt: skip
+        await arun(step, self.store.send)
 
     async def async_log_failure_event(self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any) -> None:
         found = self._exchanges.pop(str(kwargs.get("litellm_call_id")))
         if found is None:
             return
-        exchange, started = found
+        exchange, request, started = found
         error = kwargs.get("exception")
         status = llm.status_of(error) if isinstance(error, BaseException) else 502
-        self.turns.log(
-            exchange, {}, None, model=str(kwargs.get("model") or ""), latency=time.perf_counter() - started, error=status
-        )
-        await arun(self.turns.fail(exchange), self.store.send)
+        failed = self.turns.fail(exchange, request, model=str(kwargs.get("model") or ""), latency=time.perf_counter() - started,
+                                 status=status)  # fmt: skip
+        await arun(failed, self.store.send)
         log.warning("litellm_proxy.call_failed", session=exchange.session_id, status=status)
 
 

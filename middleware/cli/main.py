@@ -202,7 +202,7 @@ def demo(obj: _Context, session: str | None, model: str, log_path: str | None) -
             "its prompt cache."
         )
         console.print(_joined("Remembered context: ", _text(state.context)))
-        log_file = mgr.usage_log.path
+        log_file = mgr.config.usage_log.path
         if log_file is not None:
             console.print(_joined("Usage log: ", _text(log_file), "  ·  review it with: middleware report ", _text(log_file),
                                   " --session ", _text(session)))  # fmt: skip

@@ -365,14 +365,13 @@ class DisclosureConfig(_Section):
     # Tools of a group whose descriptions open with the same sentences (at least 40
     # characters) carry them once per call: in the first of the group's tools sent.
     share_preambles: bool = True
-    # Follow the model's prompt caching (caching.rules): send every schema instead when that
-    # costs less per call (a model whose minimum cached prefix is longer than the disclosed
-    # prompt), and keep recently used tools only where that caching makes them worth
-    # keeping (see Engine.keeps_recent; a wrapped chatbot's model is unknown before its
-    # call, so its used tools stay); where they are kept short of the model's minimum cached
-    # prefix, matched tools join them until they reach it (Engine.grows_recent); where the
-    # prompt's opening is cached, matched tools and companions called too seldom at their
-    # rank (learned per process) to pay for themselves against a loader round are left out.
+    # Follow the model's prompt caching (caching.rules), by the tool policy every entrance
+    # shares: send every schema instead when that costs less per call (a model whose minimum
+    # cached prefix is longer than the disclosed prompt); keep recently used tools only where
+    # that caching makes them worth keeping, and where they are kept short of the model's
+    # minimum cached prefix, let matched tools join them until they reach it; where the
+    # prompt's opening is cached, leave out matched tools and companions called too seldom at
+    # their rank (learned per process) to pay for themselves against a loader round.
     cache_aware: bool = True
 
 

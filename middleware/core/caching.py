@@ -33,7 +33,6 @@ same, which undercounts what OpenAI and Gemini (token-granular) would read, neve
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -45,19 +44,14 @@ __all__ = [
     "OPENAI_STEP",
     "Block",
     "CacheState",
-    "LoopOdds",
     "Rules",
     "Split",
     "blocks",
     "growing_blocks",
-    "per_call_cost",
-    "prefer_whole",
     "request_blocks",
     "rules_for",
     "split",
     "with_breakpoints",
-    "worth_sending",
-    "worth_writing",
 ]
 
 Kind = Literal["openai", "anthropic", "gemini", "none"]
@@ -225,100 +219,6 @@ def split(prompt: Sequence[Block], state: CacheState, rules: Rules, *, now: floa
     entries.update(new)
     kept = {key: value for key, value in entries.items() if value[1] > calls - _REMEMBERED_CALLS}
     return Split(read=read, written=written, uncached=total - read - written), CacheState(entries=kept, calls=calls, at=now)
-
-
-def per_call_cost(rules: Rules, *, total: int, stable: int) -> float:
-    """What a call of ``total`` tokens costs once the cache is warm, in input-token units,
-    when its first ``stable`` tokens are the same on every call: the stable part is read (if
-    long enough), the rest billed in full, at Anthropic's write price when breakpoints
-    cache it (it changes every call, so it is written every call)."""
-    cached = stable - stable % rules.step if stable >= rules.min_tokens and rules.kind != "none" else 0
-    price = rules.input_price or 0.0
-    if not price:
-        return float(total)
-    read = (rules.read_price if rules.read_price is not None else price) / price
-    rest = (rules.write_price or price) / price if rules.explicit and total >= rules.min_tokens else 1.0
-    return cached * read + (total - cached) * rest
-
-
-def prefer_whole(
-    rules: Rules, *, disclosed: int, disclosed_stable: int, whole: int, whole_stable: int, growth: float = 0.0
-) -> bool:
-    """Whether sending every schema (``whole`` tokens, ``whole_stable`` of them the same on
-    every call) beats the disclosed prompt: only when the disclosed prompt's stable part is
-    too short for the cache and every schema's is not, and the warm-cache cost per call is
-    lower. When both can be cached, switching between them would rewrite the cache on each
-    switch, which the per-call comparison does not see, so the disclosed prompt stays.
-
-    ``growth``: tokens a turn adds, on average, to the disclosed stable part (its tools stay
-    while it is under the minimum: see ``Catalog.select``'s ``grows``); 0 when it does not
-    grow. Every schema then pays only if what it saves per call, over the turns the stable
-    part takes to reach the minimum, is more than its first call costs over a warm one (it
-    writes, or pays in full, what later calls read)."""
-    if not (disclosed_stable < rules.min_tokens <= whole_stable):
-        return False
-    gain = per_call_cost(rules, total=disclosed, stable=disclosed_stable) - per_call_cost(rules, total=whole, stable=whole_stable)
-    if gain <= 0:
-        return False
-    price = rules.input_price
-    if growth <= 0 or not price:
-        return True
-    turns = math.ceil((rules.min_tokens - disclosed_stable) / growth)
-    read = rules.read_price if rules.read_price is not None else price
-    premium = whole_stable * ((rules.write_price or price) - read) / price
-    return gain * turns > premium
-
-
-def worth_writing(rules: Rules, chance: float) -> bool:
-    """Whether a call should write what it adds to the cache (a breakpoint at its end) when
-    another call reads it with probability ``chance``: writing costs the write premium now,
-    and saves the difference between the input and the read price on that later call.
-    With Anthropic's prices (1.25x to write, 0.1x to read) the break-even is about 28%."""
-    price, write = rules.input_price, rules.write_price
-    if not rules.explicit or not price or write is None or write <= price:
-        return True
-    read = rules.read_price if rules.read_price is not None else price
-    return chance * (price - read) > write - price
-
-
-def worth_sending(rules: Rules, chance: float, *, schema: int, shared: int, rest: int, after: int = 0) -> bool:
-    """Whether a tool matched to the message is worth sending up front, by the model's prompt
-    caching, when the turn calls it with probability ``chance``. Sent, its ``schema`` tokens
-    are billed on the turn's first call in full, or at the write price (the matched tools
-    change from turn to turn, so they are not read from the cache), and, when it is the
-    first tool sent after those that stay, the ``after`` tokens that follow the tools and
-    would have been read from the cache (the static system text, the memory that changes
-    only now and then) are billed again too. Not sent, a turn that calls it pays a loader
-    round: one more call, whose prompt opens with the ``shared`` tokens of the first call's
-    (read from the cache) and then pays the ``rest`` (the messages, the other matched
-    tools: what follows a schema appended is new) and the schema loaded, in full or at the
-    write price. The loader call's own output is not counted. Where ``shared`` is not read
-    from the cache (shorter than the model's minimum) or the prices are unknown: always
-    (then ``disclosure.match_tools`` alone says how many are sent)."""
-    price, read = rules.input_price, rules.read_price
-    if not price or read is None or shared < rules.min_tokens:
-        return True
-    write = rules.write_price if rules.explicit and rules.write_price else price
-    return chance * (shared * read + (rest + schema) * write) > schema * write + after * (write - read)
-
-
-class LoopOdds:
-    """How often a call that offers tools is followed by another call of the same turn (its
-    reply asked for tools), counted apart for a turn's first call and for the calls after
-    tool results. Each starts as if one call of each kind had been seen (even odds), so a
-    process starts out writing, as a model that runs long tool loops needs."""
-
-    def __init__(self) -> None:
-        self._seen = {False: [1, 2], True: [1, 2]}  # after tool results -> [followed, calls]
-
-    def chance(self, after_results: bool) -> float:
-        followed, calls = self._seen[after_results]
-        return followed / calls
-
-    def note(self, after_results: bool, followed: bool) -> None:
-        counts = self._seen[after_results]
-        counts[0] += followed
-        counts[1] += 1
 
 
 # --- requests ----------------------------------------------------------------------

@@ -9,6 +9,7 @@ A turn that waits for the client's tool results between requests is an ``OpenTur
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -134,25 +135,32 @@ def read_messages(messages: Any) -> Conversation:
 
 @dataclass(frozen=True, slots=True)
 class OpenTurn:
-    """A turn between requests: its place, its user message and its tool loop so far."""
+    """A turn between requests: its place, its user message, its tool loop so far and what
+    its plan keeps between requests (the tools it disclosed and loaded, where its last call's
+    breakpoints ended, the calls it answered itself: see ``middleware.serve.turns``)."""
 
     seq: int  # its arrival number (0: none, recorded whenever it ends)
     turn_id: str
     user: str
     loop: tuple[dict[str, Any], ...] = ()  # assistant tool-call messages and tool results, in order
     steps: int = 0  # upstream calls made so far
+    plan: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> bytes:
-        return orjson.dumps({"seq": self.seq, "turn_id": self.turn_id, "user": self.user, "loop": self.loop, "steps": self.steps})
+        return orjson.dumps({"seq": self.seq, "turn_id": self.turn_id, "user": self.user, "loop": self.loop, "steps": self.steps,
+                             "plan": self.plan})  # fmt: skip
 
     @classmethod
     def from_json(cls, raw: Any) -> OpenTurn | None:
         """The turn a ``live`` field holds, or None for a missing or unreadable record."""
         try:
             data = orjson.loads(raw)
+            plan = data.get("plan") or {}
+            if not isinstance(plan, dict):
+                raise TypeError("plan")
             return cls(seq=int(data["seq"]), turn_id=str(data["turn_id"]), user=str(data["user"]),
-                       loop=tuple(dict(m) for m in data["loop"]), steps=int(data["steps"]))  # fmt: skip
-        except (ValueError, TypeError, KeyError):
+                       loop=tuple(dict(m) for m in data["loop"]), steps=int(data["steps"]), plan=plan)  # fmt: skip
+        except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
     @property
@@ -167,7 +175,8 @@ class OpenTurn:
         return tuple(asked)
 
     def answered(self, results: Sequence[Mapping[str, Any]]) -> OpenTurn:
-        """This turn with the tool results among ``results`` that answer its pending calls;
+        """This turn with the tool results among ``results`` that answer its pending calls,
+        every result after the last assistant message in the order it asked for them;
         InvalidMessageError when one is missing."""
         pending = self.pending
         given = {m["tool_call_id"]: m for m in results if m.get("role") == "tool" and m.get("tool_call_id") in pending}
@@ -177,13 +186,10 @@ class OpenTurn:
         answers = [
             {"role": "tool", "tool_call_id": call, "content": content_text(given[call].get("content"), "")} for call in pending
         ]
-        return OpenTurn(seq=self.seq, turn_id=self.turn_id, user=self.user, loop=(*self.loop, *answers), steps=self.steps)
-
-    def asked(self, message: Mapping[str, Any]) -> OpenTurn:
-        """This turn after the model asked for tools with ``message``, one more call made."""
-        return OpenTurn(
-            seq=self.seq, turn_id=self.turn_id, user=self.user, loop=(*self.loop, dict(message)), steps=self.steps + 1
-        )
+        last = max((i for i, m in enumerate(self.loop) if m["role"] == "assistant"), default=-1)
+        order = {call["id"]: i for i, call in enumerate(self.loop[last].get("tool_calls") or ())} if last >= 0 else {}
+        results_after = sorted([*self.loop[last + 1 :], *answers], key=lambda m: order.get(m.get("tool_call_id"), len(order)))
+        return dataclasses.replace(self, loop=(*self.loop[: last + 1], *results_after))
 
     @property
     def field(self) -> str | None:

@@ -38,6 +38,7 @@ arguments do not fit, loaded with a one-line answer: never an opaque error.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import re
@@ -588,6 +589,35 @@ class DisclosedTools:
         """Send none of ``names`` after all, where they come after the tools that stay."""
         gone = set(names)
         self.names = self.names[: self.stable] + [name for name in self.names[self.stable :] if name not in gone]
+
+    def without(self, names: Iterable[str]) -> DisclosedTools:
+        """A copy that sends none of ``names``, where they come after the tools that stay."""
+        copy = dataclasses.replace(self, names=list(self.names), loaded=list(self.loaded))
+        copy.drop(names)
+        return copy
+
+    def saved(self) -> dict[str, Any]:
+        """What a turn that spans requests keeps of its tools between them (the endpoint's
+        open turn): everything but the catalog, which each request brings again."""
+        return {"names": self.names, "stable": self.stable, "loaded": self.loaded, "share": self.share_preambles,
+                "grown": self.grown, "growing": self.growing, "pinned": self.pinned, "ranked": self.ranked,
+                "companions": self.companions, "settled": self.settled}  # fmt: skip
+
+    @classmethod
+    def restored(cls, catalog: Catalog, saved: Mapping[str, Any]) -> DisclosedTools:
+        """The tools ``saved`` kept, against this request's ``catalog`` (names it no longer
+        holds are left out); ValueError for a record that is not one."""
+        try:
+            names = [str(name) for name in saved["names"]]
+            stable = int(saved["stable"])
+            kept = [name for name in names if name in catalog]
+            return cls(catalog, names=kept, stable=min(stable - sum(1 for n in names[:stable] if n not in catalog), len(kept)),
+                       loaded=[str(n) for n in saved["loaded"] if n in catalog], share_preambles=bool(saved["share"]),
+                       grown=int(saved["grown"]), growing=bool(saved["growing"]), pinned=int(saved["pinned"]),
+                       ranked=[str(n) for n in saved["ranked"]], companions=[str(n) for n in saved["companions"]],
+                       settled=bool(saved["settled"]))  # fmt: skip
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"a saved tool plan of the wrong shape: {type(exc).__name__}") from None
 
     def add(self, names: Iterable[str]) -> list[str]:
         """Disclose ``names`` from the next call on (appended); returns those that were new."""

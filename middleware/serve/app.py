@@ -35,8 +35,8 @@ from ..exceptions import InvalidInputError, InvalidRequestError, InvalidSessionI
 from ..runner import arun
 from ..session.engine import Engine
 from ..store.drivers import AsyncRedisStore, AsyncSessionStore
-from ..store.sessions import ping
-from .turns import Exchange, Turns
+from .session import SessionRequests, dumped, provider_error
+from .turns import Turns
 from .wire import Request, error_body, read_request, sse
 
 __all__ = ["Endpoint", "create_app"]
@@ -48,10 +48,6 @@ def _error(status: int, message: str, *, param: str | None = None, code: str | N
     return JSONResponse(error_body(status, message, param=param, code=code), status_code=status)
 
 
-def _provider_error(error: LLMError) -> JSONResponse:
-    return _error(llm.status_of(error), redact_secrets(str(error))[:1000], code="upstream_error")
-
-
 class Endpoint:
     """The endpoint over one config and one store; ``app`` is the ASGI app."""
 
@@ -59,8 +55,8 @@ class Endpoint:
         self.config, self.serve = config, config.serve
         self.engine = Engine(config)
         self.store = store if store is not None else AsyncRedisStore.from_url(config.store.url, config.store)
-        self.turns = Turns(self.engine, wait=self.serve.order_wait_seconds)
-        self._tasks: set[asyncio.Task[Any]] = set()  # turns recorded after their client went away
+        self.turns = Turns(self.engine, config, wait=self.serve.order_wait_seconds)
+        self.sessions = SessionRequests(self.turns, self._run)
         routes = [
             Route("/v1/chat/completions", self._guarded(self.completions), methods=["POST"]),
             Route("/v1/models", self._guarded(self.models), methods=["GET"]),
@@ -72,7 +68,7 @@ class Endpoint:
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         llm.litellm()  # import and set up litellm before the first request, not during it
         yield
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self.sessions.tasks, return_exceptions=True)
         await self.store.close()
         self.engine.close()
 
@@ -108,7 +104,7 @@ class Endpoint:
 
     async def health(self, request: HttpRequest) -> Response:
         try:
-            await self._run(ping(self.engine.layout))
+            await self._run(self.engine.ping())
         except StoreError:
             return _error(503, "The session store is unavailable.", code="store_unavailable")
         return JSONResponse({"ok": True})
@@ -146,70 +142,13 @@ class Endpoint:
             raise InvalidRequestError(f"'n' has value {chat.options['n']!r}; a session's turn records one reply, so only 1 is served.",
                                       param="n")  # fmt: skip
         try:
-            exchange = await self._run(self.turns.begin(chat.session, chat.messages, chat.tools, upstream))
+            exchange = await self._run(self.turns.begin(chat.session, chat.messages, chat.tools, upstream,
+                                                         tool_choice=chat.options.get("tool_choice")))  # fmt: skip
         except InvalidSessionIdError as exc:
             raise InvalidRequestError(f"{chat.session_from}: {exc}", param=chat.session_from) from None
-        return await (self._stream(chat, upstream, exchange) if chat.stream else self._complete(chat, upstream, exchange))
-
-    # --- a session's turn -------------------------------------------------------------------------
-
-    def _failed(self, exchange: Exchange, upstream: str, error: LLMError, started: float) -> Program[None]:
-        self.turns.log(exchange, {}, None, model=upstream, latency=time.perf_counter() - started, error=llm.status_of(error))
-        return self.turns.fail(exchange)
-
-    async def _complete(self, chat: Request, upstream: str, exchange: Exchange) -> Response:
-        started = time.perf_counter()
-        try:
-            response = await llm.acomplete(upstream, exchange.messages, chat.tools, **chat.options)
-        except LLMError as exc:
-            await self._run(self._failed(exchange, upstream, exc, started))
-            return _provider_error(exc)
-        latency = time.perf_counter() - started
-        await self._run(self.turns.finish(exchange, llm.message_of(response), response, model=upstream, latency=latency))
-        return JSONResponse(_dumped(response, chat.model))
-
-    async def _stream(self, chat: Request, upstream: str, exchange: Exchange) -> Response:
-        started = time.perf_counter()
-        chunks = llm.astream(upstream, exchange.messages, chat.tools, **chat.options)
-        try:
-            first = await anext(chunks)  # a provider error before any event keeps its HTTP status
-        except LLMError as exc:
-            await self._run(self._failed(exchange, upstream, exc, started))
-            return _provider_error(exc)
-        return StreamingResponse(self._events(chat, upstream, exchange, first, chunks, started), media_type="text/event-stream")
-
-    async def _events(
-        self, chat: Request, upstream: str, exchange: Exchange, first: Any, chunks: AsyncIterator[Any], started: float
-    ) -> AsyncIterator[bytes]:
-        streamed, done, chunk = llm.StreamedMessage(), False, first
-        try:
-            while chunk is not None:
-                streamed.add(chunk)
-                yield sse(_dumped(chunk, chat.model))
-                chunk = await anext(chunks, None)
-            done = True
-        except LLMError as exc:  # headers are sent: the error becomes the last event
-            yield sse(error_body(llm.status_of(exc), redact_secrets(str(exc))[:1000], code="upstream_error"))
-        finally:
-            # Record (or keep open) even when the client went away: that runs beside the request,
-            # since a cancelled request cannot wait for it.
-            task = asyncio.ensure_future(self._settle(exchange, streamed, done, upstream, time.perf_counter() - started))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        await asyncio.shield(task)
-        yield b"data: [DONE]\n\n"
-
-    async def _settle(self, exchange: Exchange, streamed: llm.StreamedMessage, done: bool, upstream: str, latency: float) -> None:
-        reply = streamed.message()
-        if not done and not reply.get("tool_calls"):
-            text = (reply.get("content") or "").strip()
-            reply = {"role": "assistant", "content": f"{text} (cut: the stream ended early)".strip(), "tool_calls": None}
-        elif not done:  # tool calls cut mid-stream cannot be run: the turn ends here
-            reply = {"role": "assistant", "content": "(cut: the stream ended early)", "tool_calls": None}
-        try:
-            await self._run(self.turns.finish(exchange, reply, streamed.usage, model=upstream, latency=latency))
-        except StoreError as exc:
-            log.error("serve.turn_not_recorded", session=exchange.session_id, error=redact_secrets(str(exc)))
+        return await (
+            self.sessions.stream(chat, upstream, exchange) if chat.stream else self.sessions.complete(chat, upstream, exchange)
+        )
 
     # --- passthrough ----------------------------------------------------------------------------
 
@@ -218,15 +157,11 @@ class Endpoint:
         try:
             response = await llm.acomplete(upstream, chat.messages, chat.tools, **chat.options)
         except LLMError as exc:
-            self.turns.passthrough(
-                chat.messages, chat.tools, None, model=upstream, latency=time.perf_counter() - started, calls=0
-            )
-            return _provider_error(exc)
-        calls = len(llm.message_of(response).get("tool_calls") or ())
-        self.turns.passthrough(
-            chat.messages, chat.tools, response, model=upstream, latency=time.perf_counter() - started, calls=calls
-        )
-        return JSONResponse(_dumped(response, chat.model))
+            self.turns.passthrough(chat.messages, chat.tools, {}, None, model=upstream, latency=time.perf_counter() - started)
+            return provider_error(exc)
+        self.turns.passthrough(chat.messages, chat.tools, llm.message_of(response), response, model=upstream,
+                               latency=time.perf_counter() - started)  # fmt: skip
+        return JSONResponse(dumped(response, chat.model))
 
     async def _passthrough_stream(self, chat: Request, upstream: str) -> Response:
         started = time.perf_counter()
@@ -234,37 +169,24 @@ class Endpoint:
         try:
             first = await anext(chunks)
         except LLMError as exc:
-            self.turns.passthrough(
-                chat.messages, chat.tools, None, model=upstream, latency=time.perf_counter() - started, calls=0
-            )
-            return _provider_error(exc)
+            self.turns.passthrough(chat.messages, chat.tools, {}, None, model=upstream, latency=time.perf_counter() - started)
+            return provider_error(exc)
 
         async def events() -> AsyncIterator[bytes]:
             streamed, chunk = llm.StreamedMessage(), first
             try:
                 while chunk is not None:
                     streamed.add(chunk)
-                    yield sse(_dumped(chunk, chat.model))
+                    yield sse(dumped(chunk, chat.model))
                     chunk = await anext(chunks, None)
             except LLMError as exc:
                 yield sse(error_body(llm.status_of(exc), redact_secrets(str(exc))[:1000], code="upstream_error"))
             finally:
-                calls = len(streamed.message().get("tool_calls") or ())
-                self.turns.passthrough(chat.messages, chat.tools, streamed.usage, model=upstream,
-                                       latency=time.perf_counter() - started, calls=calls)  # fmt: skip
+                self.turns.passthrough(chat.messages, chat.tools, streamed.message(), streamed.usage, model=upstream,
+                                       latency=time.perf_counter() - started)  # fmt: skip
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
-
-
-def _dumped(response: Any, model: str) -> dict[str, Any]:
-    """A litellm response or chunk as OpenAI's JSON, named by the model the client asked for."""
-    data: dict[str, Any] = response.model_dump(exclude_none=True)
-    data["model"] = model
-    for choice in data.get("choices") or ():
-        if "message" in choice:  # OpenAI sends "content": null beside tool calls; strict clients expect the key
-            choice["message"].setdefault("content", None)
-    return data
 
 
 def create_app(config: Config, *, store: AsyncSessionStore | None = None) -> Starlette:

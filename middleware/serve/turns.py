@@ -1,232 +1,249 @@
-"""One request's part of a turn through the endpoint, as programs: ``begin`` reads the
-request against the session and composes what goes upstream; ``finish`` logs the call and
-records the turn (or keeps it open for the client's tool results); ``fail`` settles a turn
-whose upstream call failed; ``passthrough`` logs a request that names no session.
+"""The endpoint's turns, as programs: the same turn plan and calls as ``chat()``, spanning
+requests when the client runs tools.
 
-Nothing is kept in the process between requests: the turn in flight lives in Redis
-(``middleware.core.live``), so any process can take a session's next request.
+``begin`` reads a request against the session: its arrival (``middleware.store.live``) and
+the session's load go in one round trip; then the turn is planned as every entrance plans
+it (or, for a turn that waited for the client's tool results, resumed with what its plan
+kept). ``step`` takes each upstream reply: the calls the turn answers itself (the loader,
+a known tool whose schema was not sent) are answered here and the model called again within
+the request; any other tool calls go to the client, and the turn waits in Redis for their
+results; a final reply records the turn in the session's arrival order. ``fail`` and
+``settle`` end a turn whose upstream call failed or whose stream ended early.
+
+Nothing is kept in the process between requests, so any process can take a session's next
+request.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-import orjson
-
-from .. import llm
-from ..core.archive import query_terms
+from ..config.schema import Config
 from ..core.conversation import Conversation, OpenTurn, content_text, read_messages
 from ..core.effects import Program
 from ..core.replies import interpret_reply
-from ..core.state import Prompt, SessionState, TokenBreakdown, built
-from ..exceptions import InvalidMessageError
+from ..core.state import Turn
+from ..core.turnloop import TurnLoop
+from ..exceptions import InvalidMessageError, InvalidRequestError, InvalidToolCallError
 from ..session.engine import Engine
-from ..store import live
-from ..store.load import load
-from ..store.record import record, record_arguments
-from ..usage.log import usage_record
+from ..store.decoding import Loaded
+from ..store.keys import Layout
+from ..store.live import Arrival, arrival, arrive_command, finish, wait_for_results
+from ..store.record import record_arguments
+from ..tools import Toolset, as_tools
+from ..turn.calls import Calls
+from ..turn.plan import Request, TurnPlan
+from ..turn.planner import TurnPlanner
+from ..usage.sink import passthrough_call
 
-__all__ = ["Exchange", "Turns"]
+__all__ = ["NO_TEXT", "Exchange", "Turns"]
 
 # Stands in for the text of a user message that holds only images or other non-text parts.
 NO_TEXT = "(a message without text)"
-_PROMPT_CHARS = 64_000
+Next = Literal["again", "client", "done"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass
 class Exchange:
-    """A request's part of a turn: the turn so far and what goes upstream."""
+    """A request's part of a turn: the turn as it stood when the request came, its plan and its calls."""
 
     session_id: str
-    turn: OpenTurn  # the turn in progress, this request's tool results included
-    prompt: Prompt  # the composed prompt, on the client's own system text when it sent one
-    messages: list[dict[str, Any]]  # what goes upstream: the prompt, then the turn's tool loop
+    turn: OpenTurn  # the client's tool results of this request included
+    calls: Calls
     drop: str | None  # the live field the turn waited in, forgotten once it moves on
-    loop_tokens: int
-    tools_tokens: int
-    tools: list[dict[str, Any]] | None = None  # the schemas that go upstream, as the client sent them
-    static_prefix: str = ""  # the system text that does not change from call to call (the client's, else ours)
+    forwarded: list[str] = field(default_factory=list)  # the ids of the tool calls the client runs
+    final: str | None = None  # the turn's final text, once it ended
+
+    @property
+    def plan(self) -> TurnPlan:
+        return self.calls.plan
 
 
-def _prompt_json(prompt: Prompt, sent: Sequence[Mapping[str, Any]]) -> str:
-    """What the inspector shows as the last prompt; dropped past 64 kB rather than cut."""
-    record = {"messages": list(sent), "tokens": prompt.tokens.as_dict(), "full_history_tokens": prompt.full_history_tokens,
-              "turn": prompt.turn, "trimmed": list(prompt.trimmed)}  # fmt: skip
-    text = orjson.dumps(record, default=str)
-    return text.decode() if len(text) <= _PROMPT_CHARS else ""
+def _toolset(tools: Sequence[Mapping[str, Any]] | None) -> Toolset:
+    """The client's tools, as schemas the endpoint cannot run."""
+    try:
+        return Toolset(as_tools(tools or ()))
+    except InvalidToolCallError as exc:
+        raise InvalidRequestError(str(exc), param="tools") from None
+
+
+def _arguments_problem(toolset: Toolset) -> Any:
+    def problem(name: str, arguments: Any) -> str | None:
+        _, prepared = toolset.prepare(name, arguments)
+        return prepared if isinstance(prepared, str) else None
+
+    return problem
 
 
 class Turns:
-    """The endpoint's turn programs over one engine (config, composer, usage log)."""
+    """The endpoint's turn programs over one engine; ``wait``: how long a turn whose process
+    died holds the line; ``kind``: what usage lines call these calls."""
 
-    def __init__(self, engine: Engine, *, wait: float, kind: str = "serve") -> None:
-        self.engine, self.wait, self.kind = engine, wait, kind  # kind: what usage lines call these calls
-        self.layout = engine.layout
+    def __init__(self, engine: Engine, config: Config, *, wait: float, kind: str = "serve") -> None:
+        self.engine, self.wait, self.kind = engine, wait, kind
+        self.layout, self.counting_model = Layout.of(config), config.tokens.model
 
     # --- begin ------------------------------------------------------------------------------
 
-    def begin(self, session_id: str, messages: Any, tools: Sequence[Mapping[str, Any]] | None, model: str) -> Program[Exchange]:
-        """Read the request against the session; compose what goes upstream."""
+    def begin(
+        self, session_id: str, messages: Any, tools: Sequence[Mapping[str, Any]] | None, model: str, *,
+        tool_choice: Any = None, disclose: bool = True,
+    ) -> Program[Exchange]:  # fmt: skip
+        """Read the request against the session and plan (or resume) its turn. ``disclose``
+        False: every one of the client's tools goes upstream (a caller that cannot answer the
+        loader itself)."""
         engine = self.engine
-        session_id = engine.session_id(session_id)
+        session_id, _ = engine.checked(session_id)
         conversation = read_messages(messages)
         user = conversation.user
         if user is not None:
-            user = engine.user_message(user if user.strip() else NO_TEXT)
+            _, user = engine.checked(session_id, user if user.strip() else NO_TEXT)
+        command = arrive_command(self.layout, session_id, waiting=conversation.waiting, reserve=user is not None,
+                                 mark_import=bool(conversation.earlier), now=time.time(), wait=self.wait)  # fmt: skip
         # Recall looks for what the turn's user message needs, on every call of the turn alike.
-        query = query_terms(user, ()) if user is not None and self.layout.recall else ()
-        arrival = yield from live.arrive(self.layout, session_id, waiting=conversation.waiting, reserve=user is not None,
-                                         mark_import=bool(conversation.earlier), now=time.time(), wait=self.wait, query=query)  # fmt: skip
-        turn, drop = self._turn(conversation, arrival, user)
-        state, candidates = arrival.loaded.state, arrival.loaded.candidates
-        if user is None and self.layout.recall:  # only the tool results came: recall for the turn's own message
-            loaded = yield from load(self.layout, session_id, query=query_terms(turn.user, ()))
-            state, candidates = loaded.state, loaded.candidates
-        if arrival.first and not state.turns and conversation.earlier:
-            state, candidates = yield from self._import(session_id, conversation.earlier, turn.user)
-        tools_tokens = llm.tools_tokens(engine.config.tokens.model, tools)
-        loop_tokens = sum(map(engine.tokenizer.count_message, turn.loop))
-        prompt = self._compose(state, turn.user, conversation.system, model, tools_tokens + loop_tokens, candidates)
-        sent = [*prompt.messages[:-1], self._current(prompt, conversation), *turn.loop]
-        static = conversation.system if conversation.system is not None else engine.composer.static_prefix
-        return Exchange(session_id=session_id, turn=turn, prompt=prompt, messages=sent, drop=drop,
-                        loop_tokens=loop_tokens, tools_tokens=tools_tokens, tools=[dict(t) for t in tools] if tools else None,
-                        static_prefix=static)  # fmt: skip
+        loaded: Loaded | None = yield from engine.load_turn(session_id, user or "", ahead=[command])
+        assert loaded is not None
+        arrived = arrival(loaded.ahead[0])
+        turn, drop = self._turn(conversation, arrived, user)
+        if user is None:  # only the tool results came: recall for the turn's own message
+            loaded = None
+        elif arrived.first and not loaded.state.turns and conversation.earlier:
+            yield from self._import(session_id, conversation.earlier)
+            loaded = None
+        plan = yield from engine.plan_turn(session_id, turn.user, model=model, toolset=_toolset(tools), disclose=disclose,
+                                           loaded=loaded, system=conversation.system, saved=turn.plan or None)  # fmt: skip
+        if plan.tools is not None and isinstance(tool_choice, Mapping):  # a tool the client names must be sent
+            plan.tools.add([str((tool_choice.get("function") or {}).get("name"))])
+        current = self._current(plan.prompt.messages[-1], conversation)
+        loop = TurnLoop([*plan.prompt.messages[:-1], current], max_rounds=plan.max_rounds)
+        loop.messages.extend(turn.loop)
+        saved = turn.plan
+        calls = Calls(engine, plan, self.kind, loop, marked=saved.get("marked"), extra=bool(saved.get("extra")), step=turn.steps,
+                      answered=saved.get("answered") or (), first=saved.get("first"))  # fmt: skip
+        calls.fit()
+        return Exchange(session_id=session_id, turn=turn, calls=calls, drop=drop)
 
-    def _turn(self, conversation: Conversation, arrival: live.Arrival, user: str | None) -> tuple[OpenTurn, str | None]:
+    def _turn(self, conversation: Conversation, arrived: Arrival, user: str | None) -> tuple[OpenTurn, str | None]:
         """The turn this request continues (waiting in Redis, or told by a full history) or starts."""
-        if arrival.open is not None:
-            return arrival.open.answered(conversation.tail), arrival.open.field
+        if arrived.open is not None:
+            return arrived.open.answered(conversation.tail), arrived.open.field
         if user is None:
             raise InvalidMessageError(
                 f"The tool results answer call {conversation.waiting[0][:40]!r}, which this session is not waiting for."
             )
-        turn = OpenTurn(seq=arrival.seq, turn_id=uuid.uuid4().hex, user=user, loop=conversation.tail,
+        turn = OpenTurn(seq=arrived.seq, turn_id=uuid.uuid4().hex, user=user, loop=conversation.tail,
                         steps=sum(1 for m in conversation.tail if m["role"] == "assistant"))  # fmt: skip
         if turn.pending:  # a full history whose last tool calls are not all answered
             raise InvalidMessageError(f"No tool result for call {turn.pending[0][:40]!r}, which the model asked for.")
         return turn, None
 
-    def _import(
-        self, session_id: str, earlier: Sequence[Sequence[dict[str, Any]]], user: str
-    ) -> Program[tuple[SessionState, Any]]:
+    def _import(self, session_id: str, earlier: Sequence[Sequence[dict[str, Any]]]) -> Program[None]:
         """A new session takes the whole turns its first request carried, oldest first."""
-        engine = self.engine
         for messages in earlier:
             text, calls, _, _ = interpret_reply(list(messages[1:]))
             user = content_text(messages[0].get("content"), "") or NO_TEXT
-            update = engine.composer.apply_turn(engine.turn(user, text, calls), turn_id=uuid.uuid4().hex)
-            yield from record(self.layout, session_id, update, now=time.time())
-        loaded = yield from load(self.layout, session_id, query=query_terms(user, ()) if self.layout.recall else ())
-        return loaded.state, loaded.candidates
-
-    def _compose(self, state: SessionState, user: str, system: str | None, model: str, extra: int, candidates: Any) -> Prompt:
-        engine = self.engine
-        composer = engine.composer
-        if system is None:
-            return composer.compose(
-                state, user, budget=engine.budget(model), extra_tokens=extra, checked=True, candidates=candidates
-            )
-        # The client's own system text takes the place of the configured static prefix.
-        own = engine.tokenizer.count_chat("system", system)
-        prompt = composer.compose(state, user, budget=engine.budget(model), extra_tokens=extra + max(own - composer.static_tokens, 0),
-                                  checked=True, candidates=candidates)  # fmt: skip
-        return self._rebased(prompt, system, own)
-
-    def _rebased(self, prompt: Prompt, system: str, own: int) -> Prompt:
-        """``prompt`` with ``system`` before its memory sections instead of the static prefix."""
-        composer = self.engine.composer
-        memory = prompt.messages[0]["content"][len(composer.static_prefix) :].strip("\n")
-        content = f"{system}\n{memory}" if memory else system
-        tokens = self.engine.tokenizer.count_chat("system", content) - prompt.tokens.notes - prompt.tokens.context
-        messages = [{"role": "system", "content": content}, *prompt.messages[1:]]
-        breakdown = dataclasses.replace(prompt.tokens, system=tokens)
-        full = prompt.full_history_tokens - prompt.tokens.system + own
-        stable = prompt.stable_system_chars - len(composer.static_prefix) + len(system)  # the memory follows the client's text
-        return dataclasses.replace(
-            prompt, messages=messages, tokens=breakdown, full_history_tokens=full, stable_system_chars=stable
-        )
+            yield from self.engine.record_turn(session_id, user=user, assistant=text, tool_calls=calls)
 
     @staticmethod
-    def _current(prompt: Prompt, conversation: Conversation) -> dict[str, Any]:
+    def _current(composed: dict[str, Any], conversation: Conversation) -> dict[str, Any]:
         """The current user message as the client sent it (images and other parts kept)."""
         content = conversation.user_content
-        return {"role": "user", "content": content} if isinstance(content, list) else prompt.messages[-1]
+        return {"role": "user", "content": content} if isinstance(content, list) else composed
 
-    # --- finish -----------------------------------------------------------------------------
+    # --- each upstream reply --------------------------------------------------------------
 
-    def finish(
-        self, exchange: Exchange, reply: Mapping[str, Any], usage: Any, *, model: str, latency: float
-    ) -> Program[dict[str, Any]]:
-        """Log the call; record the turn when the reply is final, else keep it open for the
-        client's tool results. Returns the usage line."""
-        line = self.log(exchange, reply, usage, model=model, latency=latency)
-        turn = exchange.turn
-        if reply.get("tool_calls"):
-            yield from live.wait_for_results(self.layout, exchange.session_id, turn.asked(reply), drop=exchange.drop,
-                                             now=time.time(), wait=self.wait)  # fmt: skip
-            return line
-        yield from self._record(exchange, str(reply.get("content") or ""))
-        return line
+    def step(
+        self, exchange: Exchange, request: Request, reply: Mapping[str, Any], usage: Any, *, model: str, latency: float
+    ) -> Program[Next]:
+        """Take the model's reply to ``request``: ``again`` when the turn answered every call
+        itself (call the model again), ``client`` when the client runs the rest (the turn
+        waits for its results), ``done`` when the turn ended and was recorded."""
+        calls = exchange.calls
+        loop = calls.loop
+        calls.made(request, reply, usage, latency, model=model)
+        pending = loop.take(reply)
+        if not pending:
+            exchange.final = loop.final or ""
+            yield from self._record(exchange, exchange.final)
+            return "done"
+        problem = _arguments_problem(self._toolset_of(exchange))
+        own = [calls.answer(call, problem) for call in pending]
+        answers = [outcome for outcome in own if outcome is not None]
+        if len(answers) == len(pending):
+            loop.give(answers)
+            calls.round_done(answers)
+            calls.fit()
+            return "again"
+        # The client runs the rest; the turn's own answers wait with it, in Redis.
+        loop.messages.extend(outcome.message for outcome in answers)
+        calls.extra = False
+        exchange.forwarded = [call.id for call, outcome in zip(pending, own, strict=True) if outcome is None]
+        waiting = OpenTurn(seq=exchange.turn.seq, turn_id=exchange.turn.turn_id, user=exchange.turn.user,
+                           loop=tuple(loop.messages[len(exchange.plan.prompt.messages) :]), steps=calls.step,
+                           plan=self._saved(calls))  # fmt: skip
+        yield from wait_for_results(
+            self.layout, exchange.session_id, waiting, drop=exchange.drop, now=time.time(), wait=self.wait
+        )
+        return "client"
 
-    def _record(self, exchange: Exchange, text: str) -> Program[None]:
-        engine, turn, now = self.engine, exchange.turn, time.time()
-        _, calls, _, _ = interpret_reply([*turn.loop, {"role": "assistant", "content": text}])
-        update = engine.composer.apply_turn(engine.turn(turn.user, text, calls), turn_id=turn.turn_id,
-                                            prompt=_prompt_json(exchange.prompt, exchange.messages))  # fmt: skip
-        arguments = record_arguments(self.layout, exchange.session_id, update, now=now)
-        yield from live.finish(self.layout, exchange.session_id, turn.seq, arguments, drop=exchange.drop, now=now, wait=self.wait)
+    @staticmethod
+    def _toolset_of(exchange: Exchange) -> Toolset:
+        return Toolset(as_tools(exchange.plan.every))
 
-    def fail(self, exchange: Exchange) -> Program[None]:
-        """The upstream call failed. A turn waiting in Redis stays there (the client may send
-        its tool results again); one whose client-side tools ran is recorded with them; a new
-        turn gives its place up."""
-        turn = exchange.turn
+    @staticmethod
+    def _saved(calls: Calls) -> dict[str, Any]:
+        """What the turn's plan keeps between requests."""
+        plan = calls.plan
+        return {"tools": plan.tools.saved() if plan.tools is not None else None,
+                "selected": plan.selected.saved() if plan.selected is not None else None, "kept": list(plan.kept),
+                "marked": calls.marked, "extra": calls.extra, "answered": calls.answered, "first": calls.first}  # fmt: skip
+
+    def _record(self, exchange: Exchange, text: str, *, ended: bool = True) -> Program[None]:
+        """Record the turn in its place in the session, with the tool calls the client ran."""
+        calls, plan = exchange.calls, exchange.plan
+        sent = calls.loop.messages[len(plan.prompt.messages) :]
+        turn = Turn(user=plan.message, assistant=text, tool_calls=tuple(TurnPlanner.calls_of(sent, calls.answered)))
+        update, vectors = yield from self.engine.planned_update(plan, turn, ended=ended, billed=calls.first,
+                                                                turn_id=exchange.turn.turn_id,
+                                                                sent=calls.loop.messages[: len(plan.prompt.messages)])  # fmt: skip
+        now = time.time()
+        arguments = record_arguments(self.layout, exchange.session_id, update, now=now, vectors=vectors)
+        yield from finish(self.layout, exchange.session_id, exchange.turn.seq, arguments, drop=exchange.drop, now=now,
+                          wait=self.wait)  # fmt: skip
+
+    # --- a turn that did not end normally ----------------------------------------------------
+
+    def fail(self, exchange: Exchange, request: Request, *, model: str, latency: float, status: int) -> Program[None]:
+        """The upstream call failed (``status``). A turn waiting in Redis stays there (the
+        client may send its tool results again); one whose client-side tools ran is recorded
+        with them; a new turn gives its place up."""
+        calls = exchange.calls
+        calls.made(request, {}, None, latency, model=model, error=status)
         if exchange.drop is not None:
             return
-        if turn.loop:
-            yield from self._record(exchange, "(the model failed after the tools ran)")
+        sent = calls.loop.messages[len(exchange.plan.prompt.messages) :]
+        if TurnPlanner.calls_of(sent, calls.answered):
+            yield from self._record(exchange, "(the model failed after the tools ran)", ended=False)
             return
-        yield from live.finish(self.layout, exchange.session_id, turn.seq, None, drop=None, now=time.time(), wait=self.wait)
+        yield from finish(self.layout, exchange.session_id, exchange.turn.seq, None, drop=None, now=time.time(), wait=self.wait)
 
-    # --- usage lines ------------------------------------------------------------------------
+    def settle(
+        self, exchange: Exchange, request: Request, reply: Mapping[str, Any], usage: Any, *, model: str, latency: float
+    ) -> Program[None]:
+        """A stream that ended early (the client went away, or the provider broke off): what
+        it said is recorded, marked as cut; tool calls cut mid-stream cannot be run."""
+        exchange.calls.made(request, reply, usage, latency, model=model)
+        text = str(reply.get("content") or "").strip() if not reply.get("tool_calls") else ""
+        exchange.final = f"{text} (cut: the stream ended early)".strip()
+        yield from self._record(exchange, exchange.final, ended=False)
 
-    def log(
-        self, exchange: Exchange, reply: Mapping[str, Any], usage: Any, *, model: str, latency: float, error: int | None = None
-    ) -> dict[str, Any]:
-        """One usage line for an upstream call of a session's turn (``error``: the HTTP status it failed with)."""
-        provider, engine = llm.usage_of(usage), self.engine
-        # A full-history client resends the same schemas: it sends every one it was given.
-        full = exchange.prompt.full_history_tokens + exchange.loop_tokens + exchange.tools_tokens
-        # What the provider would read from its cache (a failed call leaves its cache as it was).
-        cache = None if error is not None else engine.billing.call(
-            exchange.session_id, model, tools=exchange.tools, messages=exchange.messages, full_tokens=full, now=time.time(),
-            static_prefix=exchange.static_prefix, static_tokens=engine.tokenizer.count_chat("system", exchange.static_prefix),
-        )  # fmt: skip
-        record = usage_record(kind=self.kind, session=exchange.session_id, turn=exchange.prompt.turn, step=exchange.turn.steps,
-                              model=model, prompt=exchange.prompt, loop_tokens=exchange.loop_tokens,
-                              tools_tokens=exchange.tools_tokens, full_history_tokens=full,
-                              provider=provider, cost_usd=llm.cost_of(model, provider),
-                              price_per_token=llm.input_price(model), latency_ms=latency * 1000,
-                              tool_calls=len(reply.get("tool_calls") or ()), cache=cache)  # fmt: skip
-        if error is not None:
-            record["error_status"] = error
-        return self.engine.usage_log.write(record, content={"messages": exchange.messages, "reply": dict(reply)})
-
-    def passthrough(self, messages: Any, tools: Any, usage: Any, *, model: str, latency: float, calls: int) -> dict[str, Any]:
+    def passthrough(self, messages: Any, tools: Any, reply: Mapping[str, Any], usage: Any, *, model: str,
+                    latency: float) -> dict[str, Any]:  # fmt: skip
         """The usage line of a request that named no session (sent upstream untouched)."""
-        tokenizer = self.engine.tokenizer
-        sent = tokenizer.count_messages(m for m in messages if isinstance(m, Mapping)) if isinstance(messages, list) else 0
-        tools_tokens = llm.tools_tokens(self.engine.config.tokens.model, tools if isinstance(tools, list) else None)
-        breakdown = built(TokenBreakdown, system=0, notes=0, context=0, summary=0, recent=0, current=max(sent - 3, 0), priming=3)
-        prompt = built(Prompt, messages=[], tokens=breakdown, full_history_tokens=breakdown.total, turn=0, trimmed=())
-        provider = llm.usage_of(usage)
-        record = usage_record(kind="passthrough", session="", turn=0, step=0, model=model, prompt=prompt, loop_tokens=0,
-                              tools_tokens=tools_tokens, full_history_tokens=breakdown.total + tools_tokens, provider=provider, cost_usd=llm.cost_of(model, provider),
-                              price_per_token=llm.input_price(model), latency_ms=latency * 1000, tool_calls=calls)  # fmt: skip
-        return self.engine.usage_log.write(record)
+        call = passthrough_call(messages, tools, reply, usage, model=model, latency=latency, tokenizer=self.engine.tokenizer,
+                                counting_model=self.counting_model)  # fmt: skip
+        return self.engine.call_made(call, after_results=False, offered=False)

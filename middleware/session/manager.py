@@ -23,12 +23,13 @@ from ..llm import ProviderOptions
 from ..runner import ASend, arun, run
 from ..store.drivers import AsyncRedisStore, AsyncSessionStore, RedisStore, SessionStore, ThreadedStore
 from ..tools import Tool, Toolset, is_async_callable
-from ..turn.chat import AsyncChatStream, ChatResult, ChatStream, ChatTurn, wrapped_turn
-from .engine import Engine, ToolsArg
+from ..turn.chat import AsyncChatStream, ChatResult, ChatStream, ChatTurn
+from ..turn.wrapped import wrapped_turn
+from .engine import Engine
+from .tools import ToolsArg
 
 if TYPE_CHECKING:
     from ..tokens import Tokenizer
-    from ..usage.log import UsageLog
 
 __all__ = ["AsyncChat", "AsyncSessionManager", "Chat", "SessionManager"]
 
@@ -117,6 +118,16 @@ async def _then(result: Coroutine[Any, Any, Any], then: Callable[[Any], Any]) ->
     return then(await result)
 
 
+def _active_session(engine: Engine, user_id: str, agent: str) -> Program[str]:
+    """The active session of (user, agent), created if there is none."""
+    return engine.session_of(user_id, agent)
+
+
+def _fresh_session(engine: Engine, user_id: str, agent: str) -> Program[str]:
+    """Start a fresh session for (user, agent) and make it the active one."""
+    return engine.session_of(user_id, agent, new=True)
+
+
 def _messages(prompt: Prompt) -> list[dict[str, str]]:
     return prompt.messages
 
@@ -158,7 +169,6 @@ class _Manager:
         self.config = config
         self._engine = Engine(config, connectors)
         self.tokenizer: Tokenizer = self._engine.tokenizer
-        self.usage_log: UsageLog = self._engine.usage_log
         self.store = store if store is not None else self._connect(client)
 
     @classmethod
@@ -181,8 +191,8 @@ class _Manager:
     )
     record_turn = operation(Engine.record_turn)
     reset = operation(Engine.reset)
-    resolve_session = operation(Engine.resolve_session)
-    new_session = operation(Engine.new_session)
+    resolve_session = operation(_active_session)
+    new_session = operation(_fresh_session)
     pair_sessions = operation(Engine.pair_sessions)
     notes = operation(Engine.notes)
     manage_notes = operation(Engine.manage_notes)

@@ -183,6 +183,7 @@ class Loaded(NamedTuple):
     corrupt: tuple[Corrupt, ...]  # records skipped
     missing: tuple[str, ...] = ()  # parts a session with turns must have and has not (evicted under maxmemory)
     candidates: tuple[Candidate, ...] = ()  # archived pieces the recall query found, best first
+    ahead: tuple[Any, ...] = ()  # the replies of the commands sent ahead of the reads (see load.load)
 
 
 def _missing(replies: Sequence[Any], turns: int, layout: Layout, bad: list[Corrupt]) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """The session store: the storage contract and the drivers that talk to Redis.
 
-Every store operation is a plan in ``middleware.core.plans``; a driver only sends a
+Every store operation is a plan in this package (``load``, ``record``...); a driver only sends a
 plan's batches (a pipeline, or one MULTI/EXEC) and hands back the replies, error
 replies in place. ``SessionStore`` and ``AsyncSessionStore`` are the contract the
 managers, the CLI and the inspector rely on; ``RedisStore`` (redis-py, or fakeredis

@@ -23,15 +23,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import orjson
 
 from ..core.conversation import OpenTurn
 from ..core.effects import Batch, Command, Plan
-from .decoding import Loaded, checked
+from .decoding import checked
 from .keys import Layout, recorded_keys
-from .load import load
 from .record import RecordArguments, index_commands
 from .scripts import Arguments, Script
 
@@ -41,13 +40,11 @@ __all__ = [
     "Arrival",
     "ArriveArguments",
     "FinishArguments",
-    "arrive",
+    "arrival",
+    "arrive_command",
     "finish",
-    "piggyback",
     "wait_for_results",
 ]
-
-T = TypeVar("T")
 
 ARRIVE = Script.named("arrive")
 FINISH = Script.named("finish")
@@ -99,46 +96,26 @@ def _entry(arguments: RecordArguments | None) -> bytes:
 
 
 class Arrival(NamedTuple):
-    loaded: Loaded  # the session as it is now
     seq: int  # the arrival number given to a new turn (0 when none was asked for or one was open)
     open: OpenTurn | None  # the turn the request's tool results answer, when one is waiting
     first: bool  # the first request to arrive in this session, which may import the history it carries
 
 
-def piggyback(commands: Sequence[Command], plan: Plan[T]) -> Plan[tuple[list[Any], T]]:
-    """``plan`` with ``commands`` sent ahead of its first batch, in the same round trip:
-    their replies, and the plan's result."""
-    try:
-        batch = next(plan)
-    except StopIteration as stop:
-        return list((yield Batch(list(commands)))), stop.value
-    replies = yield Batch([*commands, *batch.commands], transaction=batch.transaction)
-    ours, value = list(replies[: len(commands)]), replies[len(commands) :]
-    while True:
-        try:
-            batch = plan.send(value)
-        except StopIteration as stop:
-            return ours, stop.value
-        value = yield batch
-
-
-def arrive(
-    layout: Layout, session_id: str, *, waiting: Sequence[str], reserve: bool, mark_import: bool, now: float, wait: float,
-    query: Sequence[tuple[str, float]] = (),
-) -> Plan[Arrival]:  # fmt: skip
-    """One round trip (two on a cluster): apply the turns due, find the open turn the tool
-    results answer (or give the new turn its arrival number), and load the session (with the
-    archive's pieces for ``query``, as ``load.load`` does)."""
+def arrive_command(
+    layout: Layout, session_id: str, *, waiting: Sequence[str], reserve: bool, mark_import: bool, now: float, wait: float
+) -> Command:
+    """The command by which a request arrives: apply the turns due, find the open turn its
+    tool results answer (``waiting``: their call ids), or give a new turn its arrival
+    number. Sent ahead of the session's load, in the same round trip (see ``load.load``)."""
     arguments = ArriveArguments(now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, reserve=int(reserve),
                                 mark_import=int(mark_import), fields=tuple(f"open:{call}" for call in waiting))  # fmt: skip
-    script = ARRIVE.inline(_keys(layout, session_id), arguments)
-    if layout.cluster:  # a cluster client sends a script by its SHA only alone, not in a pipeline: two round trips
-        (reply,) = yield Batch([script])
-        loaded = yield from load(layout, session_id, query=query)
-    else:
-        (reply,), loaded = yield from piggyback([script], load(layout, session_id, query=query))
+    return ARRIVE.inline(_keys(layout, session_id), arguments)
+
+
+def arrival(reply: Any) -> Arrival:
+    """What the arrival command's reply says; StoreError for an error reply."""
     seq, found, first = checked([reply])[0]
-    return Arrival(loaded, int(seq), OpenTurn.from_json(found) if found else None, bool(first))
+    return Arrival(int(seq), OpenTurn.from_json(found) if found else None, bool(first))
 
 
 def wait_for_results(

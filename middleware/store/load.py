@@ -141,13 +141,16 @@ def load(
     owner: tuple[str, str] | None = None,
     query: Sequence[tuple[str, float]] = (),
     vector: Sequence[float] = (),
+    ahead: Sequence[Command] = (),
 ) -> Plan[Loaded]:
     """A session's state in one round trip. Its notes join the reads when ``owner`` (the
     owner the caller last saw) is given; a session whose owner turns out different
     takes a second round trip for them. With a ``query`` (terms and weights), the
     archive's best pieces for it come back too (``Loaded.candidates``), and with a
     ``vector`` (the current message's embedding) the nearest pieces, from the server's
-    vector index, in the same round trip."""
+    vector index, in the same round trip. Commands given ``ahead`` go first in that round
+    trip (their replies in ``Loaded.ahead``; on a cluster, which sends a script by its SHA
+    only alone, in a round trip of their own)."""
     notes_shown, keys = layout.notes_shown, layout.session(session_id)
     recall = bool(query) and layout.recall
     commands = (_load_command(layout, keys, query),) if recall else load_commands(keys)
@@ -155,7 +158,12 @@ def load(
         commands = (*commands, ("get", layout.pair(*owner).notes))
     if vector:
         commands = (*commands, vector_search(layout, session_id, vector, count=CANDIDATES))
-    replies = yield Batch(commands)
+    if ahead and layout.cluster:
+        before: Sequence[Any] = yield Batch(list(ahead))
+        replies = yield Batch(commands)
+    else:
+        replies = yield Batch([*ahead, *commands])
+        before, replies = replies[: len(ahead)], replies[len(ahead) :]
     if vector:
         near, replies = nearest(replies[-1]), replies[:-1]
     candidates: tuple[Candidate, ...] = ()
@@ -172,7 +180,7 @@ def load(
     if vector:  # the index may still hold vectors of turns out of the archive: they are not recalled
         oldest = loaded.state.turns - layout.archive_turns + 1
         candidates = _merged(candidates, [c for c in near if c.turn >= oldest])
-    loaded = loaded._replace(candidates=candidates)
+    loaded = loaded._replace(candidates=candidates, ahead=tuple(before))
     if "meta" in loaded.missing:  # the ids of the last turns carry the count the meta hash lost
         (last,) = yield Batch([("zrange", keys.ids, -1, -1, False, True)])
         counted = int(last[0][1]) if isinstance(last, list) and last else 0

@@ -18,64 +18,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from ..core.state import Prompt
-
-__all__ = ["UsageLog", "usage_record"]
-
-
-def usage_record(
-    *,
-    kind: str,
-    session: str,
-    turn: int,
-    step: int,
-    model: str,
-    prompt: Prompt,
-    loop_tokens: int,
-    tools_tokens: int,
-    full_history_tokens: int,
-    provider: dict[str, int | None],
-    cost_usd: float | None,
-    price_per_token: float | None,
-    latency_ms: float,
-    tool_calls: int,
-    cache: dict[str, Any] | None = None,
-    tools: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The fields of one line. ``full_history_tokens`` is the whole prompt a chatbot that
-    resends its full history with every tool schema would send for this call (0 for a call
-    it would not make: one after a round that only loaded schemas). ``cache`` splits both
-    sides into what the provider reads from its cache, writes and bills in full, with the
-    effective costs (see ``middleware.billing``); ``tools`` says how many schemas were sent."""
-    layers = prompt.tokens.as_dict()
-    sent = prompt.tokens.total + loop_tokens + tools_tokens
-    saved = full_history_tokens - sent
-    line = {
-        "kind": kind,
-        "session": session,
-        "turn": turn,
-        "step": step,
-        "model": model,
-        "tokens": {
-            **{k: v for k, v in layers.items() if k != "total"},
-            "tool_loop": loop_tokens,
-            "tools": tools_tokens,
-            "total": sent,
-        },
-        "full_history_tokens": full_history_tokens,
-        "saved_tokens": saved,
-        "saved_pct": round(100 * saved / full_history_tokens, 1) if full_history_tokens else 0.0,
-        "provider": provider,
-        "cost_usd": cost_usd,
-        "cost_saved_usd": saved * price_per_token if price_per_token is not None else None,
-        "latency_ms": round(latency_ms, 2),
-        "tool_calls": tool_calls,
-    }
-    if tools is not None:
-        line["tools"] = tools
-    if cache is not None:
-        line["cache"] = cache
-    return line
+__all__ = ["UsageLog"]
 
 
 class UsageLog:

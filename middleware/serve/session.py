@@ -1,0 +1,230 @@
+"""A request that names a session, over HTTP: the upstream calls of its turn, made until the
+turn waits for the client's tool results or ends, answered as one OpenAI reply (plain) or
+one stream of events (streamed). The turn itself is ``middleware.serve.turns``.
+
+Calls the turn answers itself (the loader) never reach the client: a reply is the model's
+last one, with only the tool calls the client runs, and usage summed over the request's
+calls. A stream forwards the model's text as it comes and sends the client's tool calls,
+the finish reason and the usage (summed over its calls) at its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from .. import llm
+from ..core.effects import Program
+from ..core.text import redact_secrets
+from ..events import log
+from ..exceptions import LLMError, StoreError
+from ..turn.plan import Request
+from .turns import Exchange, Turns
+from .wire import Request as ChatRequest
+from .wire import error_body, sse
+
+__all__ = ["SessionRequests", "dumped", "provider_error"]
+
+_USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def dumped(response: Any, model: str) -> dict[str, Any]:
+    """A litellm response or chunk as OpenAI's JSON, named by the model the client asked for."""
+    data: dict[str, Any] = response.model_dump(exclude_none=True)
+    data["model"] = model
+    for choice in data.get("choices") or ():
+        if "message" in choice:  # OpenAI sends "content": null beside tool calls; strict clients expect the key
+            choice["message"].setdefault("content", None)
+    return data
+
+
+def provider_error(error: LLMError) -> JSONResponse:
+    return JSONResponse(error_body(llm.status_of(error), redact_secrets(str(error))[:1000], code="upstream_error"),
+                        status_code=llm.status_of(error))  # fmt: skip
+
+
+class _Usage:
+    """Usage summed over a request's upstream calls."""
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(_USAGE_FIELDS, 0)
+        self.calls = 0
+
+    def add(self, usage: Any) -> None:
+        reported = llm.usage_of(usage)
+        self.calls += 1
+        for name in ("prompt_tokens", "completion_tokens"):
+            self.counts[name] += reported.get(name) or 0
+        self.counts["total_tokens"] = self.counts["prompt_tokens"] + self.counts["completion_tokens"]
+
+
+def _client_calls(reply: Mapping[str, Any], forwarded: list[str]) -> list[dict[str, Any]]:
+    """The tool calls of ``reply`` that the client runs, in order."""
+    return [dict(call) for call in reply.get("tool_calls") or () if call.get("id") in forwarded]
+
+
+class SessionRequests:
+    """Runs a session's request: ``run`` performs a program on the store; programs that
+    write (a step, a settlement) run to their end even when the client goes away."""
+
+    def __init__(self, turns: Turns, run: Callable[[Program[Any]], Awaitable[Any]]) -> None:
+        self.turns, self.run = turns, run
+        self.tasks: set[asyncio.Task[Any]] = set()  # store writes that outlive their request
+
+    def start(self, program: Awaitable[Any] | Program[Any]) -> asyncio.Task[Any]:
+        """``program`` (or a coroutine) run to its end beside the request that asked for it,
+        whatever happens to that request (a client gone away cancels it)."""
+        task = asyncio.ensure_future(program if isinstance(program, Awaitable) else self.run(program))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def _kept(self, program: Program[Any]) -> Any:
+        """``program``'s result, the program run to its end even if this request is cancelled."""
+        return await asyncio.shield(self.start(program))
+
+    # --- plain ------------------------------------------------------------------------------
+
+    async def complete(self, chat: ChatRequest, upstream: str, exchange: Exchange) -> Response:
+        usage = _Usage()
+        while True:
+            request, started = exchange.calls.request(), time.perf_counter()
+            try:
+                response = await llm.acomplete(upstream, request.messages, request.schemas, **chat.options)
+            except LLMError as exc:
+                await self._kept(self.turns.fail(exchange, request, model=upstream, latency=time.perf_counter() - started,
+                                                 status=llm.status_of(exc)))  # fmt: skip
+                return provider_error(exc)
+            reply = llm.message_of(response)
+            usage.add(response)
+            latency = time.perf_counter() - started
+            step = await self._kept(self.turns.step(exchange, request, reply, response, model=upstream, latency=latency))
+            if step != "again":
+                return JSONResponse(self._answer(dumped(response, chat.model), reply, exchange, usage))
+
+    @staticmethod
+    def _answer(body: dict[str, Any], reply: Mapping[str, Any], exchange: Exchange, usage: _Usage) -> dict[str, Any]:
+        """The client's reply: the model's last, with the calls the client runs only (or, for
+        a turn stopped after too many rounds, its final text), and the request's usage."""
+        choice = body["choices"][0]
+        message = choice["message"]
+        if exchange.forwarded:
+            message["tool_calls"] = _client_calls(reply, exchange.forwarded)
+        elif reply.get("tool_calls"):  # the turn ended on calls it would not run (too many rounds)
+            message.pop("tool_calls", None)
+            message["content"] = exchange.final
+            choice["finish_reason"] = "stop"
+        if usage.calls > 1:
+            body["usage"] = dict(usage.counts)
+        return body
+
+    # --- streamed ---------------------------------------------------------------------------
+
+    async def stream(self, chat: ChatRequest, upstream: str, exchange: Exchange) -> Response:
+        request, started = exchange.calls.request(), time.perf_counter()
+        chunks = llm.astream(upstream, request.messages, request.schemas, **chat.options)
+        try:
+            first = await anext(chunks)  # a provider error before any event keeps its HTTP status
+        except LLMError as exc:
+            await self._kept(self.turns.fail(exchange, request, model=upstream, latency=time.perf_counter() - started,
+                                             status=llm.status_of(exc)))  # fmt: skip
+            return provider_error(exc)
+        events = _Events(self, chat, upstream, exchange)
+        return StreamingResponse(events.run(request, chunks, first, started), media_type="text/event-stream")
+
+
+class _Events:
+    """The events of one streamed request (see the module docstring)."""
+
+    def __init__(self, owner: SessionRequests, chat: ChatRequest, upstream: str, exchange: Exchange) -> None:
+        self.owner, self.chat, self.upstream, self.exchange = owner, chat, upstream, exchange
+        self.head: dict[str, Any] = {}  # the id and creation time every event carries (the first chunk's)
+        self.usage = _Usage()
+        self.finish: str | None = None  # the model's last finish reason
+
+    async def run(self, request: Request, chunks: AsyncIterator[Any], chunk: Any, started: float) -> AsyncIterator[bytes]:
+        owner, exchange, step = self.owner, self.exchange, None
+        streamed = llm.StreamedMessage()
+        try:
+            while True:
+                while chunk is not None:
+                    streamed.add(chunk)
+                    forwarded = self._text_event(chunk)
+                    if forwarded is not None:
+                        yield sse(forwarded)
+                    chunk = await anext(chunks, None)
+                self.usage.add(streamed.usage)
+                reply = streamed.message()
+                step = owner.start(owner.turns.step(exchange, request, reply, streamed.usage, model=self.upstream,
+                                                    latency=time.perf_counter() - started))  # fmt: skip
+                if await asyncio.shield(step) != "again":
+                    for event in self._end(reply):
+                        yield sse(event)
+                    break
+                request, started, streamed, step = exchange.calls.request(), time.perf_counter(), llm.StreamedMessage(), None
+                chunks = llm.astream(self.upstream, request.messages, request.schemas, **self.chat.options)
+                chunk = await anext(chunks, None)
+        except LLMError as exc:  # headers are sent: the error becomes the last event
+            yield sse(error_body(llm.status_of(exc), redact_secrets(str(exc))[:1000], code="upstream_error"))
+        except StoreError as exc:
+            log.error("serve.turn_not_recorded", session=exchange.session_id, error=redact_secrets(str(exc)))
+            yield sse(error_body(503, "The session store is unavailable; try again.", code="store_unavailable"))
+        finally:
+            # The client went away, or the provider broke off: what was said is recorded, once
+            # the step under way (if any) says the turn did not end with it.
+            owner.start(self._settle(step, request, streamed.message(), streamed.usage, time.perf_counter() - started))
+        yield b"data: [DONE]\n\n"
+
+    async def _settle(
+        self, step: asyncio.Task[Any] | None, request: Request, reply: dict[str, Any], usage: Any, latency: float
+    ) -> None:
+        if step is not None:
+            try:
+                if await step != "again":
+                    return
+            except Exception:  # the step failed: the request said so, or its client is gone
+                return
+        settle = self.owner.turns.settle(self.exchange, request, reply, usage, model=self.upstream, latency=latency)
+        try:
+            await self.owner.run(settle)
+        except StoreError as exc:
+            log.error("serve.turn_not_recorded", session=self.exchange.session_id, error=redact_secrets(str(exc)))
+
+    def _event(self, choice: dict[str, Any]) -> dict[str, Any]:
+        return {**self.head, "object": "chat.completion.chunk", "model": self.chat.model, "choices": [choice]}
+
+    def _text_event(self, chunk: Any) -> dict[str, Any] | None:
+        """A chunk as the client gets it: its text (and role), without the tool calls, the
+        finish reason and the usage, which the stream sends at its end."""
+        data = chunk.model_dump(exclude_none=True)
+        if not self.head:
+            self.head = {"id": data.get("id", "chatcmpl-middleware"), "created": data.get("created", int(time.time()))}
+        choices = []
+        for choice in data.get("choices") or ():
+            self.finish = choice.get("finish_reason") or self.finish
+            delta = {key: value for key, value in (choice.get("delta") or {}).items() if key in ("role", "content") and value}
+            if delta:
+                choices.append({"index": choice.get("index", 0), "delta": delta, "finish_reason": None})
+        return self._event(choices[0]) if choices else None
+
+    def _end(self, reply: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The stream's last events: the client's tool calls (or a stopped turn's final text),
+        the finish reason, and the request's usage."""
+        exchange, events = self.exchange, []
+        calls = _client_calls(reply, exchange.forwarded)
+        if calls:
+            deltas = [
+                {"index": i, "id": call["id"], "type": "function", "function": call["function"]} for i, call in enumerate(calls)
+            ]
+            events.append(self._event({"index": 0, "delta": {"tool_calls": deltas}, "finish_reason": None}))
+        elif reply.get("tool_calls") and exchange.final:  # the turn ended on calls it would not run (too many rounds)
+            events.append(self._event({"index": 0, "delta": {"content": exchange.final}, "finish_reason": None}))
+        kept = self.finish if self.finish in ("length", "content_filter") else None
+        finish = "tool_calls" if calls else kept or "stop"
+        events.append(self._event({"index": 0, "delta": {}, "finish_reason": finish}))
+        events.append({**self._event({}), "choices": [], "usage": dict(self.usage.counts)})  # as the provider sends it, last
+        return events

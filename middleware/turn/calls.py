@@ -1,0 +1,111 @@
+"""A turn's LLM calls, whoever makes them: the request each carries (from the turn plan),
+the usage line it leaves, what the turn answers itself between calls, and tool results
+kept within the budget. ``chat()``, wrapped chatbots and the endpoint differ only in how a
+call is made and who runs the tools the model asks for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..core.text import CUT_MARKER
+from ..core.turnloop import PendingCall, ToolOutcome, TurnLoop
+from ..session.engine import Engine
+from ..usage.sink import CallMade
+from .plan import Request, TurnPlan
+
+__all__ = ["Calls", "answered"]
+
+
+def answered(call: PendingCall, text: str) -> ToolOutcome:
+    """A tool message the turn answers itself, not remembered as a tool call."""
+    return ToolOutcome(message={"role": "tool", "tool_call_id": call.id, "content": text}, record=None)
+
+
+class Calls:
+    """The calls of one turn under ``plan``, reported through ``engine`` as ``kind``.
+
+    ``loop`` holds the messages so far (the prompt, then the tool loop). A turn that spans
+    requests (the endpoint's) resumes with the breakpoint its last call ``marked``, whether
+    that call only loaded schemas (``extra``), how many calls it made (``step``), the ids
+    of the calls it answered itself (``answered``) and what its first call carried and cost
+    (``first``)."""
+
+    def __init__(
+        self, engine: Engine, plan: TurnPlan, kind: str, loop: TurnLoop, *, marked: int | None = None, extra: bool = False,
+        step: int = 0, answered: Sequence[str] = (), first: dict[str, Any] | None = None,
+    ) -> None:  # fmt: skip
+        self.engine, self.plan, self.kind, self.loop = engine, plan, kind, loop
+        self.marked, self.extra, self.step = marked, extra, step
+        self.answered = list(answered)  # the ids of the calls the turn answered itself (the loader's)
+        self.first = first  # what the turn's first call carried and cost, for the inspector
+        self.lines: list[dict[str, Any]] = []  # the usage lines written, one per call
+
+    @property
+    def after_results(self) -> bool:
+        """Whether the next call comes after tool results (not the turn's first)."""
+        return len(self.loop.messages) > len(self.plan.prompt.messages)
+
+    def request(self) -> Request:
+        """The next call's request (see ``TurnPlan.request``)."""
+        request = self.plan.request(self.loop.messages, marked=self.marked, chance=self.engine.chance(self.after_results))
+        self.marked = request.tail
+        return request
+
+    def made(
+        self, request: Request, reply: Mapping[str, Any], usage: Any, latency: float, *, model: str | None = None,
+        priced: bool = True, error: int | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Report a call made with ``request``; returns its usage line."""
+        plan, prompt_length = self.plan, len(self.plan.prompt.messages)
+        loop = request.messages[prompt_length:]
+        full = None if self.extra else plan.full_tokens(loop, self._ran(loop), self.engine.tokenizer.count_message)
+        call = CallMade(kind=self.kind, session=plan.session_id, turn=plan.prompt.turn, step=self.step, model=model or plan.model,
+                        priced=priced, prompt=plan.prompt, sent=request.messages, schemas=request.schemas, reply=reply,
+                        usage=usage, latency=latency, full_tokens=full, tools=plan.tools_line(request.schemas),
+                        static_prefix=plan.static_prefix, error=error)  # fmt: skip
+        line = self.engine.call_made(call, after_results=len(request.messages) > prompt_length, offered=bool(request.schemas))
+        if self.first is None:
+            self.first = {"tools": line.get("tools"), "cache": line.get("cache")}
+        self.step += 1
+        self.lines.append(line)
+        return line
+
+    def _ran(self, loop: Sequence[Mapping[str, Any]]) -> list[str | None]:
+        """The ids of the tool calls in ``loop`` that ran (the turn's own answers aside)."""
+        gone = set(self.answered)
+        return [call.get("id") for m in loop if m.get("role") == "assistant" for call in m.get("tool_calls") or ()
+                if call.get("id") not in gone]  # fmt: skip
+
+    def answer(self, call: PendingCall, problem: Callable[[str, Any], str | None]) -> ToolOutcome | None:
+        """The turn's own answer to ``call`` (the loader, a tool whose schema was not sent),
+        or None when it is to be run."""
+        text = self.plan.answer(call, problem)
+        if text is None:
+            return None
+        self.answered.append(call.id)
+        return answered(call, text)
+
+    def round_done(self, outcomes: Sequence[ToolOutcome]) -> None:
+        """A round of tool results is in: the next call is one a full-history chatbot would
+        not make when the round only loaded schemas."""
+        self.extra = all(outcome.record is None for outcome in outcomes)
+
+    def fit(self) -> None:
+        """Keep the next call within the budget: cut the largest tool results in the middle."""
+        budget = self.engine.budget(self.plan.model)
+        if budget is None:
+            return
+        tokenizer = self.engine.tokenizer
+        results = [m for m in self.loop.loop_messages if m.get("role") == "tool"]
+        tools_tokens = self.plan.policy.counter.tokens(self.plan.schemas())
+        while results:
+            over = tokenizer.count_messages(self.loop.messages) + tools_tokens - budget
+            if over <= 0:
+                return
+            largest = max(results, key=lambda m: tokenizer.count(m["content"]))
+            size = tokenizer.count(largest["content"])
+            if size <= 64:
+                return
+            largest["content"] = tokenizer.cut_middle(largest["content"], max(size - over, 64), CUT_MARKER)
+            results.remove(largest)

@@ -1,0 +1,129 @@
+"""The turn plan: what a turn sends, computed once and followed by every entrance. No I/O.
+
+A plan holds the composed prompt, the tools the turn discloses (or every schema) and the
+tool policy of the model called. From it each call's request follows: the prompt, then the
+turn's tool loop so far, with the disclosed schemas and, for Anthropic, cache breakpoints.
+What the model asks of the loader, or of a known tool whose schema was not sent, the plan
+answers itself (``answer``): the same words whether ``chat()``, a wrapped chatbot or the
+endpoint made the call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.caching import with_breakpoints
+from ..core.disclosure import DisclosedTools, baseline_messages
+from ..core.policy import ToolPolicy
+from ..core.state import Prompt
+from ..core.turnloop import PendingCall
+
+__all__ = ["Request", "TurnPlan", "arguments_of"]
+
+Messages = list[dict[str, Any]]
+Schemas = list[dict[str, Any]]
+
+
+def arguments_of(text: str) -> Any:
+    """A tool call's arguments as JSON, or None when they are not JSON."""
+    try:
+        return json.loads(text) if text else {}
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One call's request: its messages and tool schemas, breakpoints included."""
+
+    messages: Messages
+    schemas: Schemas | None
+    tail: int | None  # the message its breakpoints end at (None: none does)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnPlan:
+    """What one turn sends (see the module docstring). ``tools`` grows as the turn loads
+    schemas; everything else stays as planned."""
+
+    session_id: str
+    message: str  # the current user message's text
+    model: str
+    prompt: Prompt  # the composed prompt: its messages open every call of the turn
+    policy: ToolPolicy
+    static_prefix: str  # the system text that stays the same from call to call (ours, or the client's)
+    every: tuple[dict[str, Any], ...]  # every schema, as given: what a full-history chatbot sends
+    full_tools_tokens: int  # their tokens
+    tools: DisclosedTools | None  # the disclosed tools; None: every schema is sent
+    selected: DisclosedTools | None = None  # what was matched up front, before the policy left any out
+    kept: tuple[str, ...] = ()  # tools the turn keeps from now on as if it had called them
+    max_rounds: int = 8  # tool rounds a turn may run (config max_tool_rounds)
+
+    @property
+    def loader(self) -> str | None:
+        """The loader's name, when the turn discloses tools."""
+        return self.tools.catalog.loader_name if self.tools is not None else None
+
+    def schemas(self) -> Schemas | None:
+        """The schemas of the next call: the disclosed ones, or every one."""
+        return self.tools.schemas() if self.tools is not None else list(self.every) or None
+
+    def request(self, messages: Sequence[Mapping[str, Any]], *, marked: int | None, chance: float) -> Request:
+        """The next call's request: ``messages`` (the prompt, then the tool loop so far) with
+        the schemas and, where the policy places them, the breakpoints: the tools that stay,
+        the static system text, the memory that changes only now and then, and the last
+        message when another call of the turn is likely enough (``chance``) to read it,
+        else where the previous call's ended (``marked``)."""
+        sent, schemas = [dict(m) for m in messages], self.schemas()
+        if not self.policy.marks:
+            return Request(sent, schemas, None)
+        stable = self.tools.stable_tools if self.tools is not None else len(schemas or ())
+        tail = self.policy.tail(chance if schemas else 0.0, marked=marked, last=len(sent) - 1)
+        sent, schemas = with_breakpoints(sent, schemas, static_prefix=self.static_prefix, stable_tools=stable,
+                                         stable_system=self.prompt.stable_system_chars, tail=tail)  # fmt: skip
+        return Request(sent, schemas, tail)
+
+    def answer(self, call: PendingCall, problem: Callable[[str, Any], str | None]) -> str | None:
+        """What the turn answers itself for ``call``, or None when the call is to be run (by
+        the entrance's tools, or the client's). The loader's calls are answered with what
+        they loaded; a known tool called without its schema is loaded, and run when its
+        arguments fit (``problem(name, arguments)`` says what is wrong with them, or None),
+        else answered with a line that says what did not fit: never an opaque error."""
+        tools = self.tools
+        if tools is None:
+            return None
+        if call.name == tools.catalog.loader_name:
+            return tools.load(arguments_of(call.arguments))
+        if call.name in tools.catalog and call.name not in tools:
+            wrong = problem(call.name, call.arguments)
+            if wrong is not None:
+                return tools.unsent(call.name, wrong[:300])
+            tools.add([call.name])
+        return None
+
+    def full_tokens(
+        self, loop: Sequence[Mapping[str, Any]], ran: Sequence[str | None], count: Callable[[Mapping[str, Any]], int]
+    ) -> int:
+        """What the full-history chatbot would send for a call whose tool loop is ``loop``:
+        every schema and the same tool messages, less the loader's (``ran``: the ids of the
+        calls that ran)."""
+        baseline = loop if self.tools is None else baseline_messages(loop, ran)
+        return self.prompt.full_history_tokens + sum(map(count, baseline)) + self.full_tools_tokens
+
+    def tools_line(self, schemas: Sequence[Mapping[str, Any]] | None) -> dict[str, Any] | None:
+        """The ``tools`` field of a usage line for a call that carried ``schemas``."""
+        if not self.every:
+            return None
+        line: dict[str, Any] = {"sent": len(schemas or ()), "of": len(self.every), "full_tokens": self.full_tools_tokens}
+        if self.tools is not None:
+            line["loaded"] = len(self.tools.loaded)
+        return line
+
+    def sent_names(self) -> tuple[str, ...]:
+        """The tools whose schemas the turn sent, in order (the loader aside)."""
+        if self.tools is not None:
+            return tuple(self.tools.names)
+        return tuple(str((schema.get("function") or {}).get("name")) for schema in self.every)

@@ -1,0 +1,165 @@
+"""Planning and finishing a turn, the same for every entrance: load the session, choose the
+tools the turn discloses, compose the prompt, apply the tool policy (``plan``); report each
+call (``made``); learn from the turn and record it (``finish``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..config.schema import Config
+from ..core.archive import Candidate
+from ..core.disclosure import DisclosedTools
+from ..core.effects import Program
+from ..core.policy import Figures
+from ..core.state import Prompt, SessionState, ToolCall, Turn, TurnUpdate
+from ..session.embedder import Embedder
+from ..session.operations import SessionOperations, prompt_json
+from ..session.tools import ToolPlanner
+from ..store.decoding import Loaded
+from ..tools import Toolset
+from ..usage.sink import CallMade, UsageSink
+from .plan import TurnPlan
+
+__all__ = ["TurnPlanner", "rebased"]
+
+
+def rebased(prompt: Prompt, system: str, *, static_prefix: str, count: Any) -> Prompt:
+    """``prompt`` with ``system`` (a client's own system text) before its memory sections
+    instead of the static prefix; ``count(role, content)`` counts a message."""
+    memory = prompt.messages[0]["content"][len(static_prefix) :].strip("\n")
+    content = f"{system}\n{memory}" if memory else system
+    own = count("system", system)
+    tokens = count("system", content) - prompt.tokens.notes - prompt.tokens.context
+    messages = [{"role": "system", "content": content}, *prompt.messages[1:]]
+    breakdown = dataclasses.replace(prompt.tokens, system=tokens)
+    full = prompt.full_history_tokens - prompt.tokens.system + own
+    stable = prompt.stable_system_chars - len(static_prefix) + len(system)  # the memory follows the client's text
+    return dataclasses.replace(prompt, messages=messages, tokens=breakdown, full_history_tokens=full, stable_system_chars=stable)
+
+
+class TurnPlanner:
+    """See the module docstring. It works with the engine's collaborators: the session
+    operations (``ops``), tool planning (``tools``), embeddings (``embedder``) and the
+    usage ``sink``."""
+
+    def __init__(self, config: Config, ops: SessionOperations, tools: ToolPlanner, embedder: Embedder, sink: UsageSink) -> None:
+        self.config, self.ops, self.tools, self.embedder, self.sink = config, ops, tools, embedder, sink
+
+    def plan(
+        self,
+        session_id: str,
+        message: str,
+        *,
+        model: str,
+        toolset: Toolset,
+        exact: bool = False,
+        disclose: bool = True,
+        loaded: Loaded | None = None,
+        system: str | None = None,
+        saved: Mapping[str, Any] | None = None,
+    ) -> Program[TurnPlan]:
+        """The plan of a turn of ``session_id`` for ``message`` (both checked) to ``model``
+        with ``toolset``. ``exact``: the schemas as given (a chatbot handed its own tools);
+        ``disclose`` False: every schema on every call (a caller that cannot answer the loader).
+        The endpoint passes the session it ``loaded`` (with its arrival), the client's own
+        ``system`` text, and for a turn that spans requests the tools it ``saved``."""
+        ops, tools = self.ops, self.tools
+        catalog, policy = tools.catalog(toolset) if disclose else None, tools.policy(model)
+        vector = yield from self.embedder.meaning(catalog, message)
+        if loaded is None:
+            loaded = yield from ops.load(session_id, message)
+        state, candidates = loaded.state, loaded.candidates
+        every, count = toolset.schemas, tools.counter.tokens
+        whole = count(every)
+        disclosed: DisclosedTools | None = None
+        if catalog is not None:
+            disclosed = (DisclosedTools.restored(catalog, saved["tools"]) if saved and saved.get("tools") is not None
+                         else None if saved else tools.select(catalog, state, message, policy=policy, whole_tokens=whole,
+                                                              exact=exact, vector=vector))  # fmt: skip
+        extra = count(disclosed.schemas() if disclosed is not None else every)
+        prompt, static = yield from self._prompt(state, message, model, extra, candidates, system)
+        plan = TurnPlan(session_id=session_id, message=message, model=model, prompt=prompt, policy=policy, static_prefix=static,
+                        every=tuple(every), full_tools_tokens=whole, tools=disclosed,
+                        max_rounds=self.config.max_tool_rounds)  # fmt: skip
+        if saved:
+            selected = saved.get("selected")
+            return dataclasses.replace(plan, kept=tuple(saved.get("kept") or ()),
+                                       selected=DisclosedTools.restored(catalog, selected) if catalog and selected else None)  # fmt: skip
+        return self._decided(plan, whole) if disclosed is not None else plan
+
+    def _prompt(
+        self, state: SessionState, message: str, model: str, extra: int, candidates: Sequence[Candidate], system: str | None
+    ) -> Program[tuple[Prompt, str]]:
+        """The composed prompt and its static system text: ours, or the client's ``system``."""
+        composer = self.ops.composer
+        if system is None:
+            prompt = yield from self.ops.compose(state, message, model=model, extra_tokens=extra, candidates=candidates)
+            return prompt, composer.static_prefix
+        # The client's own system text takes the place of the configured static prefix.
+        own = composer.tokenizer.count_chat("system", system)
+        extra += max(own - composer.static_tokens, 0)
+        prompt = yield from self.ops.compose(state, message, model=model, extra_tokens=extra, candidates=candidates)
+        return rebased(prompt, system, static_prefix=composer.static_prefix, count=composer.tokenizer.count_chat), system
+
+    def _decided(self, plan: TurnPlan, whole: int) -> TurnPlan:
+        """The plan after the tool policy: the matched tools it leaves out, or every schema."""
+        assert plan.tools is not None
+        prompt, policy = plan.prompt, plan.policy
+        system = prompt.messages[0].get("content") if prompt.messages and policy.rules.explicit else None
+        stable = self.ops.composer.tokenizer.count(system[: prompt.stable_system_chars]) if isinstance(system, str) else 0
+        figures = Figures(
+            messages=prompt.tokens.total, stable_system=stable, turn=prompt.turn, budget=self.ops.budget(plan.model)
+        )
+        decision = self.tools.decide(plan.tools, figures, policy, whole)
+        disclosed = plan.tools.without(decision.drop) if decision.drop else plan.tools
+        selected = plan.tools if self.config.disclosure.cache_aware else None  # kept when every schema is sent instead
+        return dataclasses.replace(plan, tools=None if decision.whole else disclosed, selected=selected,
+                                   kept=tuple(plan.tools.kept))  # fmt: skip
+
+    def made(self, call: CallMade, *, after_results: bool, offered: bool) -> dict[str, Any]:
+        """Report one call: learn whether a call that ``offered`` tools was followed by
+        another (``after_results``: it came after tool results), and write its usage line."""
+        if offered and call.error is None:
+            self.tools.note_call(after_results, bool(call.reply.get("tool_calls")))
+        return self.sink.made(call)
+
+    def finish(self, plan: TurnPlan, turn: Turn, *, ended: bool) -> None:
+        """Learn from a finished turn: which of the tools matched up front it called (only
+        when it ``ended`` normally)."""
+        if plan.selected is not None and ended:
+            self.tools.note_matches(plan.selected, (call.name for call in turn.tool_calls))
+
+    def record(
+        self, plan: TurnPlan, turn: Turn, *, ended: bool, billed: Mapping[str, Any] | None,
+        sent: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Program[int]:  # fmt: skip
+        """Learn from the turn (``finish``) and record it with what its first call carried
+        (``billed``) and the tools it keeps."""
+        self.finish(plan, turn, ended=ended)
+        return self.ops.record(plan.session_id, turn, prompt=plan.prompt, billed=billed, kept=plan.kept, sent=sent)
+
+    def update(
+        self, plan: TurnPlan, turn: Turn, *, ended: bool, billed: Mapping[str, Any] | None, turn_id: str,
+        sent: Sequence[Mapping[str, Any]] | None,
+    ) -> Program[tuple[TurnUpdate, tuple[bytes, ...]]]:  # fmt: skip
+        """Learn from the turn and give what recording it writes, with its pieces' vectors
+        (semantic recall), for an entrance that records it itself (the endpoint queues it in
+        the session's arrival order)."""
+        self.finish(plan, turn, ended=ended)
+        self.tools.learn(turn)
+        update = self.ops.update(turn, prompt=prompt_json(plan.prompt, billed, sent), kept=plan.kept, turn_id=turn_id)
+        vectors = yield from self.embedder.encoded(update)
+        return update, vectors or ()
+
+    @staticmethod
+    def calls_of(loop: Sequence[Mapping[str, Any]], answered: Sequence[str]) -> list[ToolCall]:
+        """The tool calls a tool loop ran (those the turn answered itself left out), with their results."""
+        from ..core.replies import calls_of, tool_results
+
+        results = tool_results(loop)
+        gone = set(answered)
+        return [call for message in loop if message.get("role") == "assistant"
+                for call in calls_of({**message, "tool_calls": [c for c in message.get("tool_calls") or () if c.get("id") not in gone]},
+                                     results)]  # fmt: skip

@@ -1,0 +1,264 @@
+"""The tool policy: which schemas a turn sends, whether every schema costs less, where
+breakpoints end. Hand-worked cases under each provider's rules and prices, in tables."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from middleware import Config
+from middleware.core.caching import Rules, rules_for
+from middleware.core.composer import Composer
+from middleware.core.disclosure import Catalog, DisclosedTools, MatchOdds, entry_of
+from middleware.core.policy import Decision, Figures, LoopOdds, ToolPolicy, worth_sending, worth_writing
+from middleware.session.tools import SchemaCount
+from middleware.tokens import get_tokenizer
+from middleware.usage.pricing import Billing
+
+# Prices as litellm's local price map has them (USD per token).
+GPT_4O_MINI = rules_for("openai", {"input_cost_per_token": 1.5e-07, "cache_read_input_token_cost": 7.5e-08})
+SONNET = rules_for(
+    "anthropic",
+    {"input_cost_per_token": 3e-06, "cache_creation_input_token_cost": 3.75e-06, "cache_read_input_token_cost": 3e-07,
+     "prompt_cache_min_tokens": 1024},
+)  # fmt: skip
+HAIKU = rules_for("anthropic", {"input_cost_per_token": 1e-06, "cache_read_input_token_cost": 1e-07,
+                                "cache_creation_input_token_cost": 1.25e-06, "prompt_cache_min_tokens": 4096})  # fmt: skip
+
+
+def policy_for(config: Config, model: str = "m") -> ToolPolicy:
+    """The policy an engine of ``config`` follows for ``model``: its caching rules, litellm's count, its static text."""
+    tokenizer = get_tokenizer(config.tokens.model)
+    return ToolPolicy(Billing(config, tokenizer).rules(model), config.caching.anthropic_breakpoints,
+                      SchemaCount(config.tokens.model), Composer(config, tokenizer).static_tokens)  # fmt: skip
+
+
+class Sized:
+    """A schema counter for hand-worked cases: each schema's size is its ``x-tokens`` field."""
+
+    def sizes(self, schemas: Sequence[Mapping[str, Any]] | None) -> list[int]:
+        return [int(schema.get("x-tokens", 0)) for schema in schemas or ()]
+
+    def tokens(self, schemas: Sequence[Mapping[str, Any]] | None) -> int:
+        return sum(self.sizes(schemas))
+
+
+def sized_catalog(sizes: Mapping[str, int], loader: int = 200) -> Catalog:
+    """A catalog whose tools (and loader) carry their sizes for ``Sized``."""
+    entries = [entry_of({"type": "function", "x-tokens": size, "function": {"name": name, "description": f"{name} things."}}, "g")
+               for name, size in sizes.items()]  # fmt: skip
+    catalog = Catalog(entries)
+    catalog.loader_schema = {**catalog.loader_schema, "x-tokens": loader}
+    return catalog
+
+
+def test_a_breakpoint_is_written_only_when_a_later_call_is_likely_enough_to_read_it() -> None:
+    """Sonnet: writing costs 0.25 of the input price more, a read saves 0.9 of it, so the
+    break-even chance is 0.25 / 0.9 = 27.8%. Without a write premium (OpenAI) writing is free."""
+    assert worth_writing(SONNET, 0.28) and not worth_writing(SONNET, 0.27)
+    assert worth_writing(GPT_4O_MINI, 0.0)
+    odds = LoopOdds()
+    assert odds.chance(True) == odds.chance(False) == 0.5  # as if one call of each kind was seen
+    for _ in range(3):
+        odds.note(True, False)
+    odds.note(False, True)
+    assert odds.chance(True) == pytest.approx(1 / 5) and odds.chance(False) == pytest.approx(2 / 3)
+
+
+def test_a_matched_tool_is_sent_when_its_chance_pays_for_it_against_a_loader_round() -> None:
+    """Worked by hand, per token. Sonnet, a 100-token schema after 2,000 tokens that stay
+    and 600 more: sent, it is written (100 x 3.75e-6 = 3.75e-4); not sent, a turn that calls
+    it makes one more call reading the 2,000 (6e-4) and writing the 600 and the schema
+    (700 x 3.75e-6 = 2.625e-3), 3.225e-3 in all: the break-even chance is 11.6%. When it is
+    the first tool sent after those that stay, the 200 cached tokens after the tools are
+    written instead of read too (200 x 3.45e-6 = 6.9e-4): 1.065e-3, break-even 33.0%.
+    gpt-4o-mini, the same sizes: 1.5e-5 against 1.5e-4 + 1.05e-4, break-even 5.9%. Where
+    the shared tokens are short of the model's minimum nothing is cached, and with no
+    prices nothing can be weighed: always sent (disclosure.match_tools decides)."""
+    sizes = {"schema": 100, "shared": 2000, "rest": 600}
+    assert worth_sending(SONNET, 0.12, **sizes) and not worth_sending(SONNET, 0.11, **sizes)
+    assert worth_sending(SONNET, 0.34, **sizes, after=200) and not worth_sending(SONNET, 0.32, **sizes, after=200)
+    assert worth_sending(GPT_4O_MINI, 0.06, **sizes) and not worth_sending(GPT_4O_MINI, 0.058, **sizes)
+    assert worth_sending(SONNET, 0.0, schema=100, shared=1000, rest=600)
+    assert worth_sending(Rules(kind="openai", min_tokens=1024), 0.0, **sizes)
+
+
+def test_per_call_cost_reads_the_stable_part_once_it_is_long_enough() -> None:
+    """In input-token units, warm cache: OpenAI reads whole 128-token steps of the stable part
+    at its discount; Anthropic writes the changing rest at 1.25x; below the minimum nothing is read."""
+    from middleware.core.policy import per_call_cost
+
+    assert per_call_cost(GPT_4O_MINI, total=3000, stable=2000) == pytest.approx(1920 * 0.5 + 1080)
+    assert per_call_cost(SONNET, total=3000, stable=2000) == pytest.approx(2000 * 0.1 + 1000 * 1.25)
+    haiku = rules_for(
+        "anthropic", {"input_cost_per_token": 1e-06, "cache_read_input_token_cost": 1e-07, "prompt_cache_min_tokens": 4096}
+    )
+    assert per_call_cost(haiku, total=3000, stable=2800) == 3000  # under 4,096: nothing cached
+
+
+def test_every_schema_is_preferred_only_when_it_alone_can_be_cached_and_costs_less() -> None:
+    """Haiku 4.5: a 2,800-token disclosed prefix is never cached, every schema (5,000) is, and
+    costs less. Sonnet: both can be cached, so the disclosed prompt stays (no switching back
+    and forth, each switch rewriting the cache). gpt-4o-mini: every schema can be cached but,
+    at half price, costs more than a small disclosed prompt."""
+    from middleware.core.policy import prefer_whole
+
+    haiku = rules_for("anthropic", {"input_cost_per_token": 1e-06, "cache_read_input_token_cost": 1e-07,
+                                    "cache_creation_input_token_cost": 1.25e-06, "prompt_cache_min_tokens": 4096})  # fmt: skip
+    sizes = {"disclosed": 3100, "disclosed_stable": 2800, "whole": 5300, "whole_stable": 5000}
+    assert prefer_whole(haiku, **sizes)
+    assert not prefer_whole(SONNET, **sizes)
+    assert not prefer_whole(GPT_4O_MINI, disclosed=800, disclosed_stable=250, whole=2600, whole_stable=2300)
+
+
+def test_every_schema_is_not_sent_while_the_disclosed_prefix_soon_grows_into_the_minimum() -> None:
+    """Hand-worked, Haiku 4.5 (4,096 minimum; input $1, read $0.10, write $1.25 per million):
+    the disclosed prompt (3,100 tokens, 2,800 stable) costs 3,100 a call and every schema
+    (5,300, 5,000 stable) 5,000 x 0.1 + 300 x 1.25 = 875, a gain of 2,225 a call; its first
+    call costs 5,000 x (1.25 - 0.1) = 5,750 more than a warm one. Growing 1,300 tokens a turn
+    the stable part is cached after one turn: 2,225 < 5,750, the disclosed prompt stays; at
+    500 a turn it takes three: 6,675 > 5,750, every schema is sent; not growing, as before."""
+    from middleware.core.policy import prefer_whole
+
+    haiku = rules_for("anthropic", {"input_cost_per_token": 1e-06, "cache_read_input_token_cost": 1e-07,
+                                    "cache_creation_input_token_cost": 1.25e-06, "prompt_cache_min_tokens": 4096})  # fmt: skip
+    sizes = {"disclosed": 3100, "disclosed_stable": 2800, "whole": 5300, "whole_stable": 5000}
+    assert not prefer_whole(haiku, **sizes, growth=1300)
+    assert prefer_whole(haiku, **sizes, growth=500)
+    assert prefer_whole(haiku, **sizes, growth=0)
+
+
+@pytest.mark.parametrize(
+    ("caching", "kept_tokens", "whole_tokens", "keeps"),
+    [
+        ({"rules": "none"}, 50_000, 50_000, False),  # not modelled, and no cache price known
+        ({"rules": "none", "price_as": "deepseek/deepseek-chat"}, 500, 500, True),  # not modelled, reads priced lower
+        ({"price_as": "claude-sonnet-4-5"}, 5_000, 5_000, False),  # Anthropic caches only at breakpoints
+        ({"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}, 1_100, 1_100, True),
+        ({"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}, 400, 1_100, True),  # reads at a tenth
+        ({"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}, 400, 700, False),  # nothing reaches 1,024
+        ({"price_as": "gpt-4o-mini"}, 1_100, 1_100, True),  # reaches 1,024, read at half
+        ({"price_as": "gpt-4o-mini"}, 700, 50_000, False),  # read at half: only once they are cached
+        ({"price_as": "gpt-5-mini"}, 700, 1_100, True),  # read at a tenth
+        ({"price_as": "gpt-4.1-mini"}, 700, 1_100, True),  # read at exactly a quarter
+        ({"price_as": "claude-haiku-4-5", "anthropic_breakpoints": True}, 3_000, 3_900, False),  # 4,096 minimum
+    ],
+)
+def test_whether_recent_tools_pay_follows_each_providers_caching(
+    caching: dict[str, Any], kept_tokens: int, whole_tokens: int, keeps: bool
+) -> None:
+    """Hand-worked: kept schemas of ``kept_tokens`` against every schema's ``whole_tokens``
+    (with the static system text), under each provider's rules and litellm's prices."""
+    policy = policy_for(Config().with_overrides(caching=caching))
+    schemas = schemas_of_tokens(kept_tokens)
+    assert policy.keeps_recent(schemas, whole_tokens - policy.static_tokens) is keeps
+
+
+def schemas_of_tokens(tokens: int) -> list[dict[str, Any]]:
+    """One schema of ``tokens`` tokens (within 2), as litellm counts them for the default tokens.model."""
+
+    def schemas_of(words: int) -> list[dict[str, Any]]:
+        return [{"type": "function", "function": {"name": "t", "description": "word " * words}}]
+
+    count = SchemaCount(Config().tokens.model).tokens
+    words = tokens
+    for _ in range(5):
+        words += tokens - count(schemas_of(words))
+    assert abs(count(schemas_of(words)) - tokens) <= 2
+    return schemas_of(words)
+
+
+def test_the_system_text_after_changing_tools_is_not_counted_as_cached() -> None:
+    """Matched tools come between the kept tools and the system text and change from turn to
+    turn, so a long system text does not lift kept tools over the minimum: 700 tokens of
+    kept tools with about 900 of instructions stay out with gpt-4o-mini."""
+    config = Config().with_overrides(
+        assistant={"instructions": "Follow the house rules. " * 180}, caching={"price_as": "gpt-4o-mini"}
+    )
+    policy = policy_for(config)
+    assert policy.static_tokens > 800
+    assert policy.keeps_recent(schemas_of_tokens(700), 50_000) is False
+    assert policy.keeps_recent(schemas_of_tokens(1_100), 50_000) is True
+
+
+def disclosed(catalog: Catalog, *, stable: Sequence[str], ranked: Sequence[str], grown: int = 0) -> DisclosedTools:
+    return DisclosedTools(catalog, names=[*stable, *ranked], stable=len(stable) + grown, grown=grown, ranked=list(ranked),
+                          settled=bool(stable))  # fmt: skip
+
+
+CATALOG = sized_catalog({"kept": 1500, "best": 300, "second": 300, "third": 300})
+FIGURES = Figures(messages=600, stable_system=0, turn=3, budget=None)
+
+
+def seldom(rank: int, times: int = 40) -> MatchOdds:
+    """Odds after ``times`` turns that never called the tool matched at ``rank``."""
+    odds, ranked = MatchOdds(), [*(f"called_{i}" for i in range(rank)), "never"]
+    for _ in range(times):
+        odds.note(True, ranked, [], ranked[:-1])  # the matches above it are called every time
+    return odds
+
+
+@pytest.mark.parametrize(
+    ("rules", "breakpoints", "odds", "grown", "expected"),
+    [
+        (Rules(kind="none"), False, seldom(0), 0, Decision()),  # nothing cached: nothing weighed
+        (SONNET, False, seldom(0), 0, Decision()),  # Claude without breakpoints caches nothing
+        (SONNET, True, MatchOdds(), 0, Decision()),  # even odds: each pays for itself
+        (SONNET, True, seldom(0), 0, Decision(drop=("best",))),  # the best match is never called: left out
+        (SONNET, True, seldom(1), 0, Decision(drop=("second",))),
+        (SONNET, True, seldom(0), 1, Decision()),  # matches joining the tools that stay are never left out
+        (GPT_4O_MINI, False, seldom(2), 0, Decision(drop=("third",))),
+    ],
+)
+def test_decide_leaves_out_matches_the_model_seldom_calls(
+    rules: Rules, breakpoints: bool, odds: MatchOdds, grown: int, expected: Decision
+) -> None:
+    """With 1,700 tokens that stay (read from the cache) and 300-token matches, a match
+    never called at its rank costs more sent than the loader round it would spare."""
+    policy = ToolPolicy(rules, breakpoints, Sized(), static_tokens=100)
+    tools = disclosed(CATALOG, stable=["kept"], ranked=["best", "second", "third"], grown=grown)
+    assert policy.decide(tools, FIGURES, odds, whole_tokens=2_600) == expected
+
+
+@pytest.mark.parametrize(
+    ("kept", "whole", "budget", "expected"),
+    [
+        (2_000, 5_000, None, True),  # Haiku caches nothing under 4,096: every schema (cached) costs less
+        (2_000, 5_000, 5_000, False),  # ... unless every schema would not fit the budget
+        (4_200, 5_000, None, False),  # the disclosed prefix is cached too: no switching back and forth
+        (2_000, 3_000, None, False),  # every schema is short of the minimum too
+    ],
+)
+def test_every_schema_is_sent_where_it_alone_can_be_cached_and_costs_less(kept: int, whole: int, budget: int | None,
+                                                                         expected: bool) -> None:  # fmt: skip
+    """Haiku 4.5 with breakpoints, a disclosed prompt of one kept tool and one match."""
+    catalog = sized_catalog({"kept": kept, "best": 300}, loader=100)
+    policy = ToolPolicy(HAIKU, True, Sized(), static_tokens=200)
+    figures = Figures(messages=300, stable_system=0, turn=5, budget=budget)
+    decision = policy.decide(disclosed(catalog, stable=["kept"], ranked=["best"]), figures, MatchOdds(), whole_tokens=whole)
+    assert decision.whole is expected and decision.drop == ()
+
+
+@pytest.mark.parametrize(
+    ("rules", "chance", "marked", "tail"),
+    [
+        (SONNET, 0.5, None, 7),  # likely enough to be read: the last message
+        (SONNET, 0.2, None, None),  # a first call not worth writing: the stable memory alone
+        (SONNET, 0.2, 4, 4),  # a later call: where the previous call's breakpoints ended
+        (GPT_4O_MINI, 0.0, None, 7),  # writing costs nothing extra
+    ],
+)
+def test_a_calls_breakpoints_end_where_a_later_call_is_likely_to_read(
+    rules: Rules, chance: float, marked: int | None, tail: int | None
+) -> None:
+    """Sonnet's break-even chance is 27.8% (see worth_writing)."""
+    assert ToolPolicy(rules, True, Sized(), static_tokens=0).tail(chance, marked=marked, last=7) == tail
+
+
+def test_the_decision_table_would_see_a_wrong_drop() -> None:
+    """The decision differs from a wrong expectation (so the tables above can fail)."""
+    policy = ToolPolicy(SONNET, True, Sized(), static_tokens=100)
+    tools = disclosed(CATALOG, stable=["kept"], ranked=["best", "second", "third"])
+    assert policy.decide(tools, FIGURES, seldom(0), whole_tokens=2_600) != Decision(drop=("second",))
