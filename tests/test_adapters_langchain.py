@@ -57,6 +57,20 @@ def test_the_agent_is_sent_the_composed_memory_and_its_turns_are_recorded(config
     assert not any(m.get("tool_calls") for m in sent)
 
 
+def test_the_agent_is_sent_what_recall_finds_for_its_current_message(config: Config) -> None:
+    """The memory is composed for the turn's own message, as chat() composes it: a fact said
+    turns ago, out of the recent window and the summary, is recalled when the message asks for it."""
+    with SessionManager(config.with_overrides(summary={"lines": 1})) as mgr:
+        agent = build(mgr)
+        ask(agent, "my locker code is 4417 at the Harbour gym", "t5")
+        for text in ("thanks", "ok then", "fine", "sure", "great"):
+            ask(agent, text, "t5")
+        ask(agent, "what is my locker code at the gym?", "t5")
+        expected = mgr.prepare("t5", "what is my locker code at the gym?").messages[0]["content"]
+    memory = SEEN[-1][1]["content"]
+    assert "4417" in memory and memory in expected
+
+
 def test_within_a_turn_the_tool_loop_is_kept(config: Config) -> None:
     """The model's second call of a turn is sent the tool call and its result after the current message."""
     with SessionManager(config) as mgr:

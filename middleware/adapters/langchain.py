@@ -1,8 +1,9 @@
 """LangChain adapters (``pip install "token-middleware[langchain]"``).
 
 ``MemoryMiddleware`` is a LangChain v1 agent middleware for ``create_agent``: before every
-model call it replaces the message list with the session's composed memory, the current
-user message and that turn's tool loop; after the agent finishes it records the turn.
+model call it replaces the message list with the session's memory composed for the current
+user message (what recall finds for it included), that message and the turn's tool loop;
+after the agent finishes it records the turn.
 ``MiddlewareChatMessageHistory`` is a ``BaseChatMessageHistory`` for older chains
 (``RunnableWithMessageHistory``): its ``messages`` are the composed memory.
 
@@ -21,9 +22,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.replies import interpret_reply
+from ..core.state import Prompt
 from ..exceptions import ConfigError
 from ..session.manager import AsyncSessionManager, SessionManager
-from .memory import memory_messages, require, turns_in
+from ..session.standalone import composer_for
+from .memory import memory_messages, prompt_memory, require, turns_in
 
 __all__ = ["MemoryMiddleware", "MiddlewareChatMessageHistory"]
 
@@ -72,13 +75,19 @@ class MemoryMiddleware(AgentMiddleware):
             raise ConfigError("MemoryMiddleware needs a session: pass session_id=, a context with session_id, or a thread_id.")
         return found
 
-    def composed(self, messages: Sequence[BaseMessage], state: Any) -> dict[str, Any] | None:
+    def composed(self, messages: Sequence[BaseMessage], prompt: Prompt) -> dict[str, Any]:
         """The update that puts memory, the current message and its tool loop in place of the messages."""
         last = _last_human(messages)
-        if last is None:
-            return None
-        memory = convert_to_messages(memory_messages(state, self.manager.config, self.manager.tokenizer))
+        assert last is not None
+        static = composer_for(self.manager.config, self.manager.tokenizer).static_prefix
+        memory = convert_to_messages(prompt_memory(prompt, static))
         return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *memory, *messages[last:]]}
+
+    @staticmethod
+    def current(messages: Sequence[BaseMessage]) -> str | None:
+        """The text of the turn's user message (the last human one), or None when there is none."""
+        last = _last_human(messages)
+        return None if last is None else (messages[last].text or "(a message without text)")
 
     def turn(self, messages: Sequence[BaseMessage]) -> dict[str, Any] | None:
         """What to record for the run's turn: the current message, the final reply, the tool calls."""
@@ -95,10 +104,10 @@ class MemoryMiddleware(AgentMiddleware):
             raise ConfigError("This agent runs synchronously (invoke): give MemoryMiddleware a SessionManager.")
         return self.manager
 
-    async def _get_state(self, session_id: str) -> Any:
+    async def _prepare(self, session_id: str, text: str) -> Prompt:
         if isinstance(self.manager, AsyncSessionManager):
-            return await self.manager.get_state(session_id)
-        return await asyncio.to_thread(self.manager.get_state, session_id)
+            return await self.manager.prepare(session_id, text)
+        return await asyncio.to_thread(self.manager.prepare, session_id, text)
 
     async def _record(self, session_id: str, turn: dict[str, Any]) -> None:
         if isinstance(self.manager, AsyncSessionManager):
@@ -109,10 +118,16 @@ class MemoryMiddleware(AgentMiddleware):
     # --- the hooks ----------------------------------------------------------------------------
 
     def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        return self.composed(state["messages"], self._sync().get_state(self.session_of(runtime)))
+        text = self.current(state["messages"])
+        if text is None:
+            return None
+        return self.composed(state["messages"], self._sync().prepare(self.session_of(runtime), text))
 
     async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        return self.composed(state["messages"], await self._get_state(self.session_of(runtime)))
+        text = self.current(state["messages"])
+        if text is None:
+            return None
+        return self.composed(state["messages"], await self._prepare(self.session_of(runtime), text))
 
     def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         turn = self.turn(state["messages"])

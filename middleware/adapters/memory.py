@@ -11,11 +11,11 @@ from typing import Any, NamedTuple
 from ..config.schema import Config
 from ..core.conversation import content_text, whole_turns
 from ..core.replies import interpret_reply
-from ..core.state import SessionState, ToolCall
+from ..core.state import Prompt, SessionState, ToolCall
 from ..session.standalone import composer_for
 from ..tokens import Tokenizer
 
-__all__ = ["ChatTurn", "memory_messages", "require", "turns_in"]
+__all__ = ["ChatTurn", "memory_messages", "prompt_memory", "require", "turns_in"]
 
 # The composer needs a current message; the adapters leave it out of what they return.
 _PLACEHOLDER = "."
@@ -32,12 +32,20 @@ def require(module: str, extra: str, package: str) -> ModuleType:
 
 
 def memory_messages(state: SessionState, config: Config, tokenizer: Tokenizer) -> list[dict[str, str]]:
-    """The session's memory as chat messages, oldest first: its notes and context sections as one
-    system message (when there are any), the summary exchange and the recent turn. The
-    framework's own instructions stay its system prompt; the manager's static prompt is left out."""
+    """The session's memory as chat messages, oldest first, when the current message is not
+    known yet (an Agents SDK session, a chat history): as ``prompt_memory`` of a prompt composed
+    for no message, so nothing is recalled for it."""
     composer = composer_for(config, tokenizer)
-    messages = composer.compose(state, _PLACEHOLDER, checked=True).messages
-    memory = messages[0]["content"][len(composer.static_prefix) :].strip("\n")
+    return prompt_memory(composer.compose(state, _PLACEHOLDER, checked=True), composer.static_prefix)
+
+
+def prompt_memory(prompt: Prompt, static_prefix: str) -> list[dict[str, str]]:
+    """A composed prompt's memory as chat messages, oldest first: its notes, context and recall
+    sections as one system message (when there are any), the summary exchange and the recent
+    turn. The framework's own instructions stay its system prompt (the manager's static prompt
+    ``static_prefix`` is left out), and its own current message stays its last."""
+    messages = prompt.messages
+    memory = messages[0]["content"][len(static_prefix) :].strip("\n")
     return [*([{"role": "system", "content": memory}] if memory else []), *messages[1:-1]]
 
 
