@@ -1,0 +1,86 @@
+"""What every command shares: printing values literally (never as markup, control
+characters escaped), library errors as one line, and the config and manager the global
+options name."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..config.files import ENV_REDIS_URL, load_config
+from ..config.schema import Config
+from ..core.text import printable
+from ..exceptions import MiddlewareError
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+    from ..session.manager import SessionManager
+
+__all__ = ["CliContext", "errors", "joined", "literal", "new_console", "warn_if_private_store"]
+
+
+def new_console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped or captured output gets a readable width instead of rich's 80 columns.
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else 150
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
+def literal(value: object, style: str = "", *, lines: bool = False) -> Text:
+    """``value`` as rich prints it literally: a Text, so never markup or emoji codes, with its
+    control characters escaped (line breaks and tabs too, unless ``lines``)."""
+    from rich.text import Text
+
+    return Text(printable(str(value), keep="\n\t" if lines else ""), style=style)
+
+
+def joined(*parts: str | Text) -> Text:
+    """One line: strings are the command's own words, other parts values made with ``_text``
+    (nothing is parsed as markup)."""
+    from rich.text import Text
+
+    return Text.assemble(*parts)
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    """Library errors become one clear line and exit status 1, not a traceback."""
+    try:
+        yield
+    except MiddlewareError as exc:
+        raise click.ClickException(printable(str(exc))) from None
+
+
+class CliContext:
+    def __init__(self, config_path: str | None, redis_url: str | None) -> None:
+        self.config_path = config_path
+        self.redis_url = redis_url
+
+    def config(self, **overrides: Any) -> Config:
+        with errors():
+            # --redis-url is applied as load_config applies $REDIS_URL (one validation).
+            env = {**os.environ, ENV_REDIS_URL: self.redis_url} if self.redis_url else None
+            config = load_config(self.config_path, env=env)
+            return config.with_overrides(**overrides) if overrides else config
+
+    def manager(self, config: Config | None = None, **options: Any) -> SessionManager:
+        from ..session.manager import SessionManager
+
+        with errors():
+            return SessionManager(config or self.config(), **options)
+
+
+def warn_if_private_store(mgr: SessionManager) -> None:
+    if mgr.config.store.url.startswith("memory://"):
+        click.echo(
+            "Note: the store is memory://, which lives inside this one process, so it holds no sessions of other "
+            "processes. Point at a shared store with --redis-url or $REDIS_URL.", err=True,
+        )  # fmt: skip

@@ -1,0 +1,124 @@
+"""The settings of the service around memory, as frozen sections of ``Config``: the store,
+token counting, prompt caching figures, the usage log and the endpoint."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from ..core.text import redact_url
+from .sections import Section
+
+__all__ = ["CachingConfig", "ServeConfig", "StoreConfig", "TokensConfig", "UpstreamModel", "UsageLogConfig"]
+
+
+class StoreConfig(Section):
+    # memory:// (embedded, in-process), redis://, rediss:// (TLS), unix://
+    url: str = "memory://"
+    key_prefix: str = Field(default="mw", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-:]+$")
+    # Idle time after which a whole session expires; 0 keeps sessions forever.
+    ttl_seconds: int = Field(default=7 * 24 * 3600, ge=0)
+    timeout_seconds: float = Field(default=2.0, gt=0, le=600)
+    # The URL names any node of a Redis Cluster (keys of a session share one slot).
+    cluster: bool = False
+    # raise: an unreachable store raises StoreUnavailableError. degrade: compose from
+    # the system prompt and the current message, keep unrecorded turns in memory.
+    on_store_error: Literal["raise", "degrade"] = "raise"
+    # Turns held in memory while the store is unreachable (degrade): the oldest are dropped
+    # past either bound, with a store.pending_overflow error.
+    max_pending_turns: int = Field(default=10_000, ge=1)
+    max_pending_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+
+    def __repr_args__(self) -> Any:
+        # A password in the URL must not reach logs or tracebacks through a repr.
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if name == "url" and isinstance(value, str) else value
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+        if scheme not in {"memory", "redis", "rediss", "unix"}:
+            raise ValueError("expected a URL starting with memory://, redis://, rediss:// or unix://")
+        return value
+
+
+class TokensConfig(Section):
+    # The model whose tokenizer counts tokens; any litellm model string.
+    model: str = "gpt-4o-mini"
+    # Force a tiktoken encoding (cl100k_base, o200k_base, p50k_base); None chooses from the model.
+    encoding: str | None = None
+    # Hard cap on the composed prompt in tokens (tool schemas included). None: the
+    # model's context window (from litellm's local price map) minus reply_reserve.
+    budget: int | None = Field(default=None, ge=64)
+    reply_reserve: int = Field(default=4096, ge=0)
+    # Cap on notes + context keys + summary together (seed 003's context_limit); None: no cap.
+    # What gives first: summary lines (oldest first), then notes (cut in the middle),
+    # then context keys (least recently set first).
+    memory_budget: int | None = Field(default=None, ge=16)
+    max_message_chars: int = Field(default=200_000, ge=100)
+
+
+class CachingConfig(Section):
+    """Prompt caching: how the usage figures model it, and Anthropic cache breakpoints."""
+
+    # Whose caching rules the figures (and disclosure.cache_aware) follow: auto (from the
+    # model's provider: OpenAI, Anthropic, Gemini, else none), or one of them for every model.
+    rules: Literal["auto", "openai", "anthropic", "gemini", "none"] = "auto"
+    # A session's cache counts as warm when its previous call came less than this long ago.
+    ttl_seconds: float = Field(default=300.0, gt=0, le=86_400)
+    # Anthropic models: mark the stable prefix (tools, static system text, the memory that
+    # changes only now and then) and, when a later call of the turn is likely enough to read
+    # it, the last message with cache_control breakpoints, so the provider caches them.
+    anthropic_breakpoints: bool = False
+    # Price the figures (and choose the caching rules, which disclosure.cache_aware follows)
+    # as this model instead of the one called: for aliases, proxies and self-hosted names
+    # litellm has no price for.
+    price_as: str | None = None
+
+
+class UsageLogConfig(Section):
+    path: str | None = "middleware-usage.jsonl"
+    include_content: bool = False
+
+
+class UpstreamModel(Section):
+    """A model clients may ask for: the litellm model it stands for, and where that model
+    is served when it is not the provider's own address (a local OpenAI-compatible server)."""
+
+    model: str = Field(min_length=1)
+    api_base: str | None = None
+
+
+class ServeConfig(Section):
+    """``middleware serve``: the OpenAI-compatible endpoint."""
+
+    host: str = "127.0.0.1"  # loopback by default: off loopback it needs api_keys
+    port: int = Field(default=8400, ge=1, le=65535)
+    # Bearer keys clients must send (Authorization: Bearer <key>); empty: no check. Keys for
+    # the upstream providers never come from here: litellm reads them from the environment.
+    api_keys: tuple[str, ...] = Field(default=(), repr=False)
+    # Model names clients may ask for -> the litellm model each stands for (a string, or
+    # {model, api_base}). Empty: any litellm model string is forwarded as it is.
+    models: dict[str, str | UpstreamModel] = Field(default_factory=dict)
+    # How long a finished turn waits for an earlier-arrived turn of its session to finish
+    # before it is recorded anyway (the earlier one's process died during its upstream call).
+    order_wait_seconds: float = Field(default=30.0, ge=0, le=86_400)
+    # The longest request body accepted, in bytes.
+    max_body_bytes: int = Field(default=8_000_000, ge=1_000)
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, value: dict[str, str | UpstreamModel]) -> dict[str, str | UpstreamModel]:
+        for alias, model in value.items():
+            if not alias.strip() or (isinstance(model, str) and not model.strip()):
+                raise ValueError(f"alias {alias!r} -> {model!r}: expected non-empty names")
+        return value
+
+    def upstream(self, name: str) -> UpstreamModel | None:
+        """What the model a client named stands for; None when aliases are set and it is none of them."""
+        if not self.models:
+            return UpstreamModel(model=name)
+        target = self.models.get(name)
+        return UpstreamModel(model=target) if isinstance(target, str) else target
