@@ -123,10 +123,82 @@ def test_chat_and_manager_do_not_import_each_other_back() -> None:
     assert not any(name.startswith("middleware.session.manager") for name in imports(PACKAGE / "turn" / "chat.py"))
 
 
-@pytest.mark.parametrize("path", sorted((PACKAGE / "core").glob("*.py")), ids=lambda p: p.name)
+MAX_LINES, MAX_METHODS = 500, 25
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_is_longer_than_a_few_screens(path: Path) -> None:
+    """Modules hold one concept each: none over 500 lines."""
+    assert len(path.read_text().splitlines()) <= MAX_LINES
+
+
+def methods_of(tree: ast.AST) -> dict[str, int]:
+    """Each class and how many methods (and properties) it defines."""
+    return {node.name: sum(isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) for item in node.body)
+            for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}  # fmt: skip
+
+
+def test_no_class_has_more_than_25_methods() -> None:
+    """A class that needs more is two objects (the engine is a façade over collaborators)."""
+    crowded = {f"{path.name}:{name}": count for path in MODULES for name, count in methods_of(ast.parse(path.read_text())).items()
+               if count > MAX_METHODS}  # fmt: skip
+    assert crowded == {}
+    assert methods_of(ast.parse("class A:\n" + "".join(f"    def m{i}(self): ...\n" for i in range(26)))) == {"A": 26}
+
+
+def calls_of(path: Path, name: str) -> list[int]:
+    """The lines where ``path`` calls a function or method named ``name``."""
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+            and (getattr(node.func, "id", None) == name or getattr(node.func, "attr", None) == name)]  # fmt: skip
+
+
+def test_one_place_builds_a_usage_record() -> None:
+    """Every entrance reports its calls to the usage sink: only it builds a record and writes the log."""
+    builders = {str(path.relative_to(PACKAGE)) for path in MODULES if calls_of(path, "usage_record")}
+    logs = {str(path.relative_to(PACKAGE)) for path in MODULES if calls_of(path, "UsageLog")}
+    assert builders == logs == {"usage/sink.py"}
+
+
+ENGINE = PACKAGE / "session" / "engine.py"
+
+
+def facade() -> set[str]:
+    """The engine's public methods and properties."""
+    engine = next(node for node in ast.parse(ENGINE.read_text()).body if isinstance(node, ast.ClassDef) and node.name == "Engine")
+    return {item.name for item in engine.body if isinstance(item, ast.FunctionDef) and not item.name.startswith("_")}
+
+
+def reaches(source: str, allowed: set[str]) -> list[str]:
+    """Uses of an engine (``engine``, ``self.engine``, ``self._engine``) other than its façade's members."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        holder = node.value
+        named = holder.id if isinstance(holder, ast.Name) else holder.attr if isinstance(holder, ast.Attribute) else ""
+        if named in {"engine", "_engine"} and node.attr not in allowed:
+            found.append(f"{named}.{node.attr}")
+    return found
+
+
+def test_callers_use_only_the_engines_facade() -> None:
+    """Outside the engine, nothing reaches through it: only its public methods are used."""
+    allowed = facade()
+    offenders = {str(path.relative_to(PACKAGE)): reaches(path.read_text(), allowed) for path in MODULES if path != ENGINE}
+    assert {path: found for path, found in offenders.items() if found} == {}
+    assert reaches("engine.config.tokens\nself._engine.composer.static_prefix\nengine.plan_turn()", allowed) == [
+        "engine.config",
+        "_engine.composer",
+    ]
+
+
+PURE = [*sorted((PACKAGE / "core").rglob("*.py")), PACKAGE / "turn" / "plan.py"]
+
+
+@pytest.mark.parametrize("path", PURE, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_the_core_does_no_io(path: Path) -> None:
-    """Core modules import no file, clock, network, thread, Redis or litellm module, nothing of
-    the shell, and open nothing."""
+    """Core modules (and the turn plan) import no file, clock, network, thread, Redis or
+    litellm module, nothing of the shell, and open nothing."""
     found = imports(path)
     banned = sorted(name for name in found if name.split(".")[0] in IO_MODULES)
     shell = sorted(

@@ -163,10 +163,6 @@ class Engine:
         return self._planner.plan(session_id, message, model=model or self._config.model, toolset=toolset, exact=exact,
                                   disclose=disclose, loaded=loaded, system=system, saved=saved)  # fmt: skip
 
-    def chance(self, after_results: bool) -> float:
-        """How likely a call that offers tools is to be followed by another of its turn."""
-        return self._tools.chance(after_results)
-
     def call_made(self, call: CallMade, *, after_results: bool, offered: bool) -> dict[str, Any]:
         """Report one call of a turn (see ``TurnPlanner.made``); its usage line."""
         return self._planner.made(call, after_results=after_results, offered=offered)

@@ -71,7 +71,7 @@ class ToolPlanner:
         self._skill_tools: list[Tool] | None = None
         self._catalogs: Lru[tuple[Catalog | None]] = Lru(256)
         self._co_use = _SharedCoUse()  # tools called together, for disclosure
-        self._loop_odds = LoopOdds()  # how often a call's reply asks for tools: where breakpoints end
+        self.loop_odds = LoopOdds()  # how often a call's reply asks for tools: where breakpoints end
         self._match_odds = MatchOdds()  # how often a tool matched at each rank is called: which are sent
 
     def skill_tools(self) -> list[Tool]:
@@ -146,13 +146,9 @@ class ToolPlanner:
             return Decision()
         return policy.decide(disclosed, figures, self._match_odds, whole_tokens)
 
-    def chance(self, after_results: bool) -> float:
-        """How likely a call is to be followed by another of the same turn."""
-        return self._loop_odds.chance(after_results)
-
     def note_call(self, after_results: bool, followed: bool) -> None:
         """One call that offered tools, and whether its reply asked for them."""
-        self._loop_odds.note(after_results, followed)
+        self.loop_odds.note(after_results, followed)
 
     def note_matches(self, selected: DisclosedTools, called: Iterable[str]) -> None:
         """A turn that ended normally: which of the tools matched up front it called."""

@@ -41,14 +41,9 @@ class Calls:
         self.first = first  # what the turn's first call carried and cost, for the inspector
         self.lines: list[dict[str, Any]] = []  # the usage lines written, one per call
 
-    @property
-    def after_results(self) -> bool:
-        """Whether the next call comes after tool results (not the turn's first)."""
-        return len(self.loop.messages) > len(self.plan.prompt.messages)
-
     def request(self) -> Request:
         """The next call's request (see ``TurnPlan.request``)."""
-        request = self.plan.request(self.loop.messages, marked=self.marked, chance=self.engine.chance(self.after_results))
+        request = self.plan.request(self.loop.messages, marked=self.marked)
         self.marked = request.tail
         return request
 

@@ -10,6 +10,7 @@ endpoint made the call.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 
 from ..core.caching import with_breakpoints
 from ..core.disclosure import DisclosedTools, baseline_messages
-from ..core.policy import ToolPolicy
+from ..core.policy import LoopOdds, ToolPolicy
 from ..core.state import Prompt
 from ..core.turnloop import PendingCall
 
@@ -61,6 +62,8 @@ class TurnPlan:
     selected: DisclosedTools | None = None  # what was matched up front, before the policy left any out
     kept: tuple[str, ...] = ()  # tools the turn keeps from now on as if it had called them
     max_rounds: int = 8  # tool rounds a turn may run (config max_tool_rounds)
+    # How often this process has seen a call followed by another of its turn: where breakpoints end.
+    loop_odds: LoopOdds = dataclasses.field(default_factory=LoopOdds)
 
     @property
     def loader(self) -> str | None:
@@ -71,17 +74,18 @@ class TurnPlan:
         """The schemas of the next call: the disclosed ones, or every one."""
         return self.tools.schemas() if self.tools is not None else list(self.every) or None
 
-    def request(self, messages: Sequence[Mapping[str, Any]], *, marked: int | None, chance: float) -> Request:
+    def request(self, messages: Sequence[Mapping[str, Any]], *, marked: int | None) -> Request:
         """The next call's request: ``messages`` (the prompt, then the tool loop so far) with
         the schemas and, where the policy places them, the breakpoints: the tools that stay,
         the static system text, the memory that changes only now and then, and the last
-        message when another call of the turn is likely enough (``chance``) to read it,
+        message when another call of the turn is likely enough (``loop_odds``) to read it,
         else where the previous call's ended (``marked``)."""
         sent, schemas = [dict(m) for m in messages], self.schemas()
         if not self.policy.marks:
             return Request(sent, schemas, None)
         stable = self.tools.stable_tools if self.tools is not None else len(schemas or ())
-        tail = self.policy.tail(chance if schemas else 0.0, marked=marked, last=len(sent) - 1)
+        chance = self.loop_odds.chance(len(sent) > len(self.prompt.messages)) if schemas else 0.0
+        tail = self.policy.tail(chance, marked=marked, last=len(sent) - 1)
         sent, schemas = with_breakpoints(sent, schemas, static_prefix=self.static_prefix, stable_tools=stable,
                                          stable_system=self.prompt.stable_system_chars, tail=tail)  # fmt: skip
         return Request(sent, schemas, tail)

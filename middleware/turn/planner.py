@@ -82,7 +82,7 @@ class TurnPlanner:
         prompt, static = yield from self._prompt(state, message, model, extra, candidates, system)
         plan = TurnPlan(session_id=session_id, message=message, model=model, prompt=prompt, policy=policy, static_prefix=static,
                         every=tuple(every), full_tools_tokens=whole, tools=disclosed,
-                        max_rounds=self.config.max_tool_rounds)  # fmt: skip
+                        max_rounds=self.config.max_tool_rounds, loop_odds=tools.loop_odds)  # fmt: skip
         if saved:
             selected = saved.get("selected")
             return dataclasses.replace(plan, kept=tuple(saved.get("kept") or ()),

@@ -1,67 +1,22 @@
-"""Progressive tool disclosure: which tool schemas each LLM call carries. No I/O.
-
-Tool schemas are part of every prompt and often its largest part. Instead of every
-schema on every call, a call carries:
-
-1. the **loader**, a small built-in tool whose description is the index of every tool
-   by group (a configured skill, or a group made from the tools' module, class or name
-   prefix); the model calls it with tool or group names, it answers with one line, and
-   the next call of the same turn's tool loop carries their schemas;
-2. the tools pinned by ``disclosure.always``;
-3. the tools the session called in its last ``disclosure.recent_turns`` turns (or all
-   tools of their groups, with ``recent_scope: skill``), in the order they were first
-   sent, so the list only grows at its end while they stay in use; where the model's
-   prompt caching does not make them worth keeping, they do not stay (``select``'s ``cached``),
-   and where they are kept though short of the model's minimum cached prefix, the matched
-   tools (4, 5) join them, called or not, until they reach it (``select``'s ``grows``);
-4. up to ``disclosure.match_tools`` tools whose names, descriptions and parameters share
-   words with the current message (BM25 over stemmed words), after the others: they change
-   from turn to turn, so they come last. With ``disclosure.embedding_model`` they are
-   ranked by meaning as well (the cosine of the message's and each tool's embedding, added
-   to the word score scaled to the best); a tool that shares no word with the message is
-   matched only when its cosine stands out from the tool set's (``MEANING_STANDOUT``).
-5. up to ``disclosure.co_use_tools`` tools the model has called in most of the turns in
-   which it called one of those (``CoUse``: ``cd`` with a file operation, a login with what
-   needs it), learned from the turns recorded: requests often need tools they do not name.
-
-Where the model's prompt caching reads the prompt's opening, the caller may leave out
-matches (4, 5) at ranks the model seldom calls (``MatchOdds``; ``DisclosedTools.drop``).
-
-The loader and the tools that stay (1-3) are the stable prefix a provider can cache; only
-the matched tools and what a turn loads vary. Tools of a group whose descriptions open
-with the same sentences (an API's "This tool belongs to ..." preamble) carry them once per
-call, in the first of the group's tools sent (``disclosure.share_preambles``): the same
-words, stated once. A model that calls a known tool whose schema
-it was not sent gets it run (its arguments checked against the schema) or, when the
-arguments do not fit, loaded with a one-line answer: never an opaque error.
-"""
+"""The catalog of a chat's tools (grouped, indexed, matched to a message) and the tools one
+turn discloses from it (``DisclosedTools``). No I/O."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 import operator
-import re
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config.schema import DisclosureConfig
-from .text import one_line
+from ...config.schema import DisclosureConfig
+from ..text import one_line
+from .groups import ToolEntry, description_of, shared_preamble, without_preamble
+from .matching import WORD, Bm25
+from .odds import CoUse
 
-__all__ = [
-    "LOADER_DESCRIPTION",
-    "Catalog",
-    "CoUse",
-    "DisclosedTools",
-    "MatchOdds",
-    "ToolEntry",
-    "Uses",
-    "auto_groups",
-    "baseline_messages",
-    "entry_of",
-]
+__all__ = ["LOADER_DESCRIPTION", "Catalog", "DisclosedTools", "Uses", "baseline_messages"]
 
 # Tool name -> (order key of when it was first sent in its current run of use, last turn used).
 Uses = Mapping[str, tuple[int, int]]
@@ -77,315 +32,6 @@ MEANING_STANDOUT = 1.5
 _MEANING_CHARS = 1_000  # of a tool's name and description, embedded
 _INDEX_CHARS = 12_000  # the index in the loader's description, at most (names are cut past it)
 
-# A sentence's end within a description: a preamble is cut after one.
-_SENTENCE_END = re.compile(r"[.:;!?]\s+")
-_MIN_PREAMBLE_CHARS = 40  # shorter shared openings are not worth the lookup
-_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-_STOP = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "any",
-        "are",
-        "as",
-        "at",
-        "be",
-        "by",
-        "can",
-        "could",
-        "do",
-        "does",
-        "for",
-        "from",
-        "has",
-        "have",
-        "i",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "me",
-        "my",
-        "of",
-        "on",
-        "or",
-        "our",
-        "please",
-        "should",
-        "so",
-        "some",
-        "than",
-        "that",
-        "the",
-        "their",
-        "then",
-        "there",
-        "these",
-        "this",
-        "those",
-        "to",
-        "up",
-        "us",
-        "was",
-        "we",
-        "what",
-        "when",
-        "where",
-        "which",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
-    ]
-)
-# First words that name an action rather than a namespace: tools are not grouped by them.
-_VERBS = frozenset(
-    [
-        "add",
-        "book",
-        "buy",
-        "calculate",
-        "cancel",
-        "check",
-        "close",
-        "compute",
-        "convert",
-        "copy",
-        "create",
-        "delete",
-        "disable",
-        "display",
-        "do",
-        "download",
-        "edit",
-        "enable",
-        "fetch",
-        "find",
-        "get",
-        "has",
-        "is",
-        "list",
-        "load",
-        "lock",
-        "make",
-        "move",
-        "open",
-        "place",
-        "post",
-        "press",
-        "put",
-        "read",
-        "release",
-        "remove",
-        "run",
-        "save",
-        "search",
-        "sell",
-        "send",
-        "set",
-        "show",
-        "start",
-        "stop",
-        "turn",
-        "unlock",
-        "update",
-        "upload",
-        "view",
-        "write",
-    ]
-)
-_NAMESPACE = re.compile(r"^(.+?)(?:__|\.|/|:)")
-
-
-def _stem(word: str) -> str:
-    """A light English stemmer: enough that 'moving', 'moves' and 'moved' meet 'move'."""
-    for suffix in ("ations", "ation", "ings", "ing", "ies", "ied", "es", "ed", "s", "ly", "er"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            word = word[: -len(suffix)]
-            break
-    return word[:-1] if word.endswith("e") and len(word) > 3 else word
-
-
-def words(text: str) -> list[str]:
-    """Stemmed words of ``text``, camelCase and snake_case split, stop words dropped."""
-    return [_stem(w.lower()) for w in _WORD.findall(text) if w.lower() not in _STOP]
-
-
-@dataclass(frozen=True, slots=True)
-class ToolEntry:
-    """One tool as disclosure sees it: its schema, its group, and the text matching reads."""
-
-    name: str
-    group: str
-    schema: Mapping[str, Any]
-    text: str
-
-
-def entry_of(schema: Mapping[str, Any], group: str) -> ToolEntry:
-    """The entry of an OpenAI tool schema in ``group``; matching reads its name twice (names
-    weigh most), its description and its parameters' names and descriptions."""
-    function = schema.get("function") or {}
-    name = str(function.get("name") or "")
-    parts = [name, name, str(function.get("description") or "")]
-    properties = (function.get("parameters") or {}).get("properties") or {}
-    if isinstance(properties, Mapping):
-        for key, spec in properties.items():
-            parts.append(str(key))
-            if isinstance(spec, Mapping):
-                parts.append(str(spec.get("description") or ""))
-    return ToolEntry(name=name, group=group, schema=schema, text=" ".join(parts))
-
-
-def _prefix(name: str) -> str | None:
-    """A namespace prefix of a tool name (``github__create_issue``, ``fs.read``, ``slack_post``)."""
-    match = _NAMESPACE.match(name)
-    if match:
-        return match.group(1)
-    first = _WORD.findall(name)
-    return first[0].lower() if first and first[0].lower() not in _VERBS and len(first) > 1 else None
-
-
-def auto_groups(tools: Sequence[tuple[str, str | None]], skills: Mapping[str, str]) -> list[str]:
-    """A group for each ``(name, origin)``: the skill that lists the tool (``skills``: tool
-    name -> skill name), else its origin (the class of a bound method, the module of a
-    function) when the other tools come from more than one, else a namespace prefix two or
-    more tools share, else ``tools``."""
-    rest = [(name, origin) for name, origin in tools if name not in skills]
-    origins = {origin for _, origin in rest if origin}
-    by_origin = len(origins) > 1
-    prefixes = Counter(p for name, _ in rest if (p := _prefix(name)))
-    groups = []
-    for name, origin in tools:
-        prefix = _prefix(name)
-        if name in skills:
-            groups.append(skills[name])
-        elif by_origin and origin:
-            groups.append(origin)
-        elif prefix and prefixes[prefix] > 1:
-            groups.append(prefix)
-        else:
-            groups.append("tools")
-    return groups
-
-
-def shared_preamble(descriptions: Sequence[str]) -> str:
-    """The whole sentences that every one of two or more descriptions opens with (at least
-    40 characters, trailing whitespace included), when each description goes on after them; else ""."""
-    if len(descriptions) < 2:
-        return ""
-    first, last = min(descriptions), max(descriptions)  # the common prefix of all is theirs
-    length = next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), min(len(first), len(last)))
-    ends = [match.end() for match in _SENTENCE_END.finditer(first[:length])]
-    cut = first[: ends[-1]] if ends else ""
-    if len(cut.strip()) < _MIN_PREAMBLE_CHARS or any(not text[len(cut) :].strip() for text in descriptions):
-        return ""
-    return cut
-
-
-def _without(schema: Mapping[str, Any], preamble: str) -> dict[str, Any]:
-    function = dict(schema["function"])
-    function["description"] = str(function["description"])[len(preamble) :].lstrip()
-    return {**schema, "function": function}
-
-
-class _Bm25:
-    """Okapi BM25 over the tools' texts: rare words that a tool and the message share score."""
-
-    def __init__(self, texts: Sequence[str]) -> None:
-        self.docs = [Counter(words(text)) for text in texts]
-        self.lengths = [sum(doc.values()) for doc in self.docs]
-        self.average = sum(self.lengths) / len(self.lengths) if self.lengths else 0.0
-        frequency: Counter[str] = Counter()
-        for doc in self.docs:
-            frequency.update(doc.keys())
-        n = len(self.docs)
-        self.idf = {word: math.log(1 + (n - f + 0.5) / (f + 0.5)) for word, f in frequency.items()}
-
-    def scores(self, query: str, k1: float = 1.2, b: float = 0.75) -> list[float]:
-        terms = set(words(query)) & self.idf.keys()
-        out = []
-        for doc, length in zip(self.docs, self.lengths, strict=True):
-            norm = k1 * (1 - b + b * length / self.average) if self.average else k1
-            out.append(sum(self.idf[t] * doc[t] * (k1 + 1) / (doc[t] + norm) for t in terms if t in doc))
-        return out
-
-
-class CoUse:
-    """Which tools are called together, from the turns recorded (tool names only): per tool,
-    the turns that called it and, of those, how many also called each other tool. Bounded:
-    a turn teaches at most ``per_turn`` names; past ``limit`` names the less used half is
-    forgotten, and a tool keeps its ``2 * keep`` most frequent companions at most. Not
-    thread-safe: its owner serializes access."""
-
-    def __init__(
-        self, *, limit: int = 4096, min_turns: int = 3, min_share: float = 0.5, per_turn: int = 32, keep: int = 64
-    ) -> None:
-        self.limit, self.min_turns, self.min_share, self.per_turn, self.keep = limit, min_turns, min_share, per_turn, keep
-        self.turns: Counter[str] = Counter()
-        self.together: dict[str, Counter[str]] = {}
-
-    def learn(self, names: Iterable[str]) -> None:
-        """One turn's called tools."""
-        called = list(dict.fromkeys(names))[: self.per_turn]
-        if len(self.turns) + sum(1 for name in called if name not in self.turns) > self.limit:
-            for name, _ in self.turns.most_common()[self.limit // 2 :]:  # the less used half goes
-                del self.turns[name]
-                self.together.pop(name, None)
-        for name in called:
-            self.turns[name] += 1
-            counter = self.together.setdefault(name, Counter())
-            counter.update(other for other in called if other != name)
-            if len(counter) > 2 * self.keep:
-                self.together[name] = Counter(dict(counter.most_common(self.keep)))
-
-    def companions(self, names: Iterable[str]) -> list[str]:
-        """Tools called in at least ``min_share`` of the turns that called one of ``names`` (each
-        seen in ``min_turns`` turns or more), most often first; ``names`` themselves left out."""
-        given = list(dict.fromkeys(names))
-        best: dict[str, float] = {}
-        for name in given:
-            seen = self.turns[name]
-            if seen < self.min_turns:
-                continue
-            for other, together in self.together.get(name, {}).items():
-                share = together / seen
-                if share >= self.min_share and share > best.get(other, 0.0):
-                    best[other] = share
-        return [name for name in sorted(best, key=lambda n: -best[n]) if name not in given]
-
-
-class MatchOdds:
-    """How often a tool matched to the message at each rank (best first) is called in its
-    turn, and how often a companion sent with the matches (``CoUse``) is, counted apart for
-    turns where tools used earlier stay (what a request needs has mostly been sent already)
-    and turns where none do. Each count starts as if one tool in two had been called, so a
-    process starts out sending them all, as a fresh catalog needs. Ranks past ``ranks``
-    share the last count."""
-
-    COMPANION = -1  # the rank companions are counted under
-
-    def __init__(self, ranks: int = 16) -> None:
-        self.ranks = ranks
-        self._seen: dict[tuple[bool, int], list[int]] = {}  # (settled, rank) -> [called, offered]
-
-    def chance(self, settled: bool, rank: int) -> float:
-        called, offered = self._seen.get((settled, min(rank, self.ranks - 1)), (1, 2))
-        return called / offered
-
-    def note(self, settled: bool, ranked: Sequence[str], companions: Sequence[str], called: Iterable[str]) -> None:
-        """One turn's matched tools, best first, and companions (sent or not), and the tools it called."""
-        names = set(called)
-        offered = [*((min(rank, self.ranks - 1), name) for rank, name in enumerate(ranked)),
-                   *((self.COMPANION, name) for name in companions)]  # fmt: skip
-        for rank, name in offered:
-            counts = self._seen.setdefault((settled, rank), [1, 2])
-            counts[0] += name in names
-            counts[1] += 1
-
 
 class Catalog:
     """The tools a chat may use, grouped and indexed, and the loader that opens them."""
@@ -396,11 +42,11 @@ class Catalog:
         self.groups: dict[str, list[str]] = {}
         for entry in entries:
             self.groups.setdefault(entry.group, []).append(entry.name)
-        self._bm25 = _Bm25([entry.text for entry in entries])
+        self._bm25 = Bm25([entry.text for entry in entries])
         # Per group, the opening its tools' descriptions share, and their schemas without it.
-        self.preambles = {group: shared_preamble([_description(self.entries[n].schema) for n in names])
+        self.preambles = {group: shared_preamble([description_of(self.entries[n].schema) for n in names])
                           for group, names in self.groups.items()}  # fmt: skip
-        self.shortened = {entry.name: _without(entry.schema, self.preambles[entry.group])
+        self.shortened = {entry.name: without_preamble(entry.schema, self.preambles[entry.group])
                           for entry in entries if self.preambles[entry.group]}  # fmt: skip
         self._order = {name: index for index, name in enumerate(self.entries)}
         self.loader_schema = self._loader_schema()
@@ -410,7 +56,7 @@ class Catalog:
     def meaning_texts(self) -> list[str]:
         """What ranking by meaning embeds of each tool, in catalog order: its name as words
         and its description without the group's shared opening."""
-        texts = [f"{' '.join(_WORD.findall(name)).lower()}: {_description(self.shortened.get(name, entry.schema))}"
+        texts = [f"{' '.join(WORD.findall(name)).lower()}: {description_of(self.shortened.get(name, entry.schema))}"
                  for name, entry in self.entries.items()]  # fmt: skip
         return [text[:_MEANING_CHARS] for text in texts]
 
@@ -650,11 +296,6 @@ class DisclosedTools:
         model when its arguments did not fit (``problem``)."""
         self.add([name])
         return f"The schema of {name} had not been sent; it is loaded now ({problem}). Call {name} again."
-
-
-def _description(schema: Mapping[str, Any]) -> str:
-    description = (schema.get("function") or {}).get("description")
-    return description if isinstance(description, str) else ""
 
 
 def _names(names: Sequence[str]) -> str:
