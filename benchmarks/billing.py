@@ -377,6 +377,7 @@ def price(played: Played, model: str) -> Priced:
 VARIANTS: list[tuple[str, str, dict[str, Any], bool]] = [
     ("every_schema", "middleware, every schema (disclosure off)", {"enabled": False}, True),
     ("disclosure", "middleware, tool disclosure (defaults)", {}, True),
+    ("served", "the endpoint (middleware serve), tool disclosure (defaults), an OpenAI client resending its history", {}, True),
     ("match_2", "middleware, tool disclosure, match_tools 2", {"match_tools": 2}, True),
     ("meaning", "middleware, tool disclosure, matched by meaning too (all-MiniLM-L6-v2)", {"embedding_model": EMBEDDER}, True),
     (
@@ -423,7 +424,8 @@ def run(
             by_model: dict[str, Played] = {}
             for model in MODELS if per_model else (RAW_MODEL,):
                 config = middleware_config(**settings).with_overrides(caching={"price_as": model})
-                by_model[model] = play(name, label, sessions, config, tick)
+                player = play_served if name == "served" else play
+                by_model[model] = player(name, label, sessions, config, tick)
             priced = {model: price(by_model.get(model, by_model[RAW_MODEL]), model) for model in MODELS}
             for replay in by_model.values():
                 replay.sessions = []  # priced: the requests are not needed any more
@@ -444,6 +446,12 @@ def run(
     data["seconds"] = time.monotonic() - started
     data["rules"] = {model: llm.cache_rules(model) for model in MODELS}
     return data
+
+
+def play_served(*args: Any) -> Played:
+    from .served import play_served as played_through_the_endpoint
+
+    return played_through_the_endpoint(*args)
 
 
 def _pct(value: float) -> str:

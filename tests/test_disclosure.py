@@ -102,6 +102,41 @@ def test_groups_come_from_skills_then_classes_and_modules_then_name_prefixes() -
     assert auto_groups(same_module, {}) == ["github", "github", "slack", "slack", "tools", "tools"]
 
 
+@pytest.mark.parametrize(
+    ("names", "descriptions", "groups"),
+    [
+        # An API's shared opening names its tools' group.
+        (["book_flight", "cancel_booking", "add", "divide"],
+         ["This tool belongs to the travel system, which books. Book a flight.",
+          "This tool belongs to the travel system, which books. Cancel it.",
+          "This tool belongs to the Math API. Add two numbers.", "This tool belongs to the Math API. Divide."],
+         ["travel_system", "travel_system", "math", "math"]),
+        # A prefix that spans two openings does not group; a prefix that is exactly one opening's names it.
+        (["authenticate_travel", "travel_book", "authenticate_twitter", "twitter_post"],
+         ["Belongs to the travel system. Log in.", "Belongs to the travel system. Book.",
+          "Belongs to the social network. Log in.", "Belongs to the social network. Post."],
+         ["travel_system", "travel_system", "social_network", "social_network"]),
+        (["mail_send", "mail_read", "cal_add", "cal_list"],
+         ["Belongs to the mailbox service. Send.", "Belongs to the mailbox service. Read.",
+          "Belongs to the calendar. Add.", "Belongs to the calendar. List."],
+         ["mail", "mail", "cal", "cal"]),
+        # An opening no other tool shares says nothing: prefixes and 'tools' as before.
+        (["github__create_issue", "github__list_prs", "slack_post", "get_weather"],
+         ["Creates an issue.", "Lists pull requests.", "Posts.", "Reads."], ["github", "github", "tools", "tools"]),
+        # Two openings that name the same words: the second group gets a number.
+        (["add_entry", "remove_entry", "append_text", "replace_text"],
+         ["The memory suite, which keeps. A.", "The memory suite, which keeps. B.", "The memory suite, which sums. C.",
+          "The memory suite, which sums. D."], ["memory_suite", "memory_suite", "memory_suite_2", "memory_suite_2"]),
+    ],
+)  # fmt: skip
+def test_tools_given_as_schemas_are_grouped_by_the_opening_their_descriptions_share(
+    names: list[str], descriptions: list[str], groups: list[str]
+) -> None:
+    """A client that sends only schemas (the endpoint's, a wrapped chatbot's) still says which
+    tools belong together: its descriptions open with the same sentence."""
+    assert auto_groups([(name, "tools") for name in names], {}, descriptions) == groups
+
+
 def test_matching_finds_tools_by_stemmed_words_of_their_names_descriptions_and_parameters() -> None:
     """'moving' meets mv's 'Move'; 'receiver' is a parameter of send_message."""
     assert CATALOG.match("please try moving notes.txt", 1) == ["mv"]

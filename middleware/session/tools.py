@@ -16,6 +16,7 @@ from .. import llm
 from ..config.schema import Config
 from ..core.caching import Rules
 from ..core.disclosure import Catalog, CoUse, DisclosedTools, MatchOdds, auto_groups, entry_of
+from ..core.disclosure.groups import description_of
 from ..core.policy import Decision, Figures, LoopOdds, ToolPolicy
 from ..core.state import SessionState, Turn
 from ..exceptions import InvalidToolCallError
@@ -99,8 +100,9 @@ class ToolPlanner:
                 "rename the tool or set disclosure.loader_name."
             )
         skills = {ref.rsplit(":", 1)[1]: skill.name for skill in self.config.skills for ref in skill.tools}
-        groups = auto_groups([(tool.name, origin_of(tool.fn)) for tool in toolset], skills)
         schemas = toolset.schemas
+        descriptions = [description_of(schema) for schema in schemas]
+        groups = auto_groups([(tool.name, origin_of(tool.fn)) for tool in toolset], skills, descriptions)
         key = hashlib.sha1(orjson.dumps([schemas, groups], option=orjson.OPT_SORT_KEYS)).hexdigest()
         cached = self._catalogs.get(key)
         if cached is None:

@@ -111,27 +111,84 @@ def _prefix(name: str) -> str | None:
     return first[0].lower() if first and first[0].lower() not in _VERBS and len(first) > 1 else None
 
 
-def auto_groups(tools: Sequence[tuple[str, str | None]], skills: Mapping[str, str]) -> list[str]:
+def auto_groups(
+    tools: Sequence[tuple[str, str | None]], skills: Mapping[str, str], descriptions: Sequence[str] = ()
+) -> list[str]:
     """A group for each ``(name, origin)``: the skill that lists the tool (``skills``: tool
     name -> skill name), else its origin (the class of a bound method, the module of a
-    function) when the other tools come from more than one, else a namespace prefix two or
-    more tools share, else ``tools``."""
+    function) when the other tools come from more than one, else the opening sentence its
+    description (``descriptions``, in the same order) shares with others (an API's "This
+    tool belongs to the travel system."): what a client that sends only schemas still says
+    of its tools. Such a group is named by the namespace prefix its tools share when they
+    are exactly that prefix's tools, else by its sentence's words. Else a namespace prefix
+    two or more tools share, else ``tools``."""
     rest = [(name, origin) for name, origin in tools if name not in skills]
-    origins = {origin for _, origin in rest if origin}
-    by_origin = len(origins) > 1
-    prefixes = Counter(p for name, _ in rest if (p := _prefix(name)))
+    by_origin = len({origin for _, origin in rest if origin}) > 1
+    prefix_of = {i: _prefix(name) for i, (name, _) in enumerate(tools) if name not in skills}
+    openings = {} if by_origin else _openings(tools, skills, descriptions, prefix_of)
+    prefixes = Counter(p for i, p in prefix_of.items() if p and i not in openings)
     groups = []
-    for name, origin in tools:
-        prefix = _prefix(name)
+    for index, (name, origin) in enumerate(tools):
+        prefix = prefix_of.get(index)
         if name in skills:
             groups.append(skills[name])
         elif by_origin and origin:
             groups.append(origin)
+        elif index in openings:
+            groups.append(openings[index])
         elif prefix and prefixes[prefix] > 1:
             groups.append(prefix)
         else:
             groups.append("tools")
     return groups
+
+
+# Words that name no API in an opening sentence ("This tool belongs to the ... system").
+_GENERIC = frozenset(["a", "an", "and", "api", "apis", "belong", "belongs", "category", "for", "function", "functions", "in", "is", "it", "its", "of", "part", "provides", "set", "that", "the", "these", "this", "to", "tool", "tools", "which", "with"])  # fmt: skip
+
+
+def _opening(description: str) -> str:
+    """A description's first sentence, when it is long enough to name a group by."""
+    ends = _SENTENCE_END.search(description)
+    first = description[: ends.start() + 1] if ends else ""
+    return first if len(first) >= _MIN_PREAMBLE_CHARS // 2 else ""
+
+
+def _named(opening: str, taken: set[str]) -> str:
+    """A group name from an opening sentence: its first words that say something, up to a
+    comma or a relative clause ("the travel system, which ..." is ``travel_system``)."""
+    head = re.split(r",|\b(?:which|that|who)\b", opening, maxsplit=1)[0]
+    kept = [word.lower() for word in WORD.findall(head) if word.lower() not in _GENERIC][:3]
+    name = "_".join(kept) or "tools"
+    candidate, number = name, 2
+    while candidate in taken:
+        candidate, number = f"{name}_{number}", number + 1
+    return candidate
+
+
+def _openings(
+    tools: Sequence[tuple[str, str | None]], skills: Mapping[str, str], descriptions: Sequence[str],
+    prefix_of: Mapping[int, str | None],
+) -> dict[int, str]:  # fmt: skip
+    """The tools (by index) whose descriptions open with a sentence two or more share, each
+    with its group's name: the prefix its tools share when they are all of that prefix's
+    tools, else the sentence's words."""
+    openings = {i: opening for i, (name, _) in enumerate(tools) if name not in skills and i < len(descriptions)
+                and (opening := _opening(descriptions[i]))}  # fmt: skip
+    members: dict[str, list[int]] = {}
+    for index, opening in openings.items():
+        members.setdefault(opening, []).append(index)
+    taken, out = {*skills.values(), *(name for name, _ in tools)}, {}
+    for opening, indexes in members.items():
+        if len(indexes) < 2:
+            continue
+        prefixes = {prefix_of.get(i) for i in indexes}
+        prefix = next(iter(prefixes)) if len(prefixes) == 1 else None
+        exact = prefix is not None and sum(1 for p in prefix_of.values() if p == prefix) == len(indexes)
+        name = prefix if exact and prefix is not None and prefix not in taken else _named(opening, taken)
+        taken.add(name)
+        out.update(dict.fromkeys(indexes, name))
+    return out
 
 
 def shared_preamble(descriptions: Sequence[str]) -> str:
