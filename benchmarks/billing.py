@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from benchmarks import write_section
 from middleware import Config, SessionManager, Tool, llm
@@ -170,7 +170,7 @@ class Model:
         self.requests.append(([dict(m) for m in messages], [dict(t) for t in tools or ()]))
         names = [t["function"]["name"] for t in tools or ()]
         last = messages[-1]
-        if last["role"] == "tool" and not self._after_loader(messages):
+        if last["role"] == "tool" and not self.after_loader(messages):
             return {"role": "assistant", "content": self.turn.reply, "tool_calls": None}
         needed = list(dict.fromkeys(call.name for call in self.turn.calls))
         if not needed:
@@ -186,7 +186,7 @@ class Model:
         return _ask([(call.name, call.arguments) for call in self.turn.calls])
 
     @staticmethod
-    def _after_loader(messages: Sequence[Mapping[str, Any]]) -> bool:
+    def after_loader(messages: Sequence[Mapping[str, Any]]) -> bool:
         for message in reversed(messages):
             if message.get("role") == "assistant" and message.get("tool_calls"):
                 return all(c["function"]["name"] == LOADER for c in message["tool_calls"])
@@ -231,6 +231,51 @@ def _counted_embedder(texts: Sequence[str]) -> list[list[float]]:
 register_embedder(EMBEDDER.split("/", 1)[1], _counted_embedder)
 
 
+class Entrance(Protocol):
+    """How a replay's turns reach the middleware: ``start`` each session, then each ``turn``,
+    which returns, per call the model received, whether the full history would not make it."""
+
+    def start(self, number: int, session: Sequence[Conversation], outputs: Outputs) -> None: ...
+
+    def turn(self, turn: Turn) -> list[bool]: ...
+
+
+def replay(played: Played, model: Model, sessions: Sequence[Sequence[Conversation]], entrance: Entrance,
+           progress: Callable[[int], None]) -> Played:  # fmt: skip
+    """Every session through ``entrance``: the calls as the model received them, counted into ``played``."""
+    for number, session in enumerate(sessions):
+        outputs, own_calls = Outputs(), []
+        entrance.start(number, session, outputs)
+        every = sum(len(schemas(name)) for name in session_classes(session))
+        for conversation in session:
+            own: list[dict[str, Any]] = []
+            for turn in conversation.turns:
+                model.start(turn)
+                outputs.queue = [call.result for call in turn.calls]
+                before = len(model.requests)
+                extra = entrance.turn(turn)
+                count_turn(played, turn, model.requests[before:], extra, own, own_calls, every=every)
+                own += turn_messages(turn, played.turns)
+                progress(1)
+        played.sessions.append(own_calls)
+    return played
+
+
+class _Chat:
+    """Turns through ``SessionManager.chat()``, with the session's classes as Python tools."""
+
+    def __init__(self, mgr: SessionManager, model: Model) -> None:
+        self.mgr, self.model = mgr, model
+        self.sid, self.tools = "", list[Tool]()
+
+    def start(self, number: int, session: Sequence[Conversation], outputs: Outputs) -> None:
+        self.sid, self.tools = f"bench-{number}-{uuid.uuid4().hex[:6]}", tools_of(session_classes(session), outputs)
+
+    def turn(self, turn: Turn) -> list[bool]:
+        result = self.mgr.chat(self.sid, turn.user, model=f"scripted/{self.model.name}", tools=self.tools)
+        return [line["full_history_tokens"] == 0 for line in result.calls]
+
+
 def play(
     name: str, label: str, sessions: Sequence[Sequence[Conversation]], config: Config, progress: Callable[[int], None]
 ) -> Played:
@@ -239,37 +284,29 @@ def play(
     model = Model(played)
     embedded = _embedded[0]
     with SessionManager(config) as mgr:
-        for number, session in enumerate(sessions):
-            outputs = Outputs()
-            tools = tools_of(session_classes(session), outputs)
-            sid, own_calls = f"bench-{number}-{uuid.uuid4().hex[:6]}", []
-            for conversation in session:
-                own: list[dict[str, Any]] = []
-                for turn in conversation.turns:
-                    model.start(turn)
-                    outputs.queue = [call.result for call in turn.calls]
-                    before = len(model.requests)
-                    result = mgr.chat(sid, turn.user, model=f"scripted/{model.name}", tools=tools)
-                    requests = model.requests[before:]
-                    played.turns += 1
-                    first_names = [t["function"]["name"] for t in requests[0][1]]
-                    played.sent_up_front += all(c.name in first_names for c in turn.calls)
-                    played.whole += LOADER not in first_names and len(first_names) == len(tools)
-                    extra = [line["full_history_tokens"] == 0 for line in result.calls]
-                    for index, (messages, schemas_sent) in enumerate(requests):
-                        own_calls.append(Call(schemas_sent, messages, index == 0, counterpart=not extra[index]))
-                        played.schemas_sent.append(len(schemas_sent))
-                        sizes = llm.tool_sizes(COUNTING, schemas_sent)
-                        played.schema_tokens += sum(sizes)
-                        played.loader_tokens += sum(
-                            n for n, t in zip(sizes, schemas_sent, strict=True) if t["function"]["name"] == LOADER
-                        )
-                    _count_kept(played, turn, own, requests[0][0])
-                    own += turn_messages(turn, played.turns)
-                    progress(1)
-            played.sessions.append(own_calls)
+        replay(played, model, sessions, _Chat(mgr, model), progress)
     played.embedded_tokens = _embedded[0] - embedded
     return played
+
+
+def count_turn(
+    played: Played, turn: Turn, requests: Sequence[tuple[list[dict[str, Any]], list[dict[str, Any]]]], extra: Sequence[bool],
+    own: list[dict[str, Any]], own_calls: list[Call], *, every: int,
+) -> None:  # fmt: skip
+    """Count one turn's ``requests`` as the model received them (``extra``: each call's full
+    history counterpart is missing, after a round that only loaded schemas; ``every``: how
+    many schemas the session has) into ``played``, and keep them for pricing."""
+    played.turns += 1
+    first_names = [t["function"]["name"] for t in requests[0][1]]
+    played.sent_up_front += all(c.name in first_names for c in turn.calls)
+    played.whole += LOADER not in first_names and len(first_names) == every
+    for index, (messages, schemas_sent) in enumerate(requests):
+        own_calls.append(Call(schemas_sent, messages, index == 0, counterpart=not extra[index]))
+        played.schemas_sent.append(len(schemas_sent))
+        sizes = llm.tool_sizes(COUNTING, schemas_sent)
+        played.schema_tokens += sum(sizes)
+        played.loader_tokens += sum(n for n, t in zip(sizes, schemas_sent, strict=True) if t["function"]["name"] == LOADER)
+    _count_kept(played, turn, own, requests[0][0])
 
 
 def _count_kept(played: Played, turn: Turn, own: list[dict[str, Any]], first: list[dict[str, Any]]) -> None:

@@ -16,14 +16,8 @@ from middleware.core.policy import Decision, Figures, LoopOdds, ToolPolicy, wort
 from middleware.session.tools import SchemaCount
 from middleware.tokens import get_tokenizer
 from middleware.usage.pricing import Billing
+from tests.test_caching import GPT_4O_MINI, SONNET
 
-# Prices as litellm's local price map has them (USD per token).
-GPT_4O_MINI = rules_for("openai", {"input_cost_per_token": 1.5e-07, "cache_read_input_token_cost": 7.5e-08})
-SONNET = rules_for(
-    "anthropic",
-    {"input_cost_per_token": 3e-06, "cache_creation_input_token_cost": 3.75e-06, "cache_read_input_token_cost": 3e-07,
-     "prompt_cache_min_tokens": 1024},
-)  # fmt: skip
 HAIKU = rules_for("anthropic", {"input_cost_per_token": 1e-06, "cache_read_input_token_cost": 1e-07,
                                 "cache_creation_input_token_cost": 1.25e-06, "prompt_cache_min_tokens": 4096})  # fmt: skip
 

@@ -4,27 +4,21 @@ the environment (``files``)."""
 from __future__ import annotations
 
 from .files import ENV_CONFIG, ENV_REDIS_URL, load_config, load_skills
-from .schema import (
+from .schema import Config, validate_config
+from .sections import (
     AssistantConfig,
-    CachingConfig,
-    Config,
     ContextConfig,
     DisclosureConfig,
     MemoryConfig,
     NotesConfig,
     PromptConfig,
     RecentConfig,
-    ServeConfig,
     Skill,
-    StoreConfig,
     SummaryConfig,
-    TokensConfig,
     TracesConfig,
-    UpstreamModel,
-    UsageLogConfig,
     template_for,
-    validate_config,
 )
+from .service import CachingConfig, ServeConfig, StoreConfig, TokensConfig, UpstreamModel, UsageLogConfig
 
 __all__ = [
     "ENV_CONFIG",

@@ -7,7 +7,7 @@ one. Errors name the key, the bad value and what was expected::
     Config 'summary.lines' has value -1. Expected: Input should be greater than or equal to 0.
 
 The sections live in ``sections`` (memory and the prompt) and ``service`` (the store,
-counting, caching figures, the log, the endpoint); they are re-exported here.
+counting, caching figures, the log, the endpoint).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pydantic import Field, ValidationError, model_validator
 from ..core.text import cut_middle, quoted, redact_url
 from ..exceptions import ConfigError
 from .sections import (
-    KEY_NAME,
     AssistantConfig,
     ContextConfig,
     DisclosureConfig,
@@ -32,32 +31,10 @@ from .sections import (
     Skill,
     SummaryConfig,
     TracesConfig,
-    template_for,
 )
-from .service import CachingConfig, ServeConfig, StoreConfig, TokensConfig, UpstreamModel, UsageLogConfig
+from .service import CachingConfig, ServeConfig, StoreConfig, TokensConfig, UsageLogConfig
 
-__all__ = [
-    "KEY_NAME",
-    "AssistantConfig",
-    "CachingConfig",
-    "Config",
-    "ContextConfig",
-    "DisclosureConfig",
-    "MemoryConfig",
-    "NotesConfig",
-    "PromptConfig",
-    "RecentConfig",
-    "ServeConfig",
-    "Skill",
-    "StoreConfig",
-    "SummaryConfig",
-    "TokensConfig",
-    "TracesConfig",
-    "UpstreamModel",
-    "UsageLogConfig",
-    "template_for",
-    "validate_config",
-]
+__all__ = ["Config", "validate_config"]
 
 
 class Config(Section):

@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..config.schema import Config, Skill
+from ..config.schema import Config
+from ..config.sections import Skill
 from ..exceptions import TokenBudgetError
 from .archive import Candidate, Recalled, query_terms, rank, render_recall
 from .context import order_context, render_context, render_earlier

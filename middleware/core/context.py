@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..config.schema import KEY_NAME, ContextConfig
+from ..config.sections import KEY_NAME, ContextConfig
 from .state import ToolCall, compact_json
 from .text import one_line
 

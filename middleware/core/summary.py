@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..config.schema import SummaryConfig
+from ..config.sections import SummaryConfig
 from .context import sanitize_value
 from .state import ToolCall, Turn
 from .text import one_line

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from ..config.schema import StoreConfig
+from ..config.service import StoreConfig
 from ..core.effects import Program
 from ..core.state import TurnUpdate
 from ..core.text import redact_secrets

@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, Protocol, TypeAlias, TypeVar, cast, overload
 
 from ..config.files import load_config
-from ..config.schema import Config, template_for
+from ..config.schema import Config
+from ..config.sections import template_for
 from ..connectors import Connector
 from ..core.effects import Program
 from ..core.state import Prompt, TurnUpdate

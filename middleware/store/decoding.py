@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from ..config.schema import ContextConfig, SummaryConfig
+from ..config.sections import ContextConfig, SummaryConfig
 from ..core.archive import Candidate
 from ..core.context import sanitize_key, sanitize_value
 from ..core.state import SessionState, StoredMessage, built, whole_pairs

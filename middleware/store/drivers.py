@@ -14,7 +14,7 @@ import asyncio
 import threading
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from ..config.schema import StoreConfig
+from ..config.service import StoreConfig
 from ..core.effects import Batch, Plan
 from ..core.text import redact_url
 from ..exceptions import StoreError, StoreUnavailableError

@@ -26,7 +26,8 @@ import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..config.schema import Config, ContextConfig, SummaryConfig
+from ..config.schema import Config
+from ..config.sections import ContextConfig, SummaryConfig
 
 __all__ = [
     "POSTINGS",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..exceptions import LLMError
 
@@ -33,6 +33,7 @@ Responder = Callable[[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]] |
 Embedder = Callable[[Sequence[str]], Sequence[Sequence[float]]]
 
 _lock = threading.Lock()
+T = TypeVar("T")
 
 
 def _echo(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
@@ -64,35 +65,44 @@ def _hashed(texts: Sequence[str], dimensions: int = 256) -> list[list[float]]:
 _embedders: dict[str, Embedder] = {"hashed": _hashed}
 
 
+class _Registry(Generic[T]):
+    """What is served under ``scripted/<name>``, by name; thread-safe."""
+
+    def __init__(self, kind: str, served: dict[str, T]) -> None:
+        self.kind, self.served = kind, served
+
+    def put(self, name: str, value: T) -> None:
+        if not name or "/" in name:
+            raise ValueError(f"Scripted {self.kind} name {name!r} must be non-empty and hold no '/'.")
+        with _lock:
+            self.served[name] = value
+
+    def get(self, name: str) -> T:
+        with _lock:
+            value = self.served.get(name)
+            known = sorted(self.served)
+        if value is None:
+            raise LLMError(f"No scripted {self.kind} '{name[:100]}'; registered: {known}.")
+        return value
+
+
+_models: _Registry[Responder] = _Registry("model", _responders)
+_embedding_models: _Registry[Embedder] = _Registry("embedding model", _embedders)
+
+
 def register(name: str, responder: Responder) -> None:
     """Serve ``responder`` as the litellm model ``scripted/<name>``."""
-    if not name or "/" in name:
-        raise ValueError(f"Scripted model name {name!r} must be non-empty and hold no '/'.")
-    with _lock:
-        _responders[name] = responder
+    _models.put(name, responder)
 
 
 def get_responder(name: str) -> Responder:
-    with _lock:
-        responder = _responders.get(name)
-        known = sorted(_responders)
-    if responder is None:
-        raise LLMError(f"No scripted model '{name[:100]}'; registered: {known}.")
-    return responder
+    return _models.get(name)
 
 
 def register_embedder(name: str, embedder: Embedder) -> None:
     """Serve ``embedder`` as the litellm embedding model ``scripted/<name>``."""
-    if not name or "/" in name:
-        raise ValueError(f"Scripted embedder name {name!r} must be non-empty and hold no '/'.")
-    with _lock:
-        _embedders[name] = embedder
+    _embedding_models.put(name, embedder)
 
 
 def get_embedder(name: str) -> Embedder:
-    with _lock:
-        embedder = _embedders.get(name)
-        known = sorted(_embedders)
-    if embedder is None:
-        raise LLMError(f"No scripted embedding model '{name[:100]}'; registered: {known}.")
-    return embedder
+    return _embedding_models.get(name)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...config.schema import DisclosureConfig
+from ...config.sections import DisclosureConfig
 from ..text import one_line
 from .groups import ToolEntry, description_of, shared_preamble, without_preamble
 from .matching import WORD, Bm25
