@@ -481,3 +481,34 @@ def test_with_every_schema_and_no_breakpoints_every_entrance_already_agrees(perf
     got = perform(entrance, turns, act=act, **plain)
     assert len(tool_names(want.requests[0])) == len(SCHEMAS) and not has_breakpoint(sent(want.requests))
     assert sent(got.requests) == sent(want.requests), difference(entrance, sent(got.requests), sent(want.requests))
+
+
+def test_a_disclosed_turn_resumes_on_another_endpoint(store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The turn's plan waits in Redis with the turn, not in the process: a client whose tool
+    results reach another endpoint gets the same turn there. The tool it loaded is still sent,
+    the loader round stays in the model's messages (never in the client's), and the turn is
+    recorded once, with the client's tool call."""
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    requests: list[dict[str, Any]] = []
+    with serving(mock_openai_app(responder=functools.partial(respond, act=True), requests=requests)) as upstream:
+        config = Config().with_overrides(store={"url": store_url}, usage_log={"path": str(tmp_path / "usage.jsonl")},
+                                         serve={"models": {"mock": {"model": MODEL, "api_base": f"{upstream}/v1"}}})  # fmt: skip
+        with serving(create_app(config)) as one, serving(create_app(config)) as two:
+            first, second = (openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) for url in (one, two))
+            history: list[dict[str, Any]] = [{"role": "user", "content": TOOL_TURNS[0]}]
+            history.append(_answer(first, history, stream=False))
+            (call,) = history[-1]["tool_calls"]
+            assert call["function"]["name"] == "mail_send"  # after a loader round the client never saw
+            history.append({"role": "tool", "tool_call_id": call["id"], "content": run_tool("mail_send", WANTS["Bob"][1])})
+            final = _answer(second, history, stream=False)
+    assert final == {"role": "assistant", "content": f"Done: {run_tool(*WANTS['Bob'])}"}
+    loader, asked, resumed = requests
+    assert (
+        tool_names(asked) == tool_names(resumed) and "mail_send" in tool_names(resumed) and "mail_send" not in tool_names(loader)
+    )
+    assert [m.get("tool_calls", [{}])[0].get("function", {}).get("name") for m in resumed["messages"] if m["role"] == "assistant"
+            and m.get("tool_calls")] == [LOADER, "mail_send"]  # fmt: skip
+    with SessionManager(config) as mgr:
+        state = mgr.get_state(SESSION)
+    assert state.turns == 1 and state.context["to"] == "bob@example.com"
+    assert [m["content"] for m in state.recent] == [TOOL_TURNS[0], final["content"]]
