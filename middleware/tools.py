@@ -204,7 +204,7 @@ class Toolset:
             return None, f"unknown tool '{name}'; available: {sorted(self._tools)}"
         call = ToolCall(name=name, arguments=arguments if arguments is not None else {})
         if call.args is None:
-            return tool, f"arguments are not a JSON object: {call.arguments_text[:200]!r}"
+            return tool, not_an_object(call)
         if tool._model is None:
             return tool, call.args
         try:
@@ -238,6 +238,11 @@ class Toolset:
         return self.outcome(
             call_id, name, arguments, result, ok=ok, observation=tool.observation(prepared, result) if ok else None
         )
+
+
+def not_an_object(call: ToolCall) -> str:
+    """What a call whose arguments are not a JSON object is told (its arguments cut short)."""
+    return f"arguments are not a JSON object: {call.arguments_text[:200]!r}"
 
 
 def origin_of(fn: Callable[..., Any]) -> str | None:

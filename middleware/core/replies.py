@@ -8,13 +8,13 @@ litellm/OpenAI response; tool results arrive as ``tool`` messages answering call
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..exceptions import LLMError
 from .state import ToolCall
 
-__all__ = ["as_dict", "calls_of", "interpret_reply", "succeeded", "tool_results"]
+__all__ = ["as_dict", "calls_of", "interpret_reply", "ran_calls", "succeeded", "tool_results"]
 
 
 def succeeded(result: Any) -> bool:
@@ -57,6 +57,15 @@ def tool_results(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             except ValueError:
                 results[message.get("tool_call_id") or ""] = content
     return results
+
+
+def ran_calls(loop: Sequence[Mapping[str, Any]], answered: Iterable[str]) -> list[ToolCall]:
+    """The tool calls a turn's tool loop ran, with their results: those the turn ``answered``
+    itself (by call id: the disclosure loader's) left out."""
+    results, gone = tool_results(loop), set(answered)
+    return [call for message in loop if message.get("role") == "assistant"
+            for call in calls_of({**message, "tool_calls": [c for c in message.get("tool_calls") or () if c.get("id") not in gone]},
+                                 results)]  # fmt: skip
 
 
 def interpret_reply(reply: Any) -> tuple[str, list[ToolCall], Any, str | None]:

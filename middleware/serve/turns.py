@@ -25,8 +25,8 @@ from typing import Any, Literal
 from ..config.schema import Config
 from ..core.conversation import Conversation, OpenTurn, content_text, read_messages
 from ..core.effects import Program
-from ..core.replies import interpret_reply
-from ..core.state import Turn
+from ..core.replies import interpret_reply, ran_calls
+from ..core.state import ToolCall, Turn
 from ..core.turnloop import TurnLoop
 from ..exceptions import InvalidMessageError, InvalidRequestError, InvalidToolCallError
 from ..session.engine import Engine
@@ -34,10 +34,9 @@ from ..store.decoding import Loaded
 from ..store.keys import Layout
 from ..store.live import Arrival, arrival, arrive_command, finish, wait_for_results
 from ..store.record import record_arguments
-from ..tools import Toolset, as_tools
+from ..tools import Toolset, as_tools, not_an_object
 from ..turn.calls import Calls
 from ..turn.plan import Request, TurnPlan
-from ..turn.planner import TurnPlanner
 from ..usage.sink import passthrough_call
 
 __all__ = ["NO_TEXT", "Exchange", "Turns"]
@@ -71,12 +70,11 @@ def _toolset(tools: Sequence[Mapping[str, Any]] | None) -> Toolset:
         raise InvalidRequestError(str(exc), param="tools") from None
 
 
-def _arguments_problem(toolset: Toolset) -> Any:
-    def problem(name: str, arguments: Any) -> str | None:
-        _, prepared = toolset.prepare(name, arguments)
-        return prepared if isinstance(prepared, str) else None
-
-    return problem
+def _problem(name: str, arguments: Any) -> str | None:
+    """What is wrong with the arguments of a client's tool, as chat() says it of a tool given as
+    a schema (whose arguments it does not validate): only that they are not a JSON object."""
+    call = ToolCall(name=name, arguments=arguments if arguments is not None else {})
+    return not_an_object(call) if call.args is None else None
 
 
 class Turns:
@@ -170,8 +168,7 @@ class Turns:
             exchange.final = loop.final or ""
             yield from self._record(exchange, exchange.final)
             return "done"
-        problem = _arguments_problem(self._toolset_of(exchange))
-        own = [calls.answer(call, problem) for call in pending]
+        own = [calls.answer(call, _problem) for call in pending]
         answers = [outcome for outcome in own if outcome is not None]
         if len(answers) == len(pending):
             loop.give(answers)
@@ -191,10 +188,6 @@ class Turns:
         return "client"
 
     @staticmethod
-    def _toolset_of(exchange: Exchange) -> Toolset:
-        return Toolset(as_tools(exchange.plan.every))
-
-    @staticmethod
     def _saved(calls: Calls) -> dict[str, Any]:
         """What the turn's plan keeps between requests."""
         plan = calls.plan
@@ -206,7 +199,7 @@ class Turns:
         """Record the turn in its place in the session, with the tool calls the client ran."""
         calls, plan = exchange.calls, exchange.plan
         sent = calls.loop.messages[len(plan.prompt.messages) :]
-        turn = Turn(user=plan.message, assistant=text, tool_calls=tuple(TurnPlanner.calls_of(sent, calls.answered)))
+        turn = Turn(user=plan.message, assistant=text, tool_calls=tuple(ran_calls(sent, calls.answered)))
         update, vectors = yield from self.engine.planned_update(plan, turn, ended=ended, billed=calls.first,
                                                                 turn_id=exchange.turn.turn_id,
                                                                 sent=calls.loop.messages[: len(plan.prompt.messages)])  # fmt: skip
@@ -226,7 +219,7 @@ class Turns:
         if exchange.drop is not None:
             return
         sent = calls.loop.messages[len(exchange.plan.prompt.messages) :]
-        if TurnPlanner.calls_of(sent, calls.answered):
+        if ran_calls(sent, calls.answered):
             yield from self._record(exchange, "(the model failed after the tools ran)", ended=False)
             return
         yield from finish(self.layout, exchange.session_id, exchange.turn.seq, None, drop=None, now=time.time(), wait=self.wait)

@@ -22,7 +22,7 @@ from ..core.policy import LoopOdds, ToolPolicy
 from ..core.state import Prompt
 from ..core.turnloop import PendingCall
 
-__all__ = ["Request", "TurnPlan", "arguments_of"]
+__all__ = ["Request", "TurnPlan", "arguments_of", "rebased"]
 
 Messages = list[dict[str, Any]]
 Schemas = list[dict[str, Any]]
@@ -131,3 +131,17 @@ class TurnPlan:
         if self.tools is not None:
             return tuple(self.tools.names)
         return tuple(str((schema.get("function") or {}).get("name")) for schema in self.every)
+
+
+def rebased(prompt: Prompt, system: str, *, static_prefix: str, count: Callable[[str, str], int]) -> Prompt:
+    """``prompt`` with ``system`` (a client's own system text) before its memory sections
+    instead of the static prefix; ``count(role, content)`` counts a message."""
+    memory = prompt.messages[0]["content"][len(static_prefix) :].strip("\n")
+    content = f"{system}\n{memory}" if memory else system
+    own = count("system", system)
+    tokens = count("system", content) - prompt.tokens.notes - prompt.tokens.context
+    messages = [{"role": "system", "content": content}, *prompt.messages[1:]]
+    breakdown = dataclasses.replace(prompt.tokens, system=tokens)
+    full = prompt.full_history_tokens - prompt.tokens.system + own
+    stable = prompt.stable_system_chars - len(static_prefix) + len(system)  # the memory follows the client's text
+    return dataclasses.replace(prompt, messages=messages, tokens=breakdown, full_history_tokens=full, stable_system_chars=stable)

@@ -13,30 +13,16 @@ from ..core.archive import Candidate
 from ..core.disclosure import DisclosedTools
 from ..core.effects import Program
 from ..core.policy import Figures
-from ..core.state import Prompt, SessionState, ToolCall, Turn, TurnUpdate
+from ..core.state import Prompt, SessionState, Turn, TurnUpdate
 from ..session.embedder import Embedder
 from ..session.operations import SessionOperations, prompt_json
 from ..session.tools import ToolPlanner
 from ..store.decoding import Loaded
 from ..tools import Toolset
 from ..usage.sink import CallMade, UsageSink
-from .plan import TurnPlan
+from .plan import TurnPlan, rebased
 
-__all__ = ["TurnPlanner", "rebased"]
-
-
-def rebased(prompt: Prompt, system: str, *, static_prefix: str, count: Any) -> Prompt:
-    """``prompt`` with ``system`` (a client's own system text) before its memory sections
-    instead of the static prefix; ``count(role, content)`` counts a message."""
-    memory = prompt.messages[0]["content"][len(static_prefix) :].strip("\n")
-    content = f"{system}\n{memory}" if memory else system
-    own = count("system", system)
-    tokens = count("system", content) - prompt.tokens.notes - prompt.tokens.context
-    messages = [{"role": "system", "content": content}, *prompt.messages[1:]]
-    breakdown = dataclasses.replace(prompt.tokens, system=tokens)
-    full = prompt.full_history_tokens - prompt.tokens.system + own
-    stable = prompt.stable_system_chars - len(static_prefix) + len(system)  # the memory follows the client's text
-    return dataclasses.replace(prompt, messages=messages, tokens=breakdown, full_history_tokens=full, stable_system_chars=stable)
+__all__ = ["TurnPlanner"]
 
 
 class TurnPlanner:
@@ -152,14 +138,3 @@ class TurnPlanner:
         update = self.ops.update(turn, prompt=prompt_json(plan.prompt, billed, sent), kept=plan.kept, turn_id=turn_id)
         vectors = yield from self.embedder.encoded(update)
         return update, vectors or ()
-
-    @staticmethod
-    def calls_of(loop: Sequence[Mapping[str, Any]], answered: Sequence[str]) -> list[ToolCall]:
-        """The tool calls a tool loop ran (those the turn answered itself left out), with their results."""
-        from ..core.replies import calls_of, tool_results
-
-        results = tool_results(loop)
-        gone = set(answered)
-        return [call for message in loop if message.get("role") == "assistant"
-                for call in calls_of({**message, "tool_calls": [c for c in message.get("tool_calls") or () if c.get("id") not in gone]},
-                                     results)]  # fmt: skip
