@@ -81,7 +81,7 @@ def reach(sessions: list[list[Any]]) -> dict[str, float]:
     them, a ledger of every distinct value earlier tool calls used, one per line: the share
     of those values it holds, and its tokens as a share of the history's."""
     from benchmarks.savings import _values, bench_config, needed_values, prompt_text, turn_messages
-    from middleware.core.archive import terms_of
+    from middleware.core.lexical import terms as terms_of
     from middleware.session.standalone import composer_for
 
     count = composer_for(bench_config(auto=True)).tokenizer.count

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from middleware import ToolCall, Turn
 from middleware.core import archive
-from middleware.core.archive import KINDS, MAX_PIECES, Candidate, pieces_of, query_terms, rank, render_recall, terms_of
+from middleware.core.archive import KINDS, MAX_PIECES, Candidate, pieces_of, query_terms, rank, render_recall
+from middleware.core.lexical import terms
 from middleware.store import load as store_load
 from middleware.tokens import get_tokenizer
 
@@ -17,23 +18,7 @@ HEADER = "## Recalled"
 
 
 def candidate(text: str, turn: int = 5, score: float = 6.0, matched: tuple[str, ...] = (), kind: str = "user") -> Candidate:
-    return Candidate(turn, kind, text, TOKENIZER.count(text), score, matched, tuple(terms_of(text)))
-
-
-@pytest.mark.parametrize(
-    ("text", "terms"),
-    [
-        ("The files were booked", ["file", "book"]),  # stop words out, light stems
-        ("file boxes parties", ["file", "box", "party"]),
-        ("lockDoors(door=rear_left)", ["lock", "door", "rear", "left"]),  # camelCase and snake_case split
-        ("Order A-48213, order 48213!", ["order", "48213"]),  # distinct, first appearance
-        ("navigate and navigated", ["navigat"]),  # both forms meet
-        ("lists listing listed list", ["list"]),
-    ],
-)
-def test_terms_are_lowercased_stemmed_and_distinct(text: str, terms: list[str]) -> None:
-    """Index terms: words without stop words, lightly stemmed, each once, in order."""
-    assert terms_of(text) == terms
+    return Candidate(turn, kind, text, TOKENIZER.count(text), score, matched, terms(text))
 
 
 def test_a_turn_becomes_sentences_calls_observations_and_the_reply() -> None:

@@ -3,7 +3,8 @@
 Every recorded turn is also kept as a few small *pieces*: the user's sentences, each
 tool call with its arguments, an observation of each result, the reply, and what
 connectors observed. A piece has a kind, its text (one line, capped) and its *terms*
-(lower-cased words, lightly stemmed, stop words out), by which the store indexes it.
+(``lexical.terms``: lower-cased words, lightly stemmed, stop words out), by which the
+store indexes it.
 
 Before a call, the query (the current message's terms, the recent window's at half
 weight) goes to the store with the load; the store scores archived pieces by the rare
@@ -23,13 +24,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from .lexical import saturation, terms
 from .state import Piece, ToolCall, Turn, compact_json, to_text
 from .text import one_line
 
-__all__ = ["MAX_PIECES", "Piece", "Recalled", "pieces_of", "query_terms", "rank", "render_recall", "terms_of"]
+__all__ = ["MAX_PIECES", "Piece", "Recalled", "pieces_of", "query_terms", "rank", "render_recall"]
 
 MAX_PIECES = 32
-_K1, _B, _AVERAGE_TERMS = 1.2, 0.75, 8.0
+_AVERAGE_TERMS = 8.0  # a piece's terms, about: BM25's average length
 MIN_SCORE = 3.0  # a candidate's lexical score must reach this: about one term that is not common
 RELATIVE = 0.6  # a lexical match or an earlier value: at least this share of the best candidate's final score
 # Semantic recall: the cosine similarity that admits a piece the vector search found. Such
@@ -48,154 +50,6 @@ _QUERY_TERMS = 24
 KINDS = {"user": "user said", "call": "tool call", "obs": "tool result", "reply": "assistant said", "state": "observed",
          "fact": "earlier value"}  # fmt: skip
 
-_STOP = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "and",
-        "or",
-        "but",
-        "if",
-        "then",
-        "else",
-        "of",
-        "to",
-        "in",
-        "on",
-        "at",
-        "by",
-        "for",
-        "with",
-        "from",
-        "into",
-        "onto",
-        "over",
-        "under",
-        "about",
-        "as",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "being",
-        "am",
-        "do",
-        "does",
-        "did",
-        "done",
-        "have",
-        "has",
-        "had",
-        "having",
-        "i",
-        "me",
-        "my",
-        "mine",
-        "we",
-        "us",
-        "our",
-        "you",
-        "your",
-        "yours",
-        "he",
-        "him",
-        "his",
-        "she",
-        "her",
-        "it",
-        "its",
-        "they",
-        "them",
-        "their",
-        "this",
-        "that",
-        "these",
-        "those",
-        "there",
-        "here",
-        "what",
-        "which",
-        "who",
-        "whom",
-        "whose",
-        "when",
-        "where",
-        "why",
-        "how",
-        "all",
-        "any",
-        "both",
-        "each",
-        "few",
-        "more",
-        "most",
-        "other",
-        "some",
-        "such",
-        "no",
-        "nor",
-        "not",
-        "only",
-        "own",
-        "same",
-        "so",
-        "than",
-        "too",
-        "very",
-        "can",
-        "will",
-        "just",
-        "should",
-        "would",
-        "could",
-        "may",
-        "might",
-        "must",
-        "shall",
-        "now",
-        "also",
-        "please",
-        "thanks",
-        "thank",
-        "hi",
-        "hello",
-        "ok",
-        "okay",
-        "yes",
-        "yeah",
-        "let",
-        "lets",
-        "let's",
-        "get",
-        "got",
-        "make",
-        "made",
-        "want",
-        "need",
-        "like",
-        "know",
-        "one",
-        "two",
-        "use",
-        "using",
-        "used",
-        "go",
-        "going",
-        "tell",
-        "show",
-        "give",
-        "me's",
-        "i'm",
-        "it's",
-        "that's",
-        "don't",
-    ]
-)
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 # Something specific: a number, a capitalised word after the first, a code or an amount.
 _SPECIFIC = re.compile(r"\d|(?<![.!?]\s)(?<=\s)[A-Z][a-z]|[A-Z]{2,}|[$€£¥]")
 # A sentence ends at . ! or ? and a space, but not after a title or an initial ("Mr. Noodles",
@@ -204,37 +58,6 @@ _SENTENCE_END = re.compile(
     r"(?<=[.!?])(?<!\b[A-Z]\.)(?<!\b(?:Mr|Ms|Dr|St|Jr|Sr|Mt|vs)\.)(?<!\b(?:Mrs|Rev|Gen|Col|Sgt)\.)(?<!\b(?:Capt|Prof)\.)"
     r"(?<!\be\.g\.)(?<!\bi\.e\.)\s+|\n+"
 )
-
-
-def _stem(word: str) -> str:
-    """A light English stem: enough that "files" finds "file" and "booked" finds "book"."""
-    if word.isdigit() or len(word) <= 3:
-        return word
-    if word.endswith("ies") and len(word) > 4:
-        word = word[:-3] + "y"
-    elif word.endswith(("sses", "xes", "ches", "shes", "zes")):
-        word = word[:-2]
-    elif word.endswith(("ing", "ed")) and len(word) - (3 if word.endswith("ing") else 2) >= 3:
-        word = word[: -3 if word.endswith("ing") else -2]
-    elif word.endswith("s") and not word.endswith("ss"):
-        word = word[:-1]
-    return word[:-1] if word.endswith("e") and len(word) > 4 else word  # "navigate" and "navigated" meet
-
-
-def terms_of(text: str) -> list[str]:
-    """The distinct index terms of ``text``, in order of first appearance."""
-    return list(_terms(text))
-
-
-@functools.lru_cache(maxsize=8192)
-def _terms(text: str) -> tuple[str, ...]:
-    # Cached: the same summary lines, recent messages and context values come back every turn.
-    seen: dict[str, None] = {}
-    for word in _WORD.findall(_CAMEL.sub(" ", text).lower()):  # lockDoors: lock, doors
-        if word in _STOP or (len(word) < 2 and not word.isdigit()):
-            continue
-        seen.setdefault(_stem(word), None)
-    return tuple(seen)
 
 
 class _Counter(Protocol):
@@ -333,18 +156,18 @@ def pieces_of(turn: Turn, reply: str, tokenizer: _Counter, observed: Sequence[st
         texts.append(("reply", line, line, line))
     pieces = []
     for kind, text, found_by, says in texts[:MAX_PIECES]:
-        facts = tuple(terms_of(says))
+        facts = terms(says)
         if facts:  # a piece that says nothing (a call without arguments) is not worth recalling
-            pieces.append(Piece(kind, text, tuple(terms_of(found_by)), tokenizer.count(text), facts))
+            pieces.append(Piece(kind, text, terms(found_by), tokenizer.count(text), facts))
     return tuple(pieces)
 
 
 def query_terms(current: str, recent: Sequence[Mapping[str, str]]) -> list[tuple[str, float]]:
     """What recall looks for: the current message's terms (weight 1), then the recent
     window's (0.5, the assistant's last words first), at most ``_QUERY_TERMS``."""
-    weighted: dict[str, float] = dict.fromkeys(terms_of(current), 1.0)
+    weighted: dict[str, float] = dict.fromkeys(terms(current), 1.0)
     for message in reversed(recent):
-        for term in terms_of(message.get("content", "")):
+        for term in terms(message.get("content", "")):
             weighted.setdefault(term, 0.5)
     return list(weighted.items())[:_QUERY_TERMS]
 
@@ -407,7 +230,7 @@ def rank(
     asked = {term for term, weight in query if weight >= 1.0}  # the current message's own terms
     window_weights = {term: weight for term, weight in wanted.items() if term not in asked}
     parts = [shown] if isinstance(shown, str) else list(shown)
-    known = set().union(*map(_terms, parts))
+    known = set().union(*map(terms, parts))
     values = {value.lower() for value in context.values() if len(value) >= 3}
     # (score, turn, text, kind, tokens, why, similar): a candidate's why is made only if it is kept.
     scored: list[tuple[float, int, str, str, int, str | tuple[Candidate, bool, bool], bool]] = []
@@ -421,13 +244,13 @@ def rank(
             (c.asked or c.score) >= MIN_SCORE and bool(hits) and (len(hits) >= 2 or not hits.isdisjoint(c.terms) or not c.terms)
         )
         semantic = c.similarity >= MIN_SIMILARITY
-        if not (lexical or semantic) or known.issuperset(c.terms or terms_of(c.text)):
+        if not (lexical or semantic) or known.issuperset(c.terms or terms(c.text)):
             continue  # a weak match, one the current message does not ask for, or nothing new
         recency = 1.0 + math.exp(-max(turns - c.turn, 0) / 40)
         lowered = c.text.lower() if values else ""
         overlap = 1.25 if any(value in lowered for value in values) else 1.0
         # BM25's length normalisation: a long sentence shares words by its length alone.
-        length = (1 + _K1) / (1 + _K1 * (1 - _B + _B * len(c.terms or c.matched) / _AVERAGE_TERMS))
+        length = saturation(1, len(c.terms or c.matched), _AVERAGE_TERMS)
         # The recent window's words rank what the message selected (the store sees only the message's).
         # fsum: the same total whatever order the set yields the terms in.
         window = math.fsum(window_weights[term] for term in window_weights.keys() & c.terms) if window_weights else 0.0
@@ -435,9 +258,9 @@ def rank(
         score *= 1.0 if c.kind != "user" or _specific(c.text) else 0.5  # memory is for specifics
         scored.append((score * recency * overlap, c.turn, c.text, c.kind, c.tokens, (c, lexical, semantic), semantic))
     for key, history in facts.items():
-        key_terms = set(terms_of(key.replace("_", " ")))
+        key_terms = set(terms(key))
         for value, turn in history:
-            shared = {*key_terms, *terms_of(value)}.intersection(wanted)
+            shared = {*key_terms, *terms(value)}.intersection(wanted)
             if asked.isdisjoint(shared):
                 continue
             score = sum(2.0 * wanted[t] for t in shared)

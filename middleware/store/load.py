@@ -96,7 +96,7 @@ def query_argument(query: Sequence[tuple[str, float]]) -> str:
     text = " ".join(f"{term} {_WEIGHTS.get(weight) or repr(float(weight))}" for term, weight in query)
     if len(text.split()) != 2 * len(query):
         raise ValueError(
-            f"recall query of {len(query)} terms: a term is empty or holds whitespace; expected words as terms_of gives"
+            f"recall query of {len(query)} terms: a term is empty or holds whitespace; expected words as lexical.terms gives"
         )
     return text
 

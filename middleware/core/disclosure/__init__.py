@@ -15,7 +15,7 @@ schema on every call, a call carries:
    and where they are kept though short of the model's minimum cached prefix, the matched
    tools (4, 5) join them, called or not, until they reach it (``select``'s ``grows``);
 4. up to ``disclosure.match_tools`` tools whose names, descriptions and parameters share
-   words with the current message (BM25 over stemmed words), after the others: they change
+   words with the current message (BM25 over ``core.lexical``'s words, those recall indexes by), after the others: they change
    from turn to turn, so they come last. With ``disclosure.embedding_model`` they are
    ranked by meaning as well (the cosine of the message's and each tool's embedding, added
    to the word score scaled to the best); a tool that shares no word with the message is
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 from .catalog import LOADER_DESCRIPTION, Catalog, DisclosedTools, Uses, baseline_messages
 from .groups import ToolEntry, auto_groups, entry_of, shared_preamble
-from .matching import words
 from .odds import CoUse, MatchOdds
 
 __all__ = [
@@ -55,5 +54,4 @@ __all__ = [
     "baseline_messages",
     "entry_of",
     "shared_preamble",
-    "words",
 ]

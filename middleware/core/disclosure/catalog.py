@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...config.sections import DisclosureConfig
+from ..lexical import Bm25, tokens
 from ..text import one_line
 from .groups import ToolEntry, description_of, shared_preamble, without_preamble
-from .matching import WORD, Bm25
 from .odds import CoUse
 
 __all__ = ["LOADER_DESCRIPTION", "Catalog", "DisclosedTools", "Uses", "baseline_messages"]
@@ -56,7 +56,7 @@ class Catalog:
     def meaning_texts(self) -> list[str]:
         """What ranking by meaning embeds of each tool, in catalog order: its name as words
         and its description without the group's shared opening."""
-        texts = [f"{' '.join(WORD.findall(name)).lower()}: {description_of(self.shortened.get(name, entry.schema))}"
+        texts = [f"{' '.join(tokens(name))}: {description_of(self.shortened.get(name, entry.schema))}"
                  for name, entry in self.entries.items()]  # fmt: skip
         return [text[:_MEANING_CHARS] for text in texts]
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .matching import WORD
+from ..lexical import tokens
 
 __all__ = ["ToolEntry", "auto_groups", "description_of", "entry_of", "shared_preamble", "without_preamble"]
 
@@ -107,8 +107,8 @@ def _prefix(name: str) -> str | None:
     match = _NAMESPACE.match(name)
     if match:
         return match.group(1)
-    first = WORD.findall(name)
-    return first[0].lower() if first and first[0].lower() not in _VERBS and len(first) > 1 else None
+    first = tokens(name)
+    return first[0] if len(first) > 1 and first[0] not in _VERBS else None
 
 
 def auto_groups(
@@ -158,7 +158,7 @@ def _named(opening: str, taken: set[str]) -> str:
     """A group name from an opening sentence: its first words that say something, up to a
     comma or a relative clause ("the travel system, which ..." is ``travel_system``)."""
     head = re.split(r",|\b(?:which|that|who)\b", opening, maxsplit=1)[0]
-    kept = [word.lower() for word in WORD.findall(head) if word.lower() not in _GENERIC][:3]
+    kept = [word for word in tokens(head) if word not in _GENERIC][:3]
     name = "_".join(kept) or "tools"
     candidate, number = name, 2
     while candidate in taken:
