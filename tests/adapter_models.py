@@ -22,6 +22,8 @@ def respond(messages: Sequence[Mapping[str, Any]], tools: Any) -> dict[str, Any]
         result = json.loads(last["content"])
         return {"role": "assistant", "content": f"{result['sky']} in {result['city']}"}
     text = str(last.get("content"))
+    if text == "what do you know?":  # shows what the prompt carries of the session
+        return {"role": "assistant", "content": " | ".join(str(m.get("content")) for m in messages[:-1])}
     if tools and text.startswith("weather in "):
         call = {
             "id": f"call_{len(SEEN)}",

@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from middleware import Config, SessionManager
+from middleware.adapters.litellm_proxy import tenant_of
 from middleware.testing import free_port
 from tests.adapter_models import get_weather
 from tests.conftest import REPO
@@ -32,9 +33,18 @@ TOOLS = [
 ]
 
 
-@pytest.fixture
-def proxy(real_redis_url: str, tmp_path: Path) -> Iterator[tuple[str, Config]]:
-    """A litellm proxy whose config adds the middleware's hook; its base URL and the middleware config."""
+def _master() -> Any:
+    """What the proxy tells the hook of a request sent with its master key."""
+    from litellm.constants import LITELLM_PROXY_MASTER_KEY_ALIAS
+    from litellm.proxy._types import UserAPIKeyAuth
+
+    return UserAPIKeyAuth(api_key=LITELLM_PROXY_MASTER_KEY_ALIAS)
+
+
+@pytest.fixture(params=[KEY])
+def proxy(request: pytest.FixtureRequest, real_redis_url: str, tmp_path: Path) -> Iterator[tuple[str, Config]]:
+    """A litellm proxy whose config adds the middleware's hook; its base URL and the middleware
+    config of the master key's tenant. Parametrised with None: a proxy that checks no keys."""
     (tmp_path / "mw.yaml").write_text(f"store:\n  url: {real_redis_url}\nusage_log:\n  path: {tmp_path / 'usage.jsonl'}\n")
     # The proxy loads callbacks from files beside its config: this one brings the scripted model, then the hook.
     (tmp_path / "with_model.py").write_text(f"import sys\nsys.path.insert(0, {str(REPO)!r})\nimport tests.adapter_models\n"
@@ -45,9 +55,12 @@ def proxy(real_redis_url: str, tmp_path: Path) -> Iterator[tuple[str, Config]]:
     env = {
         **os.environ,
         "MIDDLEWARE_CONFIG": str(tmp_path / "mw.yaml"),
-        "LITELLM_MASTER_KEY": KEY,
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     }
+    if request.param:
+        env["LITELLM_MASTER_KEY"] = request.param
+    else:  # the proxy's own switch for running without keys, meant for local development
+        env["LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY"] = "true"
     env.pop("REDIS_URL", None)
     command = [
         sys.executable,
@@ -73,7 +86,8 @@ def proxy(real_redis_url: str, tmp_path: Path) -> Iterator[tuple[str, Config]]:
                 pass
             assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "proxy.log").read_text()[-2000:]
             time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}/v1", Config().with_overrides(store={"url": real_redis_url}, usage_log={"path": None})
+        config = Config().with_overrides(store={"url": real_redis_url}, usage_log={"path": None})
+        yield f"http://127.0.0.1:{port}/v1", config.for_tenant(tenant_of(_master()))
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -120,3 +134,21 @@ def test_requests_without_a_session_pass_the_proxy_untouched(proxy: tuple[str, C
     assert reply.choices[0].message.content == "ok: c"
     with SessionManager(config) as mgr:
         assert mgr.list_sessions().total == 0
+
+
+@pytest.mark.parametrize("proxy", [None], indirect=True)
+def test_a_key_never_reaches_another_keys_sessions(proxy: tuple[str, Config]) -> None:
+    """Two keys name the same session (``user``): each gets its own memory, neither reads nor
+    writes the other's (a proxy that checks no keys: the key a client sends is its tenant)."""
+    url, _ = proxy
+    alice = openai.OpenAI(base_url=url, api_key="sk-alice", max_retries=0, timeout=60)
+    mallory = openai.OpenAI(base_url=url, api_key="sk-mallory", max_retries=0, timeout=60)
+    alice.chat.completions.create(model="weather", messages=[{"role": "user", "content": "my code is Oslo"}], user="shared")
+    mallory.chat.completions.create(model="weather", messages=[{"role": "user", "content": "my code is Lima"}], user="shared")
+    seen = {}
+    for name, client in (("alice", alice), ("mallory", mallory)):
+        reply = client.chat.completions.create(model="weather", messages=[{"role": "user", "content": "what do you know?"}],
+                                               user="shared")  # fmt: skip
+        seen[name] = reply.choices[0].message.content or ""
+    assert "Oslo" in seen["alice"] and "Lima" not in seen["alice"]
+    assert "Lima" in seen["mallory"] and "Oslo" not in seen["mallory"]

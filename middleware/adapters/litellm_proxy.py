@@ -11,6 +11,8 @@ the turn is recorded, or kept open for the client's tool results, exactly as the
 does (``middleware.serve.turns``). The proxy makes the call itself, so the hook cannot answer
 the disclosure loader: the client's tools go upstream as it sent them. The session is the request's ``user``, else
 ``metadata.session_id``, else the ``X-Session-Id`` header; other requests pass untouched.
+Sessions belong to the proxy key's team, else to the key itself: a key of another team
+never reaches them, whatever session id it names.
 ``hook`` is made on first use from ``$MIDDLEWARE_CONFIG`` and ``$REDIS_URL``.
 """
 
@@ -24,6 +26,7 @@ from typing import Any
 from .. import llm
 from ..config.files import load_config
 from ..config.schema import Config
+from ..config.service import TENANT, tenant_name
 from ..events import log
 from ..exceptions import InvalidInputError
 from ..lru import Lru
@@ -50,17 +53,37 @@ def session_of(data: Mapping[str, Any]) -> str | None:
     return None
 
 
+def tenant_of(key: Any) -> str | None:
+    """The tenant of a proxied request: its key's team, else the key (by a digest, never
+    the key itself); None when the proxy knows no key (it checks none and none was sent)."""
+    team = getattr(key, "team_id", None)
+    if isinstance(team, str) and team:
+        return f"team-{team}" if TENANT.match(f"team-{team}") else tenant_name(team, "team")
+    token = getattr(key, "token", None) or getattr(key, "api_key", None)
+    return tenant_name(token) if isinstance(token, str) and token else None
+
+
 class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
     """The middleware as a LiteLLM callback: composes before the call, records after it."""
 
     def __init__(self, config: Config | None = None, *, store: AsyncSessionStore | None = None) -> None:
         super().__init__()
-        config = config if config is not None else load_config()
-        self.engine = Engine(config)
-        self.store = store if store is not None else AsyncRedisStore.from_url(config.store.url, config.store)
-        self.turns = Turns(self.engine, config, wait=config.serve.order_wait_seconds, kind="litellm_proxy")
-        # By litellm call id, from the hook to the callback: the exchange, the request sent and when.
-        self._exchanges: Lru[tuple[Exchange, Request, float]] = Lru(10_000)
+        self.config = config if config is not None else load_config()
+        self.engine = Engine(self.config)
+        self.store = store if store is not None else AsyncRedisStore.from_url(self.config.store.url, self.config.store)
+        self._tenants: Lru[Turns] = Lru(1_024)  # the turns of each tenant seen lately
+        # By litellm call id, from the hook to the callback: the turns, the exchange, the request sent and when.
+        self._exchanges: Lru[tuple[Turns, Exchange, Request, float]] = Lru(10_000)
+
+    def turns_of(self, tenant: str | None) -> Turns:
+        """The turns of ``tenant``'s sessions: its own engine over its own key prefix, sharing the usage log."""
+        turns = self._tenants.get(str(tenant))
+        if turns is None:
+            scoped = self.config.for_tenant(tenant)
+            engine = Engine(scoped, sink_of=self.engine) if tenant is not None else self.engine
+            turns = Turns(engine, scoped, wait=scoped.serve.order_wait_seconds, kind="litellm_proxy")
+            self._tenants.put(str(tenant), turns)
+        return turns
 
     async def async_pre_call_hook(
         self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any
@@ -73,14 +96,15 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
             "CallTypes.acompletion",
         }:
             return data
+        turns = self.turns_of(tenant_of(user_api_key_dict))
         try:
-            begun = self.turns.begin(session, data.get("messages"), data.get("tools"), str(data.get("model")), disclose=False)
+            begun = turns.begin(session, data.get("messages"), data.get("tools"), str(data.get("model")), disclose=False)
             exchange = await arun(begun, self.store.send)
         except InvalidInputError as exc:  # the proxy answers 400 with this message
             raise ValueError(str(exc)) from None
         request = exchange.calls.request()
         call_id = data.setdefault("litellm_call_id", str(uuid.uuid4()))
-        self._exchanges.put(call_id, (exchange, request, time.perf_counter()))
+        self._exchanges.put(call_id, (turns, exchange, request, time.perf_counter()))
         data["messages"] = request.messages
         if request.schemas is not None:  # the client's own, with their breakpoint where the caching rules place one
             data["tools"] = request.schemas
@@ -99,9 +123,9 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
         found = self._exchanges.pop(str(data.get("litellm_call_id")))
         if found is None or not getattr(response, "choices", None):
             return
-        exchange, request, started = found
+        turns, exchange, request, started = found
         model = str(data.get("model") or "")
-        step = self.turns.step(exchange, request, llm.message_of(response), response, model=model,
+        step = turns.step(exchange, request, llm.message_of(response), response, model=model,
                                latency=time.perf_counter() - started)  # fmt: skip
         await arun(step, self.store.send)
 
@@ -109,10 +133,10 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
         found = self._exchanges.pop(str(kwargs.get("litellm_call_id")))
         if found is None:
             return
-        exchange, request, started = found
+        turns, exchange, request, started = found
         error = kwargs.get("exception")
         status = llm.status_of(error) if isinstance(error, BaseException) else 502
-        failed = self.turns.fail(exchange, request, model=str(kwargs.get("model") or ""), latency=time.perf_counter() - started,
+        failed = turns.fail(exchange, request, model=str(kwargs.get("model") or ""), latency=time.perf_counter() - started,
                                  status=status)  # fmt: skip
         await arun(failed, self.store.send)
         log.warning("litellm_proxy.call_failed", session=exchange.session_id, status=status)

@@ -60,16 +60,17 @@ def errors() -> Iterator[None]:
 
 
 class CliContext:
-    def __init__(self, config_path: str | None, redis_url: str | None) -> None:
+    def __init__(self, config_path: str | None, redis_url: str | None, tenant: str | None = None) -> None:
         self.config_path = config_path
         self.redis_url = redis_url
+        self.tenant = tenant
 
     def config(self, **overrides: Any) -> Config:
         with errors():
             # --redis-url is applied as load_config applies $REDIS_URL (one validation).
             env = {**os.environ, ENV_REDIS_URL: self.redis_url} if self.redis_url else None
             config = load_config(self.config_path, env=env)
-            return config.with_overrides(**overrides) if overrides else config
+            return (config.with_overrides(**overrides) if overrides else config).for_tenant(self.tenant)
 
     def manager(self, config: Config | None = None, **options: Any) -> SessionManager:
         from ..session.manager import SessionManager

@@ -21,6 +21,7 @@ from click.core import ParameterSource
 
 from ..config.files import ENV_REDIS_URL
 from ..config.schema import Config
+from ..config.service import TENANT
 from ..exceptions import LLMError
 from .console import CliContext, errors, joined, literal, new_console, warn_if_private_store
 from .demo import demo
@@ -46,11 +47,19 @@ __all__ = ["main"]
     envvar="REDIS_URL",
     help="Session store URL: memory://, redis://, rediss://, unix:// (default: $REDIS_URL, else the config's).",
 )
+@click.option(
+    "--tenant",
+    help="Work on the sessions of this tenant of the endpoint (a serve.api_keys tenant; a key given alone "
+    "is key-<digest>, as serve prints at start). Default: the sessions of no tenant (the library's).",
+)
 @click.version_option(package_name="token-middleware", prog_name="middleware")
 @click.pass_context
-def main(ctx: click.Context, config_path: str | None, redis_url: str | None) -> None:
+def main(ctx: click.Context, config_path: str | None, redis_url: str | None, tenant: str | None) -> None:
     """Token-efficient memory between a chatbot and its LLM."""
-    ctx.obj = CliContext(config_path, redis_url)
+    if tenant is not None and not TENANT.match(tenant):
+        raise click.BadParameter(f"{literal(tenant[:60])}: expected letters, digits, '_', '.' or '-' (at most 48)",
+                                 param_hint="--tenant")  # fmt: skip
+    ctx.obj = CliContext(config_path, redis_url, tenant)
 
 
 # --- chat --------------------------------------------------------------------
@@ -215,6 +224,8 @@ def serve(obj: CliContext, host: str | None, port: int | None, workers: int) -> 
     any number of machines, can share one Redis or Redis Cluster."""
     import uvicorn
 
+    if obj.tenant is not None:
+        raise click.UsageError("serve serves every tenant of serve.api_keys; --tenant is for chat, sessions and inspect.")
     config = obj.config()
     settings = config.serve
     host, port = host or settings.host, port or settings.port
@@ -224,6 +235,9 @@ def serve(obj: CliContext, host: str | None, port: int | None, workers: int) -> 
     if memory and workers > 1:
         raise click.UsageError("--workers needs a shared store: memory:// lives inside one process (use --redis-url).")
     click.echo(f"OpenAI-compatible endpoint on http://{host}:{port}/v1  (store {_store_name(config)}; Ctrl-C to stop)")
+    tenants = sorted({tenant for _, tenant in settings.tenants()})
+    if tenants:  # what an operator passes to --tenant to look at a tenant's sessions
+        click.echo(f"Tenants: {', '.join(tenants[:10])}" + (f" and {len(tenants) - 10} more" if len(tenants) > 10 else ""))
     if workers == 1:
         from ..serve import create_app
 

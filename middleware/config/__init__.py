@@ -18,11 +18,12 @@ from .sections import (
     TracesConfig,
     template_for,
 )
-from .service import CachingConfig, ServeConfig, StoreConfig, TokensConfig, UpstreamModel, UsageLogConfig
+from .service import ApiKey, CachingConfig, ServeConfig, StoreConfig, TokensConfig, UpstreamModel, UsageLogConfig
 
 __all__ = [
     "ENV_CONFIG",
     "ENV_REDIS_URL",
+    "ApiKey",
     "AssistantConfig",
     "CachingConfig",
     "Config",

@@ -85,6 +85,15 @@ class Config(Section):
                 data[section] = values
         return validate_config(data, source="overrides")
 
+    def for_tenant(self, tenant: str | None) -> Config:
+        """This config with its keys under the tenant's own prefix (``<prefix>:t:<tenant>``):
+        the tenant's sessions, notes, listing and vectors, which no other tenant's keys reach.
+        None: this config."""
+        if tenant is None:
+            return self
+        store = self.store.model_copy(update={"key_prefix": f"{self.store.key_prefix}:t:{tenant}"})
+        return self.model_copy(update={"store": store})
+
 
 # What a config error quotes is cut to these lengths: a value (or a key) may be megabytes,
 # or a structure of aliases that would expand to billions of items.

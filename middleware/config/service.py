@@ -3,6 +3,8 @@ token counting, prompt caching figures, the usage log and the endpoint."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -10,7 +12,11 @@ from pydantic import Field, field_validator
 from ..core.text import redact_url
 from .sections import Section
 
-__all__ = ["CachingConfig", "ServeConfig", "StoreConfig", "TokensConfig", "UpstreamModel", "UsageLogConfig"]
+__all__ = ["ApiKey", "CachingConfig", "ServeConfig", "StoreConfig", "TokensConfig", "UpstreamModel", "UsageLogConfig",
+           "tenant_name"]  # fmt: skip
+
+# A tenant's name, as it appears in Redis key names and logs.
+TENANT = re.compile(r"^[A-Za-z0-9_.\-]{1,48}$")
 
 
 class StoreConfig(Section):
@@ -91,14 +97,30 @@ class UpstreamModel(Section):
     api_base: str | None = None
 
 
+class ApiKey(Section):
+    """A client key of the endpoint and the tenant it belongs to: keys that name one tenant
+    share its sessions. A key given alone (a string) is a tenant of its own."""
+
+    key: str = Field(min_length=1, repr=False)
+    tenant: str = Field(pattern=TENANT.pattern)
+
+
+def tenant_name(secret: str, kind: str = "key") -> str:
+    """The tenant of a key given alone (or of another name that cannot appear in key names):
+    named by a digest of it, never by it."""
+    return f"{kind}-" + hashlib.sha256(secret.encode()).hexdigest()[:16]
+
+
 class ServeConfig(Section):
     """``middleware serve``: the OpenAI-compatible endpoint."""
 
     host: str = "127.0.0.1"  # loopback by default: off loopback it needs api_keys
     port: int = Field(default=8400, ge=1, le=65535)
-    # Bearer keys clients must send (Authorization: Bearer <key>); empty: no check. Keys for
-    # the upstream providers never come from here: litellm reads them from the environment.
-    api_keys: tuple[str, ...] = Field(default=(), repr=False)
+    # Bearer keys clients must send (Authorization: Bearer <key>); empty: no check. Each key
+    # belongs to a tenant, whose sessions no other tenant's key reaches: a key given as a
+    # string is a tenant of its own; {key, tenant} entries that name one tenant share it.
+    # Keys for the upstream providers never come from here: litellm reads them from the environment.
+    api_keys: tuple[str | ApiKey, ...] = Field(default=(), repr=False)
     # Model names clients may ask for -> the litellm model each stands for (a string, or
     # {model, api_base}). Empty: any litellm model string is forwarded as it is.
     models: dict[str, str | UpstreamModel] = Field(default_factory=dict)
@@ -115,6 +137,26 @@ class ServeConfig(Section):
             if not alias.strip() or (isinstance(model, str) and not model.strip()):
                 raise ValueError(f"alias {alias!r} -> {model!r}: expected non-empty names")
         return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _api_keys(cls, value: tuple[str | ApiKey, ...]) -> tuple[str | ApiKey, ...]:
+        seen: set[str] = set()
+        for index, entry in enumerate(value):
+            key = entry if isinstance(entry, str) else entry.key
+            if not key.strip():
+                raise ValueError(f"key {index + 1} is empty or blank; expected a secret clients send as a bearer token")
+            if key != key.strip() or any(char.isspace() or not char.isprintable() for char in key):
+                raise ValueError(f"key {index + 1} holds whitespace or an invisible character; a bearer token cannot")
+            if key in seen:
+                raise ValueError(f"key {index + 1} is given twice; each key belongs to one tenant")
+            seen.add(key)
+        return value
+
+    def tenants(self) -> list[tuple[bytes, str]]:
+        """Each client key, as bytes, with the tenant it belongs to."""
+        return [(entry.encode(), tenant_name(entry)) if isinstance(entry, str) else (entry.key.encode(), entry.tenant)
+                for entry in self.api_keys]  # fmt: skip
 
     def upstream(self, name: str) -> UpstreamModel | None:
         """What the model a client named stands for; None when aliases are set and it is none of them."""

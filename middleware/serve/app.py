@@ -7,8 +7,10 @@
 A request names its session with the ``X-Session-Id`` header, else its ``user`` field,
 else ``metadata.session_id``; one that names none is sent upstream untouched (and logged
 as a passthrough). Upstream keys come from the environment (litellm reads them); client
-keys (``serve.api_keys``) are checked as bearer tokens when configured. Provider errors
-keep their HTTP status in OpenAI's error shape.
+keys (``serve.api_keys``) are checked as bearer tokens when configured, and each belongs to
+a tenant: a session id names a session of the key's tenant only, whatever the header, the
+``user`` field or the metadata say (its keys live under the tenant's own prefix). Provider
+errors keep their HTTP status in OpenAI's error shape.
 """
 
 from __future__ import annotations
@@ -55,8 +57,10 @@ class Endpoint:
         self.config, self.serve = config, config.serve
         self.engine = Engine(config)
         self.store = store if store is not None else AsyncRedisStore.from_url(config.store.url, config.store)
-        self.turns = Turns(self.engine, config, wait=self.serve.order_wait_seconds)
-        self.sessions = SessionRequests(self.turns, self._run)
+        self.keys = self.serve.tenants()
+        # The turns of each tenant (None: no keys, one shared space), made on a tenant's first request.
+        self.tenants: dict[str | None, Turns] = {None: Turns(self.engine, config, wait=self.serve.order_wait_seconds)}
+        self.sessions = SessionRequests(self._run)
         routes = [
             Route("/v1/chat/completions", self._guarded(self.completions), methods=["POST"]),
             Route("/v1/models", self._guarded(self.models), methods=["GET"]),
@@ -77,17 +81,35 @@ class Endpoint:
 
     # --- the guard: keys and errors ------------------------------------------------------------
 
-    def _authorized(self, request: HttpRequest) -> bool:
-        keys = self.serve.api_keys
-        if not keys:
-            return True
-        given = request.headers.get("authorization", "").removeprefix("Bearer ").strip().encode()
-        return any(hmac.compare_digest(given, key.encode()) for key in keys)
+    def _tenant(self, request: HttpRequest) -> str | bool | None:
+        """The tenant of the request's bearer key (None when no keys are set); False when the
+        key is missing or wrong. Every key is compared, so the time taken does not say which
+        one matched."""
+        if not self.keys:
+            return None
+        scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
+        token = given.strip().encode() if scheme.lower() == "bearer" else b""
+        found: str | bool = False
+        for key, tenant in self.keys:
+            if hmac.compare_digest(token, key) and token:
+                found = tenant
+        return found
+
+    def turns_of(self, tenant: str | None) -> Turns:
+        """The turns of ``tenant``'s sessions: its own engine over its own key prefix, sharing the usage log."""
+        turns = self.tenants.get(tenant)
+        if turns is None:
+            scoped = self.config.for_tenant(tenant)
+            engine = Engine(scoped, sink_of=self.engine)
+            turns = self.tenants[tenant] = Turns(engine, scoped, wait=self.serve.order_wait_seconds)
+        return turns
 
     def _guarded(self, handler: Handler) -> Handler:
         async def endpoint(request: HttpRequest) -> Response:
-            if not self._authorized(request):
+            tenant = self._tenant(request)
+            if tenant is False:
                 return _error(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'.", code="invalid_api_key")
+            request.state.tenant = tenant
             try:
                 return await handler(request)
             except InvalidRequestError as exc:
@@ -135,41 +157,46 @@ class Endpoint:
 
     async def completions(self, request: HttpRequest) -> Response:
         upstream, chat = self.upstream(read_request(await self._body(request), request.headers))
+        turns = self.turns_of(request.state.tenant)
         if chat.session is None:
             log.info("serve.passthrough", model=chat.model)
-            return await (self._passthrough_stream(chat, upstream) if chat.stream else self._passthrough(chat, upstream))
+            return await (
+                self._passthrough_stream(turns, chat, upstream) if chat.stream else self._passthrough(turns, chat, upstream)
+            )
         if chat.options.get("n", 1) != 1:
             raise InvalidRequestError(f"'n' has value {chat.options['n']!r}; a session's turn records one reply, so only 1 is served.",
                                       param="n")  # fmt: skip
         try:
-            exchange = await self._run(self.turns.begin(chat.session, chat.messages, chat.tools, upstream,
+            exchange = await self._run(turns.begin(chat.session, chat.messages, chat.tools, upstream,
                                                          tool_choice=chat.options.get("tool_choice")))  # fmt: skip
         except InvalidSessionIdError as exc:
             raise InvalidRequestError(f"{chat.session_from}: {exc}", param=chat.session_from) from None
         return await (
-            self.sessions.stream(chat, upstream, exchange) if chat.stream else self.sessions.complete(chat, upstream, exchange)
+            self.sessions.stream(turns, chat, upstream, exchange)
+            if chat.stream
+            else self.sessions.complete(turns, chat, upstream, exchange)
         )
 
     # --- passthrough ----------------------------------------------------------------------------
 
-    async def _passthrough(self, chat: Request, upstream: str) -> Response:
+    async def _passthrough(self, turns: Turns, chat: Request, upstream: str) -> Response:
         started = time.perf_counter()
         try:
             response = await llm.acomplete(upstream, chat.messages, chat.tools, **chat.options)
         except LLMError as exc:
-            self.turns.passthrough(chat.messages, chat.tools, {}, None, model=upstream, latency=time.perf_counter() - started)
+            turns.passthrough(chat.messages, chat.tools, {}, None, model=upstream, latency=time.perf_counter() - started)
             return provider_error(exc)
-        self.turns.passthrough(chat.messages, chat.tools, llm.message_of(response), response, model=upstream,
+        turns.passthrough(chat.messages, chat.tools, llm.message_of(response), response, model=upstream,
                                latency=time.perf_counter() - started)  # fmt: skip
         return JSONResponse(dumped(response, chat.model))
 
-    async def _passthrough_stream(self, chat: Request, upstream: str) -> Response:
+    async def _passthrough_stream(self, turns: Turns, chat: Request, upstream: str) -> Response:
         started = time.perf_counter()
         chunks = llm.astream(upstream, chat.messages, chat.tools, **chat.options)
         try:
             first = await anext(chunks)
         except LLMError as exc:
-            self.turns.passthrough(chat.messages, chat.tools, {}, None, model=upstream, latency=time.perf_counter() - started)
+            turns.passthrough(chat.messages, chat.tools, {}, None, model=upstream, latency=time.perf_counter() - started)
             return provider_error(exc)
 
         async def events() -> AsyncIterator[bytes]:
@@ -182,7 +209,7 @@ class Endpoint:
             except LLMError as exc:
                 yield sse(error_body(llm.status_of(exc), redact_secrets(str(exc))[:1000], code="upstream_error"))
             finally:
-                self.turns.passthrough(chat.messages, chat.tools, streamed.message(), streamed.usage, model=upstream,
+                turns.passthrough(chat.messages, chat.tools, streamed.message(), streamed.usage, model=upstream,
                                        latency=time.perf_counter() - started)  # fmt: skip
             yield b"data: [DONE]\n\n"
 

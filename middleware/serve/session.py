@@ -71,8 +71,8 @@ class SessionRequests:
     """Runs a session's request: ``run`` performs a program on the store; programs that
     write (a step, a settlement) run to their end even when the client goes away."""
 
-    def __init__(self, turns: Turns, run: Callable[[Program[Any]], Awaitable[Any]]) -> None:
-        self.turns, self.run = turns, run
+    def __init__(self, run: Callable[[Program[Any]], Awaitable[Any]]) -> None:
+        self.run = run
         self.tasks: set[asyncio.Task[Any]] = set()  # store writes that outlive their request
 
     def start(self, program: Awaitable[Any] | Program[Any]) -> asyncio.Task[Any]:
@@ -89,20 +89,21 @@ class SessionRequests:
 
     # --- plain ------------------------------------------------------------------------------
 
-    async def complete(self, chat: ChatRequest, upstream: str, exchange: Exchange) -> Response:
+    async def complete(self, turns: Turns, chat: ChatRequest, upstream: str, exchange: Exchange) -> Response:
+        """``chat``'s turn (begun by ``turns``), answered as one reply."""
         usage = _Usage()
         while True:
             request, started = exchange.calls.request(), time.perf_counter()
             try:
                 response = await llm.acomplete(upstream, request.messages, request.schemas, **chat.options)
             except LLMError as exc:
-                await self._kept(self.turns.fail(exchange, request, model=upstream, latency=time.perf_counter() - started,
-                                                 status=llm.status_of(exc)))  # fmt: skip
+                await self._kept(turns.fail(exchange, request, model=upstream, latency=time.perf_counter() - started,
+                                            status=llm.status_of(exc)))  # fmt: skip
                 return provider_error(exc)
             reply = llm.message_of(response)
             usage.add(response)
             latency = time.perf_counter() - started
-            step = await self._kept(self.turns.step(exchange, request, reply, response, model=upstream, latency=latency))
+            step = await self._kept(turns.step(exchange, request, reply, response, model=upstream, latency=latency))
             if step != "again":
                 return JSONResponse(self._answer(dumped(response, chat.model), reply, exchange, usage))
 
@@ -124,24 +125,25 @@ class SessionRequests:
 
     # --- streamed ---------------------------------------------------------------------------
 
-    async def stream(self, chat: ChatRequest, upstream: str, exchange: Exchange) -> Response:
+    async def stream(self, turns: Turns, chat: ChatRequest, upstream: str, exchange: Exchange) -> Response:
+        """``chat``'s turn (begun by ``turns``), answered as one stream of events."""
         request, started = exchange.calls.request(), time.perf_counter()
         chunks = llm.astream(upstream, request.messages, request.schemas, **chat.options)
         try:
             first = await anext(chunks)  # a provider error before any event keeps its HTTP status
         except LLMError as exc:
-            await self._kept(self.turns.fail(exchange, request, model=upstream, latency=time.perf_counter() - started,
-                                             status=llm.status_of(exc)))  # fmt: skip
+            await self._kept(turns.fail(exchange, request, model=upstream, latency=time.perf_counter() - started,
+                                        status=llm.status_of(exc)))  # fmt: skip
             return provider_error(exc)
-        events = _Events(self, chat, upstream, exchange)
+        events = _Events(self, turns, chat, upstream, exchange)
         return StreamingResponse(events.run(request, chunks, first, started), media_type="text/event-stream")
 
 
 class _Events:
     """The events of one streamed request (see the module docstring)."""
 
-    def __init__(self, owner: SessionRequests, chat: ChatRequest, upstream: str, exchange: Exchange) -> None:
-        self.owner, self.chat, self.upstream, self.exchange = owner, chat, upstream, exchange
+    def __init__(self, owner: SessionRequests, turns: Turns, chat: ChatRequest, upstream: str, exchange: Exchange) -> None:
+        self.owner, self.turns, self.chat, self.upstream, self.exchange = owner, turns, chat, upstream, exchange
         self.head: dict[str, Any] = {}  # the id and creation time every event carries (the first chunk's)
         self.usage = _Usage()
         self.finish: str | None = None  # the model's last finish reason
@@ -159,7 +161,7 @@ class _Events:
                     chunk = await anext(chunks, None)
                 self.usage.add(streamed.usage)
                 reply = streamed.message()
-                step = owner.start(owner.turns.step(exchange, request, reply, streamed.usage, model=self.upstream,
+                step = owner.start(self.turns.step(exchange, request, reply, streamed.usage, model=self.upstream,
                                                     latency=time.perf_counter() - started))  # fmt: skip
                 if await asyncio.shield(step) != "again":
                     for event in self._end(reply):
@@ -188,7 +190,7 @@ class _Events:
                     return
             except Exception:  # the step failed: the request said so, or its client is gone
                 return
-        settle = self.owner.turns.settle(self.exchange, request, reply, usage, model=self.upstream, latency=latency)
+        settle = self.turns.settle(self.exchange, request, reply, usage, model=self.upstream, latency=latency)
         try:
             await self.owner.run(settle)
         except StoreError as exc:
