@@ -19,7 +19,6 @@ import asyncio
 import functools
 import importlib
 import inspect
-import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from .core.disclosure import DisclosedTools
 from .core.effects import Inline, Io, Program
 from .core.replies import succeeded
 from .core.state import ToolCall, to_text
-from .core.text import one_line, quoted
+from .core.text import one_line, parse_json, quoted
 from .core.turnloop import ToolOutcome
 from .exceptions import ConfigError, InvalidToolCallError
 
@@ -304,7 +303,7 @@ class ToolList(list):  # type: ignore[type-arg]
         loads are appended to this list."""
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments) if arguments else {}
+                arguments = parse_json(arguments) if arguments else {}
             except ValueError:
                 arguments = None
         before = len(self.disclosed.names)

@@ -4,20 +4,27 @@ reproduced as it was found, against a real ``middleware serve`` app over a socke
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 from click.testing import CliRunner
 
 from middleware import Config, SessionManager
 from middleware.cli import main
 from middleware.config.service import tenant_name
+from middleware.core.effects import Batch, Program
+from middleware.core.text import redact_secrets
 from middleware.exceptions import ConfigError
+from middleware.runner import run
 from middleware.serve import create_app
+from middleware.store import live
+from middleware.store.keys import Layout
 from middleware.testing import register, serving
 
 PROMPTS: list[str] = []  # the text of every prompt the scripted model was sent, newest last
@@ -127,3 +134,157 @@ def test_operators_see_one_tenants_sessions_with_tenant(served: Callable[..., st
     assert "acme-ops" not in CliRunner().invoke(main, [*run, "sessions", "list"]).output
     bad = CliRunner().invoke(main, [*run, "--tenant", "a/b", "sessions", "list"])
     assert bad.exit_code == 2 and "--tenant" in bad.output
+
+
+# --- no request freezes a session --------------------------------------------------------------
+
+
+def nested(depth: int, leaf: str = "0") -> str:
+    """JSON text of ``depth`` nested arrays, built as text (encoders refuse so deep a value)."""
+    return "[" * depth + leaf + "]" * depth
+
+
+def post(url: str, body: str, session: str = "victim", **headers: str) -> httpx.Response:
+    return httpx.post(f"{url}/v1/chat/completions", content=body.encode(), timeout=30,
+                      headers={"Content-Type": "application/json", "X-Session-Id": session, **headers})  # fmt: skip
+
+
+def call(name: str = "f", arguments: str = "{}", call_id: str = "c1") -> str:
+    return (f'{{"role": "assistant", "content": null, "tool_calls": [{{"id": "{call_id}", "type": "function", '
+            f'"function": {{"name": "{name}", "arguments": {arguments}}}}}]}}')  # fmt: skip
+
+
+def user(text: str) -> str:
+    return f'{{"role": "user", "content": "{text}"}}'
+
+
+def body(*messages: str, tools: str = "") -> str:
+    return f'{{"model": "{MODEL}", "messages": [{", ".join(messages)}]{", " + tools if tools else ""}}}'
+
+
+POISONED = [
+    pytest.param(body('{"role": "user", "content": [{"type": "text", "text": "hi", "x": ' + nested(300) + "}]}"), 400,
+                 id="content-part-300-levels"),
+    pytest.param(body(user("hi"), call(arguments=orjson.dumps(nested(300)).decode()),
+                      '{"role": "tool", "tool_call_id": "c1", "content": "ok"}', user("next")), 200, id="call-arguments-300-levels"),
+    pytest.param(body(user("hi"), tools='"tools": [{"type": "function", "function": {"name": "f", "parameters": '
+                      + nested(990, "{}") + "}}]"), 400, id="tool-schema-990-levels"),
+    pytest.param(body(user("hi"), call(), '{"role": "tool", "tool_call_id": "c1", "content": "' + nested(5000) + '"}'), 200,
+                 id="tool-result-5000-brackets"),
+    pytest.param(body(user("hi"), call(name="f" * 300), '{"role": "tool", "tool_call_id": "c1", "content": "ok"}', user("next")),
+                 400, id="tool-name-300-chars"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("poison", "status"), POISONED)
+def test_a_poisoned_request_is_refused_or_served_and_never_freezes_its_session(
+    served: Callable[..., str], config: Config, poison: str, status: int
+) -> None:
+    """Found: each of these took an arrival number and never settled it (a 500 after the billed
+    upstream call, or a 400 after it), so the session's next turns were answered but left out
+    of its prompts for serve.order_wait_seconds (30 s). Now a bad one is refused before the
+    upstream call, in OpenAI's JSON error shape, and the next turn is recorded at once."""
+    url = served(order_wait_seconds=3600)
+    calls = len(PROMPTS)
+    response = post(url, poison)
+    assert response.status_code == status, response.text[:300]
+    assert response.headers["content-type"].startswith("application/json")
+    if status == 400:
+        assert len(PROMPTS) == calls and response.json()["error"]["type"] == "invalid_request_error"
+    say(url, "unused", "The door code is 7310.", extra_headers={"X-Session-Id": "victim"})
+    with SessionManager(config) as mgr:
+        assert "The door code is 7310." in [m["content"] for m in mgr.get_state("victim").recent]
+
+
+def test_an_arrival_whose_request_is_gone_holds_its_session_two_seconds_at_most(
+    served: Callable[..., str], config: Config
+) -> None:
+    """Found: a lost reply to the arrival script (redis-py sends it again) or a process killed
+    mid-call left an arrival number nobody settles; later turns were answered but left out of
+    prompts for 30 s (kill -9 under load: 47-137 s). A turn in flight now renews a lease; one
+    whose request is gone is passed over once its lease lapses."""
+    url = served(order_wait_seconds=3600)
+    layout = Layout.of(config)
+    arrive = live.arrive_command(layout, "victim", waiting=(), reserve=True, mark_import=False, now=time.time(), wait=3600)
+
+    def leaked() -> Program[Any]:  # an arrival nobody will settle, as a resent script leaves
+        return (yield Batch([arrive]))
+
+    with SessionManager(config) as mgr:
+        assert live.arrival(run(leaked(), mgr.store.send)[0]).seq == 1
+    say(url, "unused", "The door code is 7310.", extra_headers={"X-Session-Id": "victim"})
+    assert "7310" not in say(url, "unused", "Which code?", extra_headers={"X-Session-Id": "victim"})  # held, for now
+    time.sleep(live.LEASE_SECONDS + 0.2)
+    assert "7310" in say(url, "unused", "Which code, now?", extra_headers={"X-Session-Id": "victim"})
+
+
+PAUSED: list[str] = []  # a Redis URL whose writes the next call of scripted/pauses holds up while it answers
+
+
+def pauses(messages: Sequence[Mapping[str, Any]], tools: Any) -> dict[str, Any]:
+    """Answers, after making the store refuse writes for 1.5 s (as a failover or an outage would)."""
+    import redis
+
+    if PAUSED:
+        redis.Redis.from_url(PAUSED.pop()).execute_command("CLIENT", "PAUSE", "1500", "WRITE")
+    return {"role": "assistant", "content": "the paid answer"}
+
+
+register("pauses", pauses)
+
+
+@pytest.mark.slow
+def test_a_paid_answer_reaches_the_client_when_the_store_fails_at_its_end(real_redis_url: str, log_path: Path) -> None:
+    """Found: with Redis down when the call ended, the client got a 503 and the model's paid
+    answer was thrown away (and its arrival number held the session). Now the answer is
+    returned with a warning header and the turn is held, then written once the store is back."""
+    config = Config().with_overrides(store={"url": real_redis_url, "timeout_seconds": 0.3}, usage_log={"path": str(log_path)})
+    with serving(create_app(config)) as url:
+        PAUSED.append(real_redis_url)
+        response = httpx.post(f"{url}/v1/chat/completions", headers={"X-Session-Id": "paid"}, timeout=30,
+                              json={"model": "scripted/pauses", "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+        assert response.status_code == 200 and response.json()["choices"][0]["message"]["content"] == "the paid answer"
+        assert "held" in response.headers["x-middleware-warning"]
+        deadline = time.monotonic() + 10
+        with SessionManager(config) as mgr:
+            while mgr.get_state("paid").turns == 0:
+                assert time.monotonic() < deadline, "the held turn was never written"
+                time.sleep(0.2)
+            time.sleep(1)
+            state = mgr.get_state("paid")
+    assert state.turns == 1 and [m["content"] for m in state.recent] == ["hi", "the paid answer"]
+
+
+# --- every answer is OpenAI's JSON; ids that hide ------------------------------------------------
+
+
+def test_unknown_routes_and_methods_answer_in_openai_shape(served: Callable[..., str]) -> None:
+    """Found: 404 and 405 were plain text."""
+    url = served()
+    for response, status in ((httpx.get(f"{url}/v1/nothing"), 404), (httpx.get(f"{url}/v1/chat/completions"), 405)):
+        assert response.status_code == status and response.json()["error"]["code"] in ("not_found", "method_not_allowed")
+
+
+@pytest.mark.parametrize("session", ["\u3164", "al\u115fice", "\u2800"])
+def test_ids_made_to_look_empty_or_like_another_are_refused(served: Callable[..., str], session: str) -> None:
+    """Found: ids with U+3164 or U+115F (invisible Hangul fillers) were accepted."""
+    response = httpx.post(f"{served()}/v1/chat/completions", content=body(user("hi")).encode(),
+                          headers={"Content-Type": "application/json", "X-Session-Id": session.encode()})  # fmt: skip
+    assert response.status_code == 400 and "U+" in response.json()["error"]["message"]
+
+
+def test_a_utf8_session_header_names_the_session_it_spells(served: Callable[..., str], config: Config) -> None:
+    """Found: a UTF-8 session header was read as Latin-1 (another session than the user field names)."""
+    url = served()
+    response = httpx.post(f"{url}/v1/chat/completions", content=body(user("Je m'appelle Zoé.")).encode(),
+                          headers={"Content-Type": "application/json", "X-Session-Id": "zoé".encode()})  # fmt: skip
+    assert response.status_code == 200
+    with SessionManager(config) as mgr:
+        assert mgr.get_state("zoé").turns == 1
+
+
+def test_basic_credentials_are_masked_like_bearer_tokens() -> None:
+    """Found: ``Authorization: Basic …`` was not masked in LLMError, its cause chain and logs."""
+    for text in ("Authorization: Basic dXNlcjpodW50ZXIy", "upstream said: basic  dXNlcjpodW50ZXIy=="):
+        masked = redact_secrets(text)
+        assert "dXNlcjpodW50ZXIy" not in masked and "***" in masked

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from middleware.store.live import ARRIVE, FINISH, ArriveArguments, FinishArguments
+from middleware.store.live import ARRIVE, FINISH, RENEW, ArriveArguments, FinishArguments, RenewArguments
 from middleware.store.load import LOAD, LoadArguments
 from middleware.store.notes import NOTES_EDIT, EditArguments
 from middleware.store.record import RECORD, RecordArguments
@@ -22,6 +22,7 @@ SCRIPTS: list[tuple[Script, type[Arguments]]] = [
     (NOTES_EDIT, EditArguments),
     (ARRIVE, ArriveArguments),
     (FINISH, FinishArguments),
+    (RENEW, RenewArguments),
 ]
 _ARGUMENT_LINE = re.compile(r"^local ([\w, ]+) = unpack\(ARGV, 1, (\d+)\)$", re.M)
 

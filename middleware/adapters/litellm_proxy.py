@@ -18,6 +18,7 @@ never reaches them, whatever session id it names.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ from ..events import log
 from ..exceptions import InvalidInputError
 from ..lru import Lru
 from ..runner import arun
+from ..serve.session import SessionRequests
 from ..serve.turns import Exchange, Turns
 from ..session.engine import Engine
 from ..store.drivers import AsyncRedisStore, AsyncSessionStore
@@ -72,8 +74,10 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
         self.engine = Engine(self.config)
         self.store = store if store is not None else AsyncRedisStore.from_url(self.config.store.url, self.config.store)
         self._tenants: Lru[Turns] = Lru(1_024)  # the turns of each tenant seen lately
-        # By litellm call id, from the hook to the callback: the turns, the exchange, the request sent and when.
-        self._exchanges: Lru[tuple[Turns, Exchange, Request, float]] = Lru(10_000)
+        # By litellm call id, from the hook to the callback: the turns, the exchange, the request
+        # sent, when, and the task renewing the lease on the turn's place meanwhile.
+        self._exchanges: Lru[tuple[Turns, Exchange, Request, float, asyncio.Task[None]]] = Lru(10_000)
+        self._requests = SessionRequests(lambda program: arun(program, self.store.send))
 
     def turns_of(self, tenant: str | None) -> Turns:
         """The turns of ``tenant``'s sessions: its own engine over its own key prefix, sharing the usage log."""
@@ -104,7 +108,7 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
             raise ValueError(str(exc)) from None
         request = exchange.calls.request()
         call_id = data.setdefault("litellm_call_id", str(uuid.uuid4()))
-        self._exchanges.put(call_id, (turns, exchange, request, time.perf_counter()))
+        self._exchanges.put(call_id, (turns, exchange, request, time.perf_counter(), self._requests.lease(turns, exchange)))
         data["messages"] = request.messages
         if request.schemas is not None:  # the client's own, with their breakpoint where the caching rules place one
             data["tools"] = request.schemas
@@ -121,24 +125,35 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
 
     async def _finish(self, data: Mapping[str, Any], response: Any) -> None:
         found = self._exchanges.pop(str(data.get("litellm_call_id")))
-        if found is None or not getattr(response, "choices", None):
+        if found is None:
             return
-        turns, exchange, request, started = found
+        turns, exchange, request, started, lease = found
+        lease.cancel()
+        if not getattr(response, "choices", None):  # nothing to record: the turn gives its place up
+            self._requests.pay(turns, exchange)
+            return
         model = str(data.get("model") or "")
         step = turns.step(exchange, request, llm.message_of(response), response, model=model,
-                               latency=time.perf_counter() - started)  # fmt: skip
-        await arun(step, self.store.send)
+                          latency=time.perf_counter() - started)  # fmt: skip
+        try:
+            await arun(step, self.store.send)
+        finally:
+            self._requests.pay(turns, exchange)  # a turn the store could not take is held; an unplaced one gives its place up
 
     async def async_log_failure_event(self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any) -> None:
         found = self._exchanges.pop(str(kwargs.get("litellm_call_id")))
         if found is None:
             return
-        turns, exchange, request, started = found
+        turns, exchange, request, started, lease = found
+        lease.cancel()
         error = kwargs.get("exception")
         status = llm.status_of(error) if isinstance(error, BaseException) else 502
         failed = turns.fail(exchange, request, model=str(kwargs.get("model") or ""), latency=time.perf_counter() - started,
                                  status=status)  # fmt: skip
-        await arun(failed, self.store.send)
+        try:
+            await arun(failed, self.store.send)
+        finally:
+            self._requests.pay(turns, exchange)
         log.warning("litellm_proxy.call_failed", session=exchange.session_id, status=status)
 
 

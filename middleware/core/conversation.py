@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from ..exceptions import InvalidMessageError, InvalidToolCallError
+from .state import MAX_TOOL_NAME
 
 __all__ = ["ROLES", "Conversation", "OpenTurn", "content_text", "read_messages", "whole_turns"]
 
@@ -56,6 +57,10 @@ def _check_calls(calls: Any, where: str) -> None:
         function = call.get("function") if isinstance(call, Mapping) else None
         if not isinstance(function, Mapping) or not isinstance(call.get("id"), str) or not isinstance(function.get("name"), str):
             raise InvalidToolCallError(f"{where}.tool_calls[{index}] needs an 'id' and a 'function' with a 'name'.")
+        for field, value in (("id", call["id"]), ("function.name", function["name"])):
+            if not value or len(value) > MAX_TOOL_NAME:
+                raise InvalidToolCallError(f"{where}.tool_calls[{index}].{field} has {len(value):,} characters; "
+                                           f"expected 1 to {MAX_TOOL_NAME}.")  # fmt: skip
 
 
 def _check_message(message: Any, index: int) -> str:
@@ -70,6 +75,9 @@ def _check_message(message: Any, index: int) -> str:
         _check_calls(message["tool_calls"], where)
     if role == "tool" and not isinstance(message.get("tool_call_id"), str):
         raise InvalidMessageError(f"{where} is a tool result without a 'tool_call_id'.")
+    if role == "tool" and not 0 < len(message["tool_call_id"]) <= MAX_TOOL_NAME:
+        raise InvalidMessageError(f"{where}.tool_call_id has {len(message['tool_call_id']):,} characters; "
+                                  f"expected 1 to {MAX_TOOL_NAME}.")  # fmt: skip
     return str(role)
 
 

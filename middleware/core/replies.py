@@ -7,12 +7,12 @@ litellm/OpenAI response; tool results arrive as ``tool`` messages answering call
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..exceptions import LLMError
 from .state import ToolCall
+from .text import parse_json
 
 __all__ = ["as_dict", "calls_of", "interpret_reply", "ran_calls", "succeeded", "tool_results"]
 
@@ -53,7 +53,7 @@ def tool_results(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if message.get("role") == "tool":
             content = message.get("content")
             try:
-                results[message.get("tool_call_id") or ""] = json.loads(content) if isinstance(content, str) else content
+                results[message.get("tool_call_id") or ""] = parse_json(content) if isinstance(content, str) else content
             except ValueError:
                 results[message.get("tool_call_id") or ""] = content
     return results

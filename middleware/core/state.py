@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 from ..exceptions import InvalidMessageError, InvalidSessionIdError, InvalidToolCallError
-from .text import clean_text
+from .text import clean_text, parse_json
 
 __all__ = [
     "Piece",
@@ -28,7 +28,7 @@ __all__ = [
     "TurnUpdate",
 ]
 
-_MAX_TOOL_NAME = 256
+MAX_TOOL_NAME = 256
 _TOOL_CALL_FIELDS = frozenset({"name", "arguments", "result", "ok", "id", "observation"})
 
 
@@ -61,8 +61,8 @@ def _parse_arguments(arguments: Any) -> dict[str, Any] | None:
         return dict(arguments)
     if isinstance(arguments, (str, bytes, bytearray)):
         try:
-            parsed = json.loads(arguments) if arguments else {}
-        except (ValueError, RecursionError):
+            parsed = parse_json(arguments) if arguments else {}
+        except ValueError:
             return None
         return parsed if isinstance(parsed, dict) else None
     return None
@@ -91,8 +91,8 @@ class ToolCall:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise InvalidToolCallError(f"ToolCall.name must be a non-empty string, got {self.name!r}.")
-        if len(self.name) > _MAX_TOOL_NAME:
-            raise InvalidToolCallError(f"ToolCall.name has {len(self.name)} characters; expected at most {_MAX_TOOL_NAME}.")
+        if len(self.name) > MAX_TOOL_NAME:
+            raise InvalidToolCallError(f"ToolCall.name has {len(self.name)} characters; expected at most {MAX_TOOL_NAME}.")
         if not isinstance(self.ok, bool):
             raise InvalidToolCallError(f"ToolCall.ok must be a bool, got {self.ok!r}.")
         if self.observation is not None and not isinstance(self.observation, str):
@@ -235,6 +235,11 @@ def built(cls: type[_V], **fields: Any) -> _V:
     return value
 
 
+# Letters that print as nothing (Hangul fillers, the blank Braille pattern): an id made of them
+# looks empty, or like another id, in a listing.
+_INVISIBLE = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
 def check_session_id(value: Any, *, limit: int, what: str = "Session id") -> str:
     """An id (session, user, agent): a non-empty string of at most ``limit`` printable
     characters: no control, format (zero-width, bidi), private-use or separator character
@@ -246,8 +251,8 @@ def check_session_id(value: Any, *, limit: int, what: str = "Session id") -> str
         raise InvalidSessionIdError(f"{what} is empty; expected a non-empty string.")
     if len(value) > limit:
         raise InvalidSessionIdError(f"{what} has {len(value):,} characters; expected at most {limit}.")
-    if not value.isprintable():
-        index, char = next((i, c) for i, c in enumerate(value) if not c.isprintable())
+    if not value.isprintable() or not _INVISIBLE.isdisjoint(value):
+        index, char = next((i, c) for i, c in enumerate(value) if not c.isprintable() or c in _INVISIBLE)
         raise InvalidSessionIdError(
             f"{what} has an invisible or control character (U+{ord(char):04X}) at index {index}; expected printable text."
         )

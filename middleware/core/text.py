@@ -11,6 +11,9 @@ import re
 import reprlib
 import unicodedata
 from collections.abc import Iterable
+from typing import Any
+
+import orjson
 
 ELLIPSIS = "…"
 
@@ -92,7 +95,7 @@ _KEY_LIKE = re.compile(
     r"|(hf_)[A-Za-z0-9]{16,}|(pplx-)[A-Za-z0-9]{16,}|(AKIA|ASIA)[0-9A-Z]{16}\b|(gh[pousr]_)[A-Za-z0-9]{20,}"
     r"|(github_pat_)[A-Za-z0-9_]{20,}|(r8_)[A-Za-z0-9]{20,}|()[0-9A-Fa-f]{32,}\b)"
 )
-_BEARER = re.compile(r"(?i)\bBearer\s+[A-Za-z0-9._~+/=\-]+")
+_BEARER = re.compile(r"(?i)\b(Bearer\s+[A-Za-z0-9._~+/=\-]+|Basic\s+[A-Za-z0-9+/=]{6,})")
 _SECRET_PAIR = re.compile(r"(?i)\b((?:api[_-]?key|password|secret|token|authorization)[\"']?\s*[:=]\s*[\"']?)([^\s\"',}&]+)")
 # A known secret shorter than this is not masked: replacing every "abc" of a message would
 # garble it, and so short a value protects nothing anyway.
@@ -112,7 +115,7 @@ def redact_secrets(text: str, known: Iterable[str] = ()) -> str:
         text = text.replace(secret, mask(secret))
     text = redact_url(text)
     text = _KEY_LIKE.sub(lambda m: next(g for g in m.groups() if g is not None) + "***", text)
-    text = _BEARER.sub("Bearer ***", text)
+    text = _BEARER.sub(lambda m: m.group(1).split(None, 1)[0] + " ***", text)
     return _SECRET_PAIR.sub(lambda m: m.group(1) + "***", text)
 
 
@@ -120,6 +123,40 @@ def redact_url(url: str) -> str:
     """Hide the password of a URL (``redis://user:secret@host`` -> ``redis://user:***@host``)."""
     url = _URL_PASSWORD.sub(r"\g<head>***@", url)
     return _QUERY_PASSWORD.sub(r"\g<head>***", url)
+
+
+# How deep JSON from a client, a model or a tool may nest: deeper than any schema or
+# argument needs, and far below what encoders, decoders and recursion limits allow (orjson
+# encodes 254 levels; Python recursion stops near 1,000).
+JSON_DEPTH = 64
+
+
+def json_depth(value: Any, limit: int = JSON_DEPTH) -> int:
+    """How deep ``value`` nests (a scalar is 0), counted without recursion; counting stops
+    past ``limit`` (returns ``limit + 1``)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, (list, tuple)) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def parse_json(text: str | bytes | bytearray, limit: int = JSON_DEPTH) -> Any:
+    """The JSON value ``text`` holds; ValueError when it is not JSON or nests deeper than
+    ``limit`` (a decoder's own limit, or a RecursionError, never escapes)."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise ValueError("not JSON") from None
+    if json_depth(value, limit) > limit:
+        raise ValueError(f"JSON nested deeper than {limit} levels")
+    return value
 
 
 CUT_MARKER = " […cut…] "

@@ -66,12 +66,26 @@ class Endpoint:
             Route("/v1/models", self._guarded(self.models), methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
         ]
-        self.app = Starlette(routes=routes, lifespan=self._lifespan)
+        handlers = {404: self._not_found, 405: self._not_found, Exception: self._failed}
+        self.app = Starlette(routes=routes, lifespan=self._lifespan, exception_handlers=handlers)
+
+    @staticmethod
+    async def _not_found(request: HttpRequest, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 404)
+        what = "does not exist" if status == 404 else f"does not take {request.method[:10]}"
+        return _error(status, f"{request.url.path[:100]!r} {what}; the endpoint serves POST /v1/chat/completions, "
+                              "GET /v1/models and GET /health.", code="not_found" if status == 404 else "method_not_allowed")  # fmt: skip
+
+    @staticmethod
+    async def _failed(request: HttpRequest, exc: Exception) -> Response:
+        log.error("serve.failed", path=request.url.path[:100], error=type(exc).__name__)
+        return _error(500, "The endpoint failed on this request; it was not completed. Try again.", code="internal_error")
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         llm.litellm()  # import and set up litellm before the first request, not during it
         yield
+        self.sessions.closing = True  # turns held through an outage are tried once more
         await asyncio.gather(*self.sessions.tasks, return_exceptions=True)
         await self.store.close()
         self.engine.close()

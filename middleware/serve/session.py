@@ -11,6 +11,7 @@ the finish reason and the usage (summed over its calls) at its end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -22,6 +23,7 @@ from ..core.effects import Program
 from ..core.text import redact_secrets
 from ..events import log
 from ..exceptions import LLMError, StoreError
+from ..store.live import LEASE_SECONDS
 from ..turn.plan import Request
 from .turns import Exchange, Turns
 from .wire import Request as ChatRequest
@@ -30,6 +32,9 @@ from .wire import error_body, sse
 __all__ = ["SessionRequests", "dumped", "provider_error"]
 
 _USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens")
+# How long a turn the model answered is held while the store cannot take it, in seconds.
+HOLD_SECONDS = 600.0
+HELD = "store unavailable: the turn is held and written when the store is back"
 
 
 def dumped(response: Any, model: str) -> dict[str, Any]:
@@ -74,6 +79,7 @@ class SessionRequests:
     def __init__(self, run: Callable[[Program[Any]], Awaitable[Any]]) -> None:
         self.run = run
         self.tasks: set[asyncio.Task[Any]] = set()  # store writes that outlive their request
+        self.closing = False  # the server is stopping: held turns are tried once more, not again
 
     def start(self, program: Awaitable[Any] | Program[Any]) -> asyncio.Task[Any]:
         """``program`` (or a coroutine) run to its end beside the request that asked for it,
@@ -87,25 +93,71 @@ class SessionRequests:
         """``program``'s result, the program run to its end even if this request is cancelled."""
         return await asyncio.shield(self.start(program))
 
+    def lease(self, turns: Turns, exchange: Exchange) -> asyncio.Task[None]:
+        """Renew the lease on the turn's place while the request runs (cancel the task when it ends)."""
+
+        async def renewing() -> None:
+            until = time.monotonic() + turns.wait  # past it, later turns no longer wait anyway
+            with contextlib.suppress(StoreError):  # a store that failed fails the request too
+                while time.monotonic() < until:
+                    await asyncio.sleep(LEASE_SECONDS / 4)
+                    if not await self.run(turns.renew(exchange)):
+                        return
+
+        return asyncio.ensure_future(renewing())
+
+    def pay(self, turns: Turns, exchange: Exchange) -> None:
+        """Write what the turn still owes its session (see ``Turns.pay``) beside the request,
+        again and again while the store fails, for HOLD_SECONDS at most: the turn the model
+        answered (and was paid for) is held, not lost, through a short outage."""
+        if exchange.owed is False:
+            return
+
+        async def paying() -> None:
+            delay, deadline = 0.1, time.monotonic() + HOLD_SECONDS
+            while True:
+                try:
+                    await self.run(turns.pay(exchange))
+                    return
+                except StoreError as exc:
+                    if time.monotonic() + delay > deadline or self.closing:
+                        log.error("serve.turn_not_recorded", session=exchange.session_id, error=redact_secrets(str(exc)))
+                        return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+        self.start(paying())
+
     # --- plain ------------------------------------------------------------------------------
 
     async def complete(self, turns: Turns, chat: ChatRequest, upstream: str, exchange: Exchange) -> Response:
         """``chat``'s turn (begun by ``turns``), answered as one reply."""
-        usage = _Usage()
-        while True:
-            request, started = exchange.calls.request(), time.perf_counter()
-            try:
-                response = await llm.acomplete(upstream, request.messages, request.schemas, **chat.options)
-            except LLMError as exc:
-                await self._kept(turns.fail(exchange, request, model=upstream, latency=time.perf_counter() - started,
-                                            status=llm.status_of(exc)))  # fmt: skip
-                return provider_error(exc)
-            reply = llm.message_of(response)
-            usage.add(response)
-            latency = time.perf_counter() - started
-            step = await self._kept(turns.step(exchange, request, reply, response, model=upstream, latency=latency))
-            if step != "again":
-                return JSONResponse(self._answer(dumped(response, chat.model), reply, exchange, usage))
+        usage, lease = _Usage(), self.lease(turns, exchange)
+        try:
+            while True:
+                request, started = exchange.calls.request(), time.perf_counter()
+                try:
+                    response = await llm.acomplete(upstream, request.messages, request.schemas, **chat.options)
+                except LLMError as exc:
+                    await self._kept(turns.fail(exchange, request, model=upstream, latency=time.perf_counter() - started,
+                                                status=llm.status_of(exc)))  # fmt: skip
+                    return provider_error(exc)
+                reply = llm.message_of(response)
+                usage.add(response)
+                latency = time.perf_counter() - started
+                try:
+                    step = await self._kept(turns.step(exchange, request, reply, response, model=upstream, latency=latency))
+                except StoreError as exc:
+                    if exchange.owed is True:  # nothing of the turn is ready to write: the request fails
+                        raise
+                    log.error("serve.turn_held", session=exchange.session_id, error=redact_secrets(str(exc)))
+                    body = self._answer(dumped(response, chat.model), reply, exchange, usage)
+                    return JSONResponse(body, headers={"X-Middleware-Warning": HELD})
+                if step != "again":
+                    return JSONResponse(self._answer(dumped(response, chat.model), reply, exchange, usage))
+        finally:
+            lease.cancel()
+            self.pay(turns, exchange)  # whatever the request left undone (an error, a client gone, a held turn)
 
     @staticmethod
     def _answer(body: dict[str, Any], reply: Mapping[str, Any], exchange: Exchange, usage: _Usage) -> dict[str, Any]:
@@ -128,22 +180,37 @@ class SessionRequests:
     async def stream(self, turns: Turns, chat: ChatRequest, upstream: str, exchange: Exchange) -> Response:
         """``chat``'s turn (begun by ``turns``), answered as one stream of events."""
         request, started = exchange.calls.request(), time.perf_counter()
-        chunks = llm.astream(upstream, request.messages, request.schemas, **chat.options)
+        lease = self.lease(turns, exchange)
         try:
+            chunks = llm.astream(upstream, request.messages, request.schemas, **chat.options)
             first = await anext(chunks)  # a provider error before any event keeps its HTTP status
         except LLMError as exc:
+            lease.cancel()
             await self._kept(turns.fail(exchange, request, model=upstream, latency=time.perf_counter() - started,
                                         status=llm.status_of(exc)))  # fmt: skip
             return provider_error(exc)
-        events = _Events(self, turns, chat, upstream, exchange)
+        except BaseException:
+            lease.cancel()
+            self.pay(turns, exchange)
+            raise
+        events = _Events(self, turns, chat, upstream, exchange, lease)
         return StreamingResponse(events.run(request, chunks, first, started), media_type="text/event-stream")
 
 
 class _Events:
     """The events of one streamed request (see the module docstring)."""
 
-    def __init__(self, owner: SessionRequests, turns: Turns, chat: ChatRequest, upstream: str, exchange: Exchange) -> None:
+    def __init__(
+        self,
+        owner: SessionRequests,
+        turns: Turns,
+        chat: ChatRequest,
+        upstream: str,
+        exchange: Exchange,
+        lease: asyncio.Task[None],
+    ) -> None:
         self.owner, self.turns, self.chat, self.upstream, self.exchange = owner, turns, chat, upstream, exchange
+        self.lease = lease  # renews the turn's place while the stream runs
         self.head: dict[str, Any] = {}  # the id and creation time every event carries (the first chunk's)
         self.usage = _Usage()
         self.finish: str | None = None  # the model's last finish reason
@@ -163,7 +230,14 @@ class _Events:
                 reply = streamed.message()
                 step = owner.start(self.turns.step(exchange, request, reply, streamed.usage, model=self.upstream,
                                                     latency=time.perf_counter() - started))  # fmt: skip
-                if await asyncio.shield(step) != "again":
+                try:
+                    again = await asyncio.shield(step) == "again"
+                except StoreError as exc:
+                    if exchange.owed is True:  # nothing of the turn is ready to write: the request fails
+                        raise
+                    log.error("serve.turn_held", session=exchange.session_id, error=redact_secrets(str(exc)))
+                    again = False  # the model's answer still reaches the client; the turn is held (see _settle)
+                if not again:
                     for event in self._end(reply):
                         yield sse(event)
                     break
@@ -178,6 +252,7 @@ class _Events:
         finally:
             # The client went away, or the provider broke off: what was said is recorded, once
             # the step under way (if any) says the turn did not end with it.
+            self.lease.cancel()
             owner.start(self._settle(step, request, streamed.message(), streamed.usage, time.perf_counter() - started))
         yield b"data: [DONE]\n\n"
 
@@ -188,13 +263,14 @@ class _Events:
             try:
                 if await step != "again":
                     return
-            except Exception:  # the step failed: the request said so, or its client is gone
+            except Exception:  # the step failed: its turn is held, or its place given up
+                self.owner.pay(self.turns, self.exchange)
                 return
         settle = self.turns.settle(self.exchange, request, reply, usage, model=self.upstream, latency=latency)
         try:
             await self.owner.run(settle)
-        except StoreError as exc:
-            log.error("serve.turn_not_recorded", session=self.exchange.session_id, error=redact_secrets(str(exc)))
+        except Exception:  # the store failed (the turn is held), or the turn could not be recorded (its place is given up)
+            self.owner.pay(self.turns, self.exchange)
 
     def _event(self, choice: dict[str, Any]) -> dict[str, Any]:
         return {**self.head, "object": "chat.completion.chunk", "model": self.chat.model, "choices": [choice]}

@@ -32,8 +32,8 @@ from ..exceptions import InvalidMessageError, InvalidRequestError, InvalidToolCa
 from ..session.engine import Engine
 from ..store.decoding import Loaded
 from ..store.keys import Layout
-from ..store.live import Arrival, arrival, arrive_command, finish, wait_for_results
-from ..store.record import record_arguments
+from ..store.live import Arrival, arrival, arrive_command, finish, renew, wait_for_results
+from ..store.record import RecordArguments, record_arguments
 from ..tools import Toolset, as_tools, not_an_object
 from ..turn.calls import Calls
 from ..turn.plan import Request, TurnPlan
@@ -56,6 +56,9 @@ class Exchange:
     drop: str | None  # the live field the turn waited in, forgotten once it moves on
     forwarded: list[str] = field(default_factory=list)  # the ids of the tool calls the client runs
     final: str | None = None  # the turn's final text, once it ended
+    # What the turn still owes the session: its record (made, not yet written), the turn to
+    # keep for the client's results, or its place (True); False once it owes nothing.
+    owed: RecordArguments | OpenTurn | bool = True
 
     @property
     def plan(self) -> TurnPlan:
@@ -106,14 +109,19 @@ class Turns:
         loaded: Loaded | None = yield from engine.load_turn(session_id, user or "", ahead=[command])
         assert loaded is not None
         arrived = arrival(loaded.ahead[0])
-        turn, drop = self._turn(conversation, arrived, user)
-        if user is None:  # only the tool results came: recall for the turn's own message
-            loaded = None
-        elif arrived.first and not loaded.state.turns and conversation.earlier:
-            yield from self._import(session_id, conversation.earlier)
-            loaded = None
-        plan = yield from engine.plan_turn(session_id, turn.user, model=model, toolset=_toolset(tools), disclose=disclose,
-                                           loaded=loaded, system=conversation.system, saved=turn.plan or None)  # fmt: skip
+        try:
+            turn, drop = self._turn(conversation, arrived, user)
+            if user is None:  # only the tool results came: recall for the turn's own message
+                loaded = None
+            elif arrived.first and not loaded.state.turns and conversation.earlier:
+                yield from self._import(session_id, conversation.earlier)
+                loaded = None
+            plan = yield from engine.plan_turn(session_id, turn.user, model=model, toolset=_toolset(tools), disclose=disclose,
+                                               loaded=loaded, system=conversation.system, saved=turn.plan or None)  # fmt: skip
+        except Exception:  # the request goes no further: the place it took is given up at once
+            if arrived.seq:
+                yield from finish(self.layout, session_id, arrived.seq, None, drop=None, now=time.time(), wait=self.wait)
+            raise
         if plan.tools is not None and isinstance(tool_choice, Mapping):  # a tool the client names must be sent
             plan.tools.add([str((tool_choice.get("function") or {}).get("name"))])
         current = self._current(plan.prompt.messages[-1], conversation)
@@ -182,9 +190,8 @@ class Turns:
         waiting = OpenTurn(seq=exchange.turn.seq, turn_id=exchange.turn.turn_id, user=exchange.turn.user,
                            loop=tuple(loop.messages[len(exchange.plan.prompt.messages) :]), steps=calls.step,
                            plan=self._saved(calls))  # fmt: skip
-        yield from wait_for_results(
-            self.layout, exchange.session_id, waiting, drop=exchange.drop, now=time.time(), wait=self.wait
-        )
+        exchange.owed = waiting
+        yield from self.pay(exchange)
         return "client"
 
     @staticmethod
@@ -203,10 +210,35 @@ class Turns:
         update, vectors = yield from self.engine.planned_update(plan, turn, ended=ended, billed=calls.first,
                                                                 turn_id=exchange.turn.turn_id,
                                                                 sent=calls.loop.messages[: len(plan.prompt.messages)])  # fmt: skip
-        now = time.time()
-        arguments = record_arguments(self.layout, exchange.session_id, update, now=now, vectors=vectors)
-        yield from finish(self.layout, exchange.session_id, exchange.turn.seq, arguments, drop=exchange.drop, now=now,
+        exchange.owed = record_arguments(self.layout, exchange.session_id, update, now=time.time(), vectors=vectors)
+        yield from self.pay(exchange)
+
+    def pay(self, exchange: Exchange) -> Program[None]:
+        """Write what the turn owes the session: its record, made and not yet written (again,
+        after the store failed: the record script knows a turn it already wrote by its id),
+        or, for a request that went no further, its place given up (a turn whose client-side
+        tools ran is recorded with them). A turn waiting in Redis for the client's results
+        stays there; nothing happens for a turn that owes nothing."""
+        owed, calls = exchange.owed, exchange.calls
+        if owed is False:
+            return
+        if isinstance(owed, OpenTurn):  # the turn waits for the client's results, in Redis
+            yield from wait_for_results(self.layout, exchange.session_id, owed, drop=exchange.drop, now=time.time(),
+                                        wait=self.wait)  # fmt: skip
+            exchange.owed = False
+            return
+        record = None if owed is True else owed
+        if record is None:
+            if exchange.drop is not None:  # the turn waits in Redis: the client may send its results again
+                exchange.owed = False
+                return
+            sent = calls.loop.messages[len(exchange.plan.prompt.messages) :]
+            if ran_calls(sent, calls.answered):
+                yield from self._record(exchange, "(the model failed after the tools ran)", ended=False)
+                return
+        yield from finish(self.layout, exchange.session_id, exchange.turn.seq, record, drop=exchange.drop, now=time.time(),
                           wait=self.wait)  # fmt: skip
+        exchange.owed = False
 
     # --- a turn that did not end normally ----------------------------------------------------
 
@@ -214,15 +246,8 @@ class Turns:
         """The upstream call failed (``status``). A turn waiting in Redis stays there (the
         client may send its tool results again); one whose client-side tools ran is recorded
         with them; a new turn gives its place up."""
-        calls = exchange.calls
-        calls.made(request, {}, None, latency, model=model, error=status)
-        if exchange.drop is not None:
-            return
-        sent = calls.loop.messages[len(exchange.plan.prompt.messages) :]
-        if ran_calls(sent, calls.answered):
-            yield from self._record(exchange, "(the model failed after the tools ran)", ended=False)
-            return
-        yield from finish(self.layout, exchange.session_id, exchange.turn.seq, None, drop=None, now=time.time(), wait=self.wait)
+        exchange.calls.made(request, {}, None, latency, model=model, error=status)
+        yield from self.pay(exchange)
 
     def settle(
         self, exchange: Exchange, request: Request, reply: Mapping[str, Any], usage: Any, *, model: str, latency: float
@@ -233,6 +258,14 @@ class Turns:
         text = str(reply.get("content") or "").strip() if not reply.get("tool_calls") else ""
         exchange.final = f"{text} (cut: the stream ended early)".strip()
         yield from self._record(exchange, exchange.final, ended=False)
+
+    def renew(self, exchange: Exchange) -> Program[bool]:
+        """Renew the lease on the turn's place while its request runs (see ``middleware.store.live``);
+        False once there is none to renew (the turn owes no place, or it lapsed)."""
+        if not exchange.turn.seq or exchange.owed is False:
+            return False
+        renewed: bool = yield from renew(self.layout, exchange.session_id, exchange.turn.seq, now=time.time())
+        return renewed
 
     def passthrough(self, messages: Any, tools: Any, reply: Mapping[str, Any], usage: Any, *, model: str,
                     latency: float) -> dict[str, Any]:  # fmt: skip

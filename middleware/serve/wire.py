@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from ..core.text import JSON_DEPTH, json_depth
 from ..exceptions import InvalidRequestError
 
 __all__ = ["Request", "error_body", "read_request", "session_of", "sse"]
@@ -64,6 +65,10 @@ def _parse(body: bytes) -> dict[str, Any]:
         raise InvalidRequestError("The request body is not valid JSON.") from None
     if not isinstance(data, dict):
         raise InvalidRequestError(f"The request body is a JSON {type(data).__name__}; expected an object.")
+    for key, value in data.items():  # the body is an object: its values may nest one level less
+        if json_depth(value, JSON_DEPTH - 1) > JSON_DEPTH - 1:
+            raise InvalidRequestError(f"{shown(key)[1:-1]!r} nests deeper than {JSON_DEPTH} levels; expected flatter JSON.",
+                                      param=str(key)[:_SHOWN])  # fmt: skip
     return data
 
 
@@ -113,7 +118,10 @@ def session_of(headers: Mapping[str, str], data: Mapping[str, Any]) -> tuple[str
     field, else ``metadata.session_id``; (None, "") when it names none."""
     header = headers.get(SESSION_HEADER)
     if header is not None:
-        return header, "X-Session-Id"
+        try:  # HTTP servers read header bytes as Latin-1; clients send UTF-8
+            return header.encode("latin-1").decode("utf-8"), "X-Session-Id"
+        except UnicodeError:
+            raise InvalidRequestError("The X-Session-Id header is not UTF-8 text.", param="X-Session-Id") from None
     user = data.get("user")
     if isinstance(user, str) and user:
         return user, "user"

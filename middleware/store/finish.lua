@@ -1,9 +1,10 @@
 -- A turn ends (see live.py): record it in its place (`entry`: its record arguments as JSON,
 -- [] to give the place up), or queue it until the turns before it are recorded.
 -- ARGV: FinishArguments, in its order. Returns 1.
-local now_text, wait_text, ttl_text, seq, entry, drop = unpack(ARGV, 1, 6)
+local now_text, wait_text, ttl_text, lease_text, seq, entry, drop = unpack(ARGV, 1, 7)
 --#include order.lua
 if drop ~= '' then redis.call('HDEL', live, drop) end
+redis.call('HDEL', live, 'l:' .. seq)
 seq = tonumber(seq)
 if seq <= number('applied') then
   apply(entry)

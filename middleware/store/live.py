@@ -6,6 +6,7 @@ session's ``live`` hash, under the session's hash tag (one cluster slot)::
     arrived          a counter: a turn's arrival number is its place in the session
     applied          the last arrival number whose turn was recorded (or given up on)
     queued, blocked  finished turns waiting for an earlier one, and since when (seconds)
+    l:<n>            the lease of turn n, in flight: when its request last renewed it
     q:<n>            the record arguments of finished turn n, waiting for their turn
     open:<call id>   a turn waiting for the client's tool results, by its first pending call id
     imported         set once: a new session took the history its first request carried
@@ -14,8 +15,10 @@ A finished turn is recorded by a server-side script (``finish.lua``, with ``orde
 that applies queued turns strictly in arrival order, so concurrent requests to one session
 from any number of processes are recorded once each, in the order they arrived. A turn that
 waits for the client's tool results gives its place up (the client decides how long that
-takes) and is recorded when it ends; a turn whose process died mid-call holds the line for
-``serve.order_wait_seconds`` at most (and is recorded whenever it does finish).
+takes) and is recorded when it ends. A turn in flight holds the line while its request
+renews its lease, for ``serve.order_wait_seconds`` at most; one whose request is gone (its
+process died, its arrival reply was lost) for ``LEASE_SECONDS``; either is recorded
+whenever it does finish.
 """
 
 from __future__ import annotations
@@ -37,30 +40,40 @@ from .scripts import Arguments, Script
 __all__ = [
     "ARRIVE",
     "FINISH",
+    "LEASE_SECONDS",
+    "RENEW",
     "Arrival",
     "ArriveArguments",
     "FinishArguments",
+    "RenewArguments",
     "arrival",
     "arrive_command",
     "finish",
+    "renew",
     "wait_for_results",
 ]
 
 ARRIVE = Script.named("arrive")
 FINISH = Script.named("finish")
+RENEW = Script.named("renew")
+# How long a turn in flight holds its session's line without renewing its lease, in seconds:
+# a request renews it every LEASE_SECONDS / 4 while it runs, so only a request whose process
+# died (or whose arrival reply was lost) lets it lapse, and later turns wait that long at most.
+LEASE_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ArriveArguments(Arguments):
     """ARGV of arrive.lua: the clock, how long a turn may hold the line, the session's TTL,
-    whether a new turn takes an arrival number, whether the request may import history;
-    then the ``open:<call id>`` fields its tool results may answer."""
+    how long a lease lasts unrenewed, whether a new turn takes an arrival number, whether the
+    request may import history; then the ``open:<call id>`` fields its tool results may answer."""
 
     TAIL = ("fields",)
 
     now_text: str
     wait_text: str
     ttl_text: int
+    lease_text: str
     reserve: int
     mark_import: int
     fields: tuple[str, ...]
@@ -71,13 +84,14 @@ class ArriveArguments(Arguments):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FinishArguments(Arguments):
-    """ARGV of finish.lua: the clock, the wait and the TTL (as for arriving), the turn's
-    arrival number, its record arguments as JSON ([] gives the place up) and the ``live``
-    field it waited in (forgotten now), if any."""
+    """ARGV of finish.lua: the clock, the wait, the TTL and the lease (as for arriving), the
+    turn's arrival number, its record arguments as JSON ([] gives the place up) and the
+    ``live`` field it waited in (forgotten now), if any."""
 
     now_text: str
     wait_text: str
     ttl_text: int
+    lease_text: str
     seq: int
     entry: bytes
     drop: str
@@ -107,8 +121,9 @@ def arrive_command(
     """The command by which a request arrives: apply the turns due, find the open turn its
     tool results answer (``waiting``: their call ids), or give a new turn its arrival
     number. Sent ahead of the session's load, in the same round trip (see ``load.load``)."""
-    arguments = ArriveArguments(now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, reserve=int(reserve),
-                                mark_import=int(mark_import), fields=tuple(f"open:{call}" for call in waiting))  # fmt: skip
+    arguments = ArriveArguments(now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, lease_text=repr(LEASE_SECONDS),
+                                reserve=int(reserve), mark_import=int(mark_import),
+                                fields=tuple(f"open:{call}" for call in waiting))  # fmt: skip
     return ARRIVE.inline(_keys(layout, session_id), arguments)
 
 
@@ -131,12 +146,27 @@ def wait_for_results(
     if layout.ttl_ms:
         commands.append(("pexpire", live, layout.ttl_ms))
     if turn.seq:
-        gone = FinishArguments(
-            now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, seq=turn.seq, entry=b"[]", drop=""
-        )
+        gone = FinishArguments(now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, lease_text=repr(LEASE_SECONDS),
+                               seq=turn.seq, entry=b"[]", drop="")  # fmt: skip
         commands.append(FINISH.inline(_keys(layout, session_id), gone))
     checked((yield Batch(commands, transaction=True)))
     return waiting
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenewArguments(Arguments):
+    """ARGV of renew.lua: the clock and the turn's arrival number."""
+
+    now_text: str
+    seq: int
+
+
+def renew(layout: Layout, session_id: str, seq: int, *, now: float) -> Plan[bool]:
+    """Renew the lease of turn ``seq``, still in flight; False when it is gone (the turn was
+    recorded, or passed over after its lease lapsed)."""
+    command = RENEW.inline((layout.session(session_id).live,), RenewArguments(now_text=repr(now), seq=seq))
+    (renewed,) = checked((yield Batch([command])))
+    return bool(renewed)
 
 
 def finish(
@@ -145,7 +175,7 @@ def finish(
     """Record a finished turn in its place (``record``: what record.lua is given for it;
     None gives the place up). On a cluster the listing index, in another slot, is written
     beside the script (best effort, as ``record.record`` does)."""
-    arguments = FinishArguments(now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, seq=seq, entry=_entry(record),
-                                drop=drop or "")  # fmt: skip
+    arguments = FinishArguments(now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, lease_text=repr(LEASE_SECONDS),
+                                seq=seq, entry=_entry(record), drop=drop or "")  # fmt: skip
     outside = index_commands(layout, session_id, now=now) if layout.cluster and record is not None else []
     checked((yield Batch([FINISH.inline(_keys(layout, session_id), arguments), *outside]))[:1])

@@ -1,10 +1,13 @@
 -- Shared by arrive.lua and finish.lua (included after their argument line, which names
--- now_text, wait_text and ttl_text): apply queued turns strictly in arrival order. A turn
--- is applied by the store's own record script (record.lua), run here as a function:
--- scripts cannot call scripts. KEYS: the live hash, then the recorded keys in their order,
--- then the listing index unless on a cluster.
+-- now_text, wait_text, ttl_text and lease_text): apply queued turns strictly in arrival
+-- order. A turn is applied by the store's own record script (record.lua), run here as a
+-- function: scripts cannot call scripts. A turn not yet finished holds the line while its
+-- request renews its lease (`l:<n>`, the time of the last renewal), for `wait` seconds at
+-- most; a turn whose lease lapsed (its process died, or its reply was lost) is passed over.
+-- KEYS: the live hash, then the recorded keys in their order, then the listing index unless
+-- on a cluster.
 local live = KEYS[1]
-local now, wait, ttl = tonumber(now_text), tonumber(wait_text), tonumber(ttl_text)
+local now, wait, ttl, lease = tonumber(now_text), tonumber(wait_text), tonumber(ttl_text), tonumber(lease_text)
 local recorded = {unpack(KEYS, 2)}
 local function record_turn(KEYS, ARGV)
 --#include record.lua
@@ -24,15 +27,18 @@ local function flush()
       redis.call('HDEL', live, name)
       queued = queued - 1
     else
-      -- the turn holding the line is passed over once the waiting ones waited long enough
+      -- the turn holding the line is passed over once its lease lapsed, or once the
+      -- waiting ones waited long enough
       local blocked = tonumber(redis.call('HGET', live, 'blocked') or '')
       if not blocked then
         blocked = now
         redis.call('HSET', live, 'blocked', now_text)
       end
-      if now - blocked < wait then break end
+      local renewed = tonumber(redis.call('HGET', live, 'l:' .. (applied + 1)) or '')
+      if renewed and now - renewed < lease and now - blocked < wait then break end
       redis.call('HSET', live, 'blocked', now_text)
     end
+    redis.call('HDEL', live, 'l:' .. (applied + 1))
     applied = applied + 1
   end
   if queued <= 0 then redis.call('HDEL', live, 'blocked') queued = 0 end

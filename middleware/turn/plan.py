@@ -11,7 +11,6 @@ endpoint made the call.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from ..core.caching import with_breakpoints
 from ..core.disclosure import DisclosedTools, baseline_messages
 from ..core.policy import LoopOdds, ToolPolicy
 from ..core.state import Prompt
+from ..core.text import parse_json
 from ..core.turnloop import PendingCall
 
 __all__ = ["Request", "TurnPlan", "arguments_of", "rebased"]
@@ -31,7 +31,7 @@ Schemas = list[dict[str, Any]]
 def arguments_of(text: str) -> Any:
     """A tool call's arguments as JSON, or None when they are not JSON."""
     try:
-        return json.loads(text) if text else {}
+        return parse_json(text) if text else {}
     except ValueError:
         return None
 
