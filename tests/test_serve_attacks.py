@@ -4,6 +4,8 @@ reproduced as it was found, against a real ``middleware serve`` app over a socke
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -288,3 +290,70 @@ def test_basic_credentials_are_masked_like_bearer_tokens() -> None:
     for text in ("Authorization: Basic dXNlcjpodW50ZXIy", "upstream said: basic  dXNlcjpodW50ZXIy=="):
         masked = redact_secrets(text)
         assert "dXNlcjpodW50ZXIy" not in masked and "***" in masked
+
+
+# --- bounded resources ---------------------------------------------------------------------------
+
+
+def test_a_huge_chunked_body_is_refused_as_it_arrives(served: Callable[..., str]) -> None:
+    """Found: a 400 MB chunked body was buffered whole (RSS 270 -> 934 MiB) before the 413. It is
+    now counted as it arrives: the 413 comes once the limit is passed, and the rest is never read."""
+    url = served(max_body_bytes=1_000_000)
+    sent = [0]
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(400):
+            sent[0] += 1
+            yield b"x" * 1_000_000
+
+    try:
+        response = httpx.post(f"{url}/v1/chat/completions", content=chunks(), timeout=30,
+                              headers={"Content-Type": "application/json", "X-Session-Id": "s"})  # fmt: skip
+        assert response.status_code == 413 and "max_body_bytes" in response.json()["error"]["message"]
+    except httpx.TransportError:  # the server closed the connection while the client was still sending
+        pass
+    assert sent[0] < 100  # megabytes: far from the 400 the client meant to send
+
+
+def test_half_sent_requests_are_closed_and_keyed_clients_are_served_meanwhile(served: Callable[..., str]) -> None:
+    """Found: 5,000 unauthenticated half-sent requests stayed open past 60 s, and at a 1,024
+    descriptor limit keyed clients failed while they were held. A request head must now
+    arrive within serve.idle_timeout_seconds, however slowly it trickles."""
+    url = served(api_keys=["key-a"], idle_timeout_seconds=1.0)
+    host, port = url.removeprefix("http://").split(":")
+    held = []
+    for _ in range(200):
+        held.append(socket.create_connection((host, int(port))))
+        held[-1].sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    assert say(url, "key-a", "hello", user="keyed").count("hello") == 1
+    started = time.monotonic()
+    while time.monotonic() - started < 2.5:  # a byte now and then, as a slow attacker sends
+        for connection in held:
+            with contextlib.suppress(OSError):
+                connection.sendall(b"X")
+        time.sleep(0.3)
+    closed = 0
+    for connection in held:
+        connection.settimeout(0.5)
+        try:
+            closed += connection.recv(1) == b""
+        except (ConnectionResetError, BrokenPipeError):
+            closed += 1
+        except TimeoutError:
+            pass
+        connection.close()
+    assert closed == len(held)
+
+
+def test_a_body_that_never_finishes_gets_a_408(served: Callable[..., str]) -> None:
+    """A request whose head came but whose body stalls is answered 408 after serve.body_timeout_seconds."""
+    url = served(body_timeout_seconds=1.0)
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as connection:
+        connection.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"X-Session-Id: s\r\nContent-Length: 1000\r\n\r\n{\"model\": ")  # fmt: skip
+        connection.settimeout(10)
+        started, answer = time.monotonic(), b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            answer += connection.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 408") and b'"code":"timeout"' in answer and time.monotonic() - started < 5

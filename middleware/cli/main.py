@@ -238,19 +238,24 @@ def serve(obj: CliContext, host: str | None, port: int | None, workers: int) -> 
     tenants = sorted({tenant for _, tenant in settings.tenants()})
     if tenants:  # what an operator passes to --tenant to look at a tenant's sessions
         click.echo(f"Tenants: {', '.join(tenants[:10])}" + (f" and {len(tenants) - 10} more" if len(tenants) > 10 else ""))
+    from ..serve.server import options, raise_file_limit
+
+    limit = raise_file_limit(settings.max_connections + 256)
+    if limit < settings.max_connections + 64:
+        click.echo(f"Warning: this process may open {limit} files; serve.max_connections is {settings.max_connections}. "
+                   "Raise the limit (ulimit -n) or lower serve.max_connections.", err=True)  # fmt: skip
     if workers == 1:
         from ..serve import create_app
 
         with errors():
-            uvicorn.run(create_app(config), host=host, port=port, log_level="warning")
+            uvicorn.run(create_app(config), host=host, port=port, **options(settings))
         return
     # Each worker process builds its app from the environment: pass this command's choices on.
     if obj.config_path:
         os.environ["MIDDLEWARE_CONFIG"] = str(Path(obj.config_path).resolve())
     os.environ[ENV_REDIS_URL] = config.store.url
-    uvicorn.run(
-        "middleware.serve.app:app_from_environment", factory=True, host=host, port=port, workers=workers, log_level="warning"
-    )
+    uvicorn.run("middleware.serve.app:app_from_environment", factory=True, host=host, port=port, workers=workers,
+                **options(settings))  # fmt: skip
 
 
 def _store_name(config: Config) -> str:

@@ -127,8 +127,14 @@ class ServeConfig(Section):
     # How long a finished turn waits for an earlier-arrived turn of its session to finish
     # before it is recorded anyway (the earlier one's process died during its upstream call).
     order_wait_seconds: float = Field(default=30.0, ge=0, le=86_400)
-    # The longest request body accepted, in bytes.
+    # The longest request body accepted, in bytes (counted as it arrives, chunked bodies too).
     max_body_bytes: int = Field(default=8_000_000, ge=1_000)
+    # How long a request's body may take to arrive, in seconds (a 408 past it).
+    body_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # How long a connection may stay idle, and send a request head, in seconds.
+    idle_timeout_seconds: float = Field(default=5.0, gt=0, le=3600)
+    # Connections (and requests in progress) served at once; past it, new requests get a 503.
+    max_connections: int = Field(default=2048, ge=1)
 
     @field_validator("models")
     @classmethod

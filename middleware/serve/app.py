@@ -47,7 +47,9 @@ Handler = Callable[[HttpRequest], Awaitable[Response]]
 
 
 def _error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> JSONResponse:
-    return JSONResponse(error_body(status, message, param=param, code=code), status_code=status)
+    # A body too large or too slow is not read to its end: the connection closes after the answer.
+    headers = {"Connection": "close"} if status in (408, 413) else None
+    return JSONResponse(error_body(status, message, param=param, code=code), status_code=status, headers=headers)
 
 
 class Endpoint:
@@ -68,6 +70,7 @@ class Endpoint:
         ]
         handlers = {404: self._not_found, 405: self._not_found, Exception: self._failed}
         self.app = Starlette(routes=routes, lifespan=self._lifespan, exception_handlers=handlers)
+        self.app.state.endpoint = self  # how it is served: middleware.serve.server.options(self.serve)
 
     @staticmethod
     async def _not_found(request: HttpRequest, exc: Exception) -> Response:
@@ -161,13 +164,33 @@ class Endpoint:
         return target.model, chat
 
     async def _body(self, request: HttpRequest) -> bytes:
-        limit = self.serve.max_body_bytes
-        if int(request.headers.get("content-length") or 0) > limit:
-            raise InvalidRequestError(f"The request body is larger than {limit:,} bytes (serve.max_body_bytes).", status=413)
-        body = await request.body()
-        if len(body) > limit:
-            raise InvalidRequestError(f"The request body is larger than {limit:,} bytes (serve.max_body_bytes).", status=413)
-        return body
+        """The request's body, counted as it arrives (chunked too) and read within
+        serve.body_timeout_seconds: 413 past serve.max_body_bytes, 408 past the timeout."""
+        limit, too_large = (
+            self.serve.max_body_bytes,
+            f"The request body is larger than {self.serve.max_body_bytes:,} bytes (serve.max_body_bytes).",
+        )
+        try:
+            declared = int(request.headers.get("content-length") or 0)
+        except ValueError:
+            raise InvalidRequestError("The Content-Length header is not a number.") from None
+        if declared > limit:
+            raise InvalidRequestError(too_large, status=413)
+
+        async def read() -> bytes:
+            parts, size = [], 0
+            async for part in request.stream():
+                size += len(part)
+                if size > limit:
+                    raise InvalidRequestError(too_large, status=413)
+                parts.append(part)
+            return b"".join(parts)
+
+        try:
+            return await asyncio.wait_for(read(), self.serve.body_timeout_seconds)
+        except TimeoutError:
+            raise InvalidRequestError(f"The request body took longer than {self.serve.body_timeout_seconds:g} s to arrive "
+                                      "(serve.body_timeout_seconds).", status=408, code="timeout") from None  # fmt: skip
 
     async def completions(self, request: HttpRequest) -> Response:
         upstream, chat = self.upstream(read_request(await self._body(request), request.headers))

@@ -16,9 +16,10 @@ __all__ = ["mock_openai_app", "serving"]
 
 
 @contextmanager
-def serving(app: Any, *, port: int | None = None) -> Iterator[str]:
+def serving(app: Any, *, port: int | None = None, **options: Any) -> Iterator[str]:
     """Serve an ASGI app with uvicorn in a thread on 127.0.0.1 (a free port unless given);
-    yields its base URL, ``http://127.0.0.1:<port>``, and stops it afterwards.
+    yields its base URL, ``http://127.0.0.1:<port>``, and stops it afterwards. ``options``
+    go to uvicorn; an endpoint (``create_app``) is served as ``middleware serve`` serves it.
 
     >>> with serving(create_app(config)) as url:
     ...     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
@@ -27,7 +28,13 @@ def serving(app: Any, *, port: int | None = None) -> Iterator[str]:
 
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port or free_port(), log_level="warning"))
+    endpoint = getattr(app.state, "endpoint", None) if hasattr(app, "state") else None
+    if endpoint is not None:
+        from ..serve.server import options as served_as
+
+        options = {**served_as(endpoint.serve), **options}
+    options.setdefault("log_level", "warning")
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port or free_port(), **options))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -1,0 +1,87 @@
+"""How uvicorn serves the endpoint: bounded connections and deadlines a slow or half-sent
+request cannot stretch.
+
+uvicorn closes an idle keep-alive connection after ``timeout_keep_alive`` seconds, but a
+connection that trickles a byte of its request head now and then stays open for ever, and
+so do thousands of them, until the process runs out of file descriptors and keyed clients
+are refused. ``GuardedH11Protocol`` gives every request head the same deadline, however
+slowly it comes; ``options`` is what ``middleware serve`` (and ``middleware.testing.serving``)
+hands uvicorn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import resource
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ..config.service import ServeConfig
+
+__all__ = ["GuardedH11Protocol", "options", "raise_file_limit"]
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, with a deadline for each request head: a connection that has
+    not sent a whole request head within ``timeout_keep_alive`` seconds of connecting (or of
+    its last response) is closed, however slowly it sends."""
+
+    _head_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:  # the head is in: the app's own limits take over
+            self._disarm()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._head_deadline = self.loop.call_later(self.timeout_keep_alive, self._late)
+
+    def _disarm(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def _late(self) -> None:
+        self._head_deadline = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.close()
+
+
+def options(serve: ServeConfig) -> dict[str, Any]:
+    """What uvicorn is given to serve the endpoint within ``serve``'s bounds."""
+    return {
+        "http": GuardedH11Protocol,
+        "limit_concurrency": serve.max_connections,  # beyond it, new requests get a 503 at once
+        "timeout_keep_alive": serve.idle_timeout_seconds,  # idle connections, and the deadline of a request head
+        "h11_max_incomplete_event_size": 64 * 1024,  # a request head's bytes
+        "log_level": "warning",
+    }
+
+
+def raise_file_limit(wanted: int) -> int:
+    """Raise this process's open-file limit towards ``wanted`` (within the hard limit), so that
+    ``serve.max_connections`` connections fit; the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if target > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return target
+    return soft
