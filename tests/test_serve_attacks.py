@@ -27,7 +27,7 @@ from middleware.runner import run
 from middleware.serve import create_app
 from middleware.store import live
 from middleware.store.keys import Layout
-from middleware.testing import register, serving
+from middleware.testing import capture_events, free_port, register, serving
 
 PROMPTS: list[str] = []  # the text of every prompt the scripted model was sent, newest last
 
@@ -357,3 +357,55 @@ def test_a_body_that_never_finishes_gets_a_408(served: Callable[..., str]) -> No
         while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
             answer += connection.recv(4096)
     assert answer.startswith(b"HTTP/1.1 408") and b'"code":"timeout"' in answer and time.monotonic() - started < 5
+
+
+# --- what operators expect ------------------------------------------------------------------------
+
+
+def test_each_request_logs_one_access_line_and_is_counted_in_metrics(served: Callable[..., str]) -> None:
+    """Found: serve printed nothing per request. Each now logs one structured line (status,
+    tenant, session, model, latency, tokens sent and saved) and counts in /metrics."""
+    url = served(api_keys=[{"key": "key-1", "tenant": "acme"}])
+    with capture_events() as events:
+        say(url, "key-1", "hello", user="ops")
+        assert httpx.get(f"{url}/v1/models").status_code == 401
+    access = [e for e in events if e["event"] == "serve.access"]
+    assert [(e["status"], e["tenant"], e["session"]) for e in access] == [(200, "acme", "ops"), (401, "-", "-")]
+    assert access[0]["model"] == MODEL and access[0]["calls"] == 1 and access[0]["tokens_sent"] > 0
+    assert httpx.get(f"{url}/metrics").status_code == 401  # behind the keys, as every route but /health
+    scraped = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer key-1"}).text
+    assert 'middleware_requests_total{route="/v1/chat/completions",status="200"} 1' in scraped
+    assert 'middleware_requests_total{route="/v1/models",status="401"} 1' in scraped
+    assert "middleware_request_seconds_count 3" in scraped  # the scrape refused above included
+    sent = next(line for line in scraped.splitlines() if line.startswith('middleware_tokens_total{kind="sent"}'))
+    assert int(sent.rsplit(" ", 1)[1]) == access[0]["tokens_sent"]
+
+
+def test_a_request_without_a_session_is_flagged_or_refused(served: Callable[..., str]) -> None:
+    """Found: a request with no session id was passed through with no memory and no warning."""
+    passed = httpx.post(f"{served()}/v1/chat/completions", json=orjson.loads(body(user("hi"))))
+    assert passed.status_code == 200 and "without memory" in passed.headers["x-middleware-warning"]
+    refused = httpx.post(f"{served(without_session='reject')}/v1/chat/completions", json=orjson.loads(body(user("hi"))))
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "session_required"
+
+
+def test_a_missing_upstream_key_is_a_502_the_client_does_not_retry(
+    served: Callable[..., str], log_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found: a missing upstream key answered 500, which the openai client retries twice: one
+    create() wrote three failed usage lines."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    client = openai.OpenAI(base_url=f"{served()}/v1", api_key="unused")  # the SDK's default retries
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], user="s")
+    assert caught.value.status_code == 502 and caught.value.code == "upstream_auth_error"
+    assert "API key" in caught.value.message
+    assert len(log_path.read_text().splitlines()) == 1
+
+
+def test_serve_says_at_start_when_the_store_is_unreachable(config: Config) -> None:
+    """Found: serve started with no warning when Redis was unreachable, then answered 503 to everything."""
+    down = config.with_overrides(store={"url": f"redis://127.0.0.1:{free_port()}/0", "timeout_seconds": 0.5})
+    with capture_events() as events, serving(create_app(down)):
+        pass
+    assert any(e["event"] == "serve.store_unreachable" for e in events)

@@ -238,7 +238,9 @@ def serve(obj: CliContext, host: str | None, port: int | None, workers: int) -> 
     tenants = sorted({tenant for _, tenant in settings.tenants()})
     if tenants:  # what an operator passes to --tenant to look at a tenant's sessions
         click.echo(f"Tenants: {', '.join(tenants[:10])}" + (f" and {len(tenants) - 10} more" if len(tenants) > 10 else ""))
-    from ..serve.server import options, raise_file_limit
+    from ..serve.server import log_to_stderr, options, raise_file_limit
+
+    log_to_stderr()
 
     limit = raise_file_limit(settings.max_connections + 256)
     if limit < settings.max_connections + 64:

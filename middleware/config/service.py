@@ -135,6 +135,12 @@ class ServeConfig(Section):
     idle_timeout_seconds: float = Field(default=5.0, gt=0, le=3600)
     # Connections (and requests in progress) served at once; past it, new requests get a 503.
     max_connections: int = Field(default=2048, ge=1)
+    # A request that names no session: passthrough (sent upstream untouched, with an
+    # X-Middleware-Warning header) or reject (a 400).
+    without_session: Literal["passthrough", "reject"] = "passthrough"
+    # One structured line per request (the "middleware" logger, INFO): status, tenant,
+    # session, model, latency, calls, tokens sent and saved. middleware serve prints them.
+    access_log: bool = True
 
     @field_validator("models")
     @classmethod

@@ -20,30 +20,32 @@ import contextlib
 import dataclasses
 import hmac
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request as HttpRequest
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .. import llm
 from ..config.schema import Config
 from ..core.effects import Program
-from ..core.text import redact_secrets
+from ..core.text import redact_secrets, redact_url
 from ..events import log
 from ..exceptions import InvalidInputError, InvalidRequestError, InvalidSessionIdError, LLMError, StoreError
 from ..runner import arun
 from ..session.engine import Engine
 from ..store.drivers import AsyncRedisStore, AsyncSessionStore
-from .session import SessionRequests, dumped, provider_error
+from .metrics import Metrics, request_figures
+from .session import SessionRequests, UpstreamError, dumped, provider_error
 from .turns import Turns
 from .wire import Request, error_body, read_request, sse
 
 __all__ = ["Endpoint", "create_app"]
 
 Handler = Callable[[HttpRequest], Awaitable[Response]]
+PASSED = "no session named: passed upstream without memory"
 
 
 def _error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> JSONResponse:
@@ -63,9 +65,11 @@ class Endpoint:
         # The turns of each tenant (None: no keys, one shared space), made on a tenant's first request.
         self.tenants: dict[str | None, Turns] = {None: Turns(self.engine, config, wait=self.serve.order_wait_seconds)}
         self.sessions = SessionRequests(self._run)
+        self.metrics = Metrics()
         routes = [
-            Route("/v1/chat/completions", self._guarded(self.completions), methods=["POST"]),
-            Route("/v1/models", self._guarded(self.models), methods=["GET"]),
+            Route("/v1/chat/completions", self._guarded(self.completions, "/v1/chat/completions"), methods=["POST"]),
+            Route("/v1/models", self._guarded(self.models, "/v1/models"), methods=["GET"]),
+            Route("/metrics", self._guarded(self.scrape, "/metrics"), methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
         ]
         handlers = {404: self._not_found, 405: self._not_found, Exception: self._failed}
@@ -87,6 +91,11 @@ class Endpoint:
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         llm.litellm()  # import and set up litellm before the first request, not during it
+        try:
+            await self._run(self.engine.ping())
+        except StoreError as exc:
+            log.warning("serve.store_unreachable", store=redact_url(self.config.store.url), error=redact_secrets(str(exc))[:200],
+                        hint="requests that name a session get 503 until the store answers")  # fmt: skip
         yield
         self.sessions.closing = True  # turns held through an outage are tried once more
         await asyncio.gather(*self.sessions.tasks, return_exceptions=True)
@@ -121,23 +130,64 @@ class Endpoint:
             turns = self.tenants[tenant] = Turns(engine, scoped, wait=self.serve.order_wait_seconds)
         return turns
 
-    def _guarded(self, handler: Handler) -> Handler:
+    def _guarded(self, handler: Handler, route: str) -> Handler:
+        """``handler`` behind the key check, with every error in OpenAI's shape, counted and
+        logged as one access line (a stream's once it ends)."""
+
         async def endpoint(request: HttpRequest) -> Response:
-            tenant = self._tenant(request)
+            started = time.perf_counter()
+            request.state.tenant = tenant = self._tenant(request)
+            request.state.session = request.state.model = request.state.lines = None
             if tenant is False:
-                return _error(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'.", code="invalid_api_key")
-            request.state.tenant = tenant
-            try:
-                return await handler(request)
-            except InvalidRequestError as exc:
-                return _error(exc.status, str(exc), param=exc.param, code=exc.code)
-            except InvalidInputError as exc:
-                return _error(400, str(exc), param="messages")
-            except StoreError as exc:
-                log.error("serve.store_failed", error=redact_secrets(str(exc)))
-                return _error(503, "The session store is unavailable; try again.", code="store_unavailable")
+                response: Response = _error(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'.",
+                                            code="invalid_api_key")  # fmt: skip
+            else:
+                response = await self._answer(handler, request)
+            if isinstance(response, StreamingResponse):
+                response.body_iterator = self._logged(response.body_iterator, request, route, started, response.status_code)
+            else:
+                self._access(request, route, response.status_code, started)
+            return response
 
         return endpoint
+
+    async def _answer(self, handler: Handler, request: HttpRequest) -> Response:
+        try:
+            response = await handler(request)
+        except InvalidRequestError as exc:
+            return _error(exc.status, str(exc), param=exc.param, code=exc.code)
+        except InvalidInputError as exc:
+            return _error(400, str(exc), param="messages")
+        except StoreError as exc:
+            self.metrics.error("store")
+            log.error("serve.store_failed", error=redact_secrets(str(exc)))
+            return _error(503, "The session store is unavailable; try again.", code="store_unavailable")
+        except Exception as exc:  # a fault of the endpoint itself: logged, never shown
+            self.metrics.error("internal")
+            log.error("serve.failed", path=request.url.path[:100], error=type(exc).__name__)
+            return _error(500, "The endpoint failed on this request; it was not completed. Try again.", code="internal_error")
+        if isinstance(response, UpstreamError):
+            self.metrics.error("upstream")
+        return response
+
+    async def _logged(
+        self, body: AsyncIterable[Any], request: HttpRequest, route: str, started: float, status: int
+    ) -> AsyncIterator[Any]:
+        try:
+            async for part in body:
+                yield part
+        finally:
+            self._access(request, route, status, started)
+
+    def _access(self, request: HttpRequest, route: str, status: int, started: float) -> None:
+        """Count the request and log its access line."""
+        seconds, state = time.perf_counter() - started, request.state
+        figures = request_figures(state.lines or ())
+        self.metrics.request(route, status, seconds, figures)
+        if self.serve.access_log:
+            log.info("serve.access", method=request.method, route=route, status=status,
+                     tenant=state.tenant if isinstance(state.tenant, str) else "-", session=state.session or "-",
+                     model=state.model or "-", latency_ms=round(seconds * 1000, 1), **figures)  # fmt: skip
 
     # --- routes ---------------------------------------------------------------------------------
 
@@ -147,6 +197,9 @@ class Endpoint:
         except StoreError:
             return _error(503, "The session store is unavailable.", code="store_unavailable")
         return JSONResponse({"ok": True})
+
+    async def scrape(self, request: HttpRequest) -> Response:
+        return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def models(self, request: HttpRequest) -> Response:
         names = list(self.serve.models) or [self.config.model]
@@ -194,12 +247,18 @@ class Endpoint:
 
     async def completions(self, request: HttpRequest) -> Response:
         upstream, chat = self.upstream(read_request(await self._body(request), request.headers))
+        request.state.session, request.state.model = chat.session, chat.model
         turns = self.turns_of(request.state.tenant)
         if chat.session is None:
-            log.info("serve.passthrough", model=chat.model)
-            return await (
-                self._passthrough_stream(turns, chat, upstream) if chat.stream else self._passthrough(turns, chat, upstream)
-            )
+            if self.serve.without_session == "reject":
+                raise InvalidRequestError("The request names no session: send the X-Session-Id header, the 'user' field "
+                                          "or metadata.session_id (serve.without_session is reject).",
+                                          param="X-Session-Id", code="session_required")  # fmt: skip
+            request.state.lines = []
+            response = await (self._passthrough_stream(turns, chat, upstream, request.state.lines) if chat.stream
+                              else self._passthrough(turns, chat, upstream, request.state.lines))  # fmt: skip
+            response.headers["X-Middleware-Warning"] = PASSED
+            return response
         if chat.options.get("n", 1) != 1:
             raise InvalidRequestError(f"'n' has value {chat.options['n']!r}; a session's turn records one reply, so only 1 is served.",
                                       param="n")  # fmt: skip
@@ -208,6 +267,7 @@ class Endpoint:
                                                          tool_choice=chat.options.get("tool_choice")))  # fmt: skip
         except InvalidSessionIdError as exc:
             raise InvalidRequestError(f"{chat.session_from}: {exc}", param=chat.session_from) from None
+        request.state.lines = exchange.calls.lines
         return await (
             self.sessions.stream(turns, chat, upstream, exchange)
             if chat.stream
@@ -216,24 +276,26 @@ class Endpoint:
 
     # --- passthrough ----------------------------------------------------------------------------
 
-    async def _passthrough(self, turns: Turns, chat: Request, upstream: str) -> Response:
+    async def _passthrough(self, turns: Turns, chat: Request, upstream: str, lines: list[dict[str, Any]]) -> Response:
         started = time.perf_counter()
         try:
             response = await llm.acomplete(upstream, chat.messages, chat.tools, **chat.options)
         except LLMError as exc:
-            turns.passthrough(chat.messages, chat.tools, {}, None, model=upstream, latency=time.perf_counter() - started)
+            lines.append(turns.passthrough(chat.messages, chat.tools, {}, None, model=upstream,
+                                           latency=time.perf_counter() - started))  # fmt: skip
             return provider_error(exc)
-        turns.passthrough(chat.messages, chat.tools, llm.message_of(response), response, model=upstream,
-                               latency=time.perf_counter() - started)  # fmt: skip
+        lines.append(turns.passthrough(chat.messages, chat.tools, llm.message_of(response), response, model=upstream,
+                                       latency=time.perf_counter() - started))  # fmt: skip
         return JSONResponse(dumped(response, chat.model))
 
-    async def _passthrough_stream(self, turns: Turns, chat: Request, upstream: str) -> Response:
+    async def _passthrough_stream(self, turns: Turns, chat: Request, upstream: str, lines: list[dict[str, Any]]) -> Response:
         started = time.perf_counter()
         chunks = llm.astream(upstream, chat.messages, chat.tools, **chat.options)
         try:
             first = await anext(chunks)
         except LLMError as exc:
-            turns.passthrough(chat.messages, chat.tools, {}, None, model=upstream, latency=time.perf_counter() - started)
+            lines.append(turns.passthrough(chat.messages, chat.tools, {}, None, model=upstream,
+                                           latency=time.perf_counter() - started))  # fmt: skip
             return provider_error(exc)
 
         async def events() -> AsyncIterator[bytes]:
@@ -246,8 +308,8 @@ class Endpoint:
             except LLMError as exc:
                 yield sse(error_body(llm.status_of(exc), redact_secrets(str(exc))[:1000], code="upstream_error"))
             finally:
-                turns.passthrough(chat.messages, chat.tools, streamed.message(), streamed.usage, model=upstream,
-                                       latency=time.perf_counter() - started)  # fmt: skip
+                lines.append(turns.passthrough(chat.messages, chat.tools, streamed.message(), streamed.usage, model=upstream,
+                                               latency=time.perf_counter() - started))  # fmt: skip
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -262,5 +324,7 @@ def app_from_environment() -> Starlette:
     """The app for ``$MIDDLEWARE_CONFIG`` and ``$REDIS_URL``: what each worker process of
     ``middleware serve --workers N`` builds (uvicorn imports it by name)."""
     from ..config.files import load_config
+    from .server import log_to_stderr
 
+    log_to_stderr()
     return create_app(load_config())

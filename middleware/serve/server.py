@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import resource
+import sys
 from typing import Any
 
 import h11
@@ -21,7 +23,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..config.service import ServeConfig
 
-__all__ = ["GuardedH11Protocol", "options", "raise_file_limit"]
+__all__ = ["GuardedH11Protocol", "log_to_stderr", "options", "raise_file_limit"]
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -85,3 +87,16 @@ def raise_file_limit(wanted: int) -> int:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             return target
     return soft
+
+
+def log_to_stderr() -> None:
+    """Print the endpoint's events (its access lines, its warnings) on stderr, one line each,
+    as a server's operator expects; an application that set up logging for the
+    ``middleware`` logger keeps its own setup."""
+    logger = logging.getLogger("middleware")
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)

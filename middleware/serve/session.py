@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -29,7 +30,7 @@ from .turns import Exchange, Turns
 from .wire import Request as ChatRequest
 from .wire import error_body, sse
 
-__all__ = ["SessionRequests", "dumped", "provider_error"]
+__all__ = ["SessionRequests", "UpstreamError", "dumped", "provider_error"]
 
 _USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens")
 # How long a turn the model answered is held while the store cannot take it, in seconds.
@@ -47,9 +48,27 @@ def dumped(response: Any, model: str) -> dict[str, Any]:
     return data
 
 
-def provider_error(error: LLMError) -> JSONResponse:
-    return JSONResponse(error_body(llm.status_of(error), redact_secrets(str(error))[:1000], code="upstream_error"),
-                        status_code=llm.status_of(error))  # fmt: skip
+class UpstreamError(JSONResponse):
+    """The upstream provider's failure, in OpenAI's error shape."""
+
+
+# What a provider says when the key it was given (from this server's environment) is missing or wrong.
+_CREDENTIALS = re.compile(r"(?i)missing credentials|api[_ ]?key|authenticat|unauthori[sz]ed|permission denied")
+
+
+def provider_error(error: LLMError) -> UpstreamError:
+    """The client's answer to a failed upstream call: the provider's status and message. A
+    provider that refused this server's own credentials says so (``upstream_auth_error``),
+    with its 401 or 403, or a 502 for one that reported it as a server error, which the
+    client should not retry: ``x-should-retry: false``, which OpenAI's SDKs obey."""
+    status, message = llm.status_of(error), redact_secrets(str(error))[:1000]
+    if status in (401, 403) or (status >= 500 and _CREDENTIALS.search(message)):
+        status = status if status < 500 else 502
+        hint = ("The upstream provider refused this server's credentials: set its API key in the environment "
+                f"of middleware serve. ({message})")  # fmt: skip
+        return UpstreamError(error_body(status, hint[:1200], code="upstream_auth_error"), status_code=status,
+                             headers={"x-should-retry": "false"})  # fmt: skip
+    return UpstreamError(error_body(status, message, code="upstream_error"), status_code=status)
 
 
 class _Usage:
