@@ -8,6 +8,7 @@ and capped, so a tool argument cannot add a line or a section to the prompt.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -88,6 +89,19 @@ def extract_context(tool_calls: Iterable[ToolCall], config: ContextConfig) -> tu
     return tuple(found.items())[-config.max_keys :]
 
 
+# A value shown as it is: one word of letters, digits and the marks ids and paths use.
+_BARE = re.compile(r"[\w.@:/+\-]{1,64}")
+
+
+def quoted_value(value: str, limit: int) -> str:
+    """A context value as the prompt shows it: one line, cut to ``limit`` characters; a single
+    word (an id, a name, a number) as it is, anything else (words with spaces, markup) as a
+    JSON string, so that what a user or a tool put in it reads as data, never as an
+    instruction or a heading of the prompt (recalled text is shown the same way)."""
+    text = one_line(value, limit)
+    return text if _BARE.fullmatch(text) else compact_json(text)
+
+
 def render_context(context: Mapping[str, str], config: ContextConfig) -> str:
     """The Current Context section, or "" when there is nothing to show."""
     if not context:
@@ -95,7 +109,7 @@ def render_context(context: Mapping[str, str], config: ContextConfig) -> str:
     lines = [config.header]
     for key, value in context.items():
         label = config.labels.get(key, key)
-        lines.append(f"- {label}: {one_line(value, config.max_value_chars)}")
+        lines.append(f"- {label}: {quoted_value(value, config.max_value_chars)}")
     return "\n".join(lines)
 
 
@@ -105,7 +119,7 @@ def render_earlier(earlier: Mapping[str, str], config: ContextConfig) -> str:
     if not earlier:
         return ""
     lines = [config.earlier_header]
-    lines += (f"{config.labels.get(key, key)}={one_line(value, config.max_value_chars)}" for key, value in earlier.items())
+    lines += (f"{config.labels.get(key, key)}={quoted_value(value, config.max_value_chars)}" for key, value in earlier.items())
     return "\n".join(lines)
 
 
