@@ -9,6 +9,7 @@ import asyncio
 import importlib.util
 import math
 import random
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -358,7 +359,29 @@ def test_semantic_recall_finds_a_piece_by_its_vector_on_a_server_with_the_query_
     assert "similar" in item.why
     client = search_server.client()
     vector_keys = client.keys(vector_prefix(Layout.of(config), "s") + "*")
-    assert vector_keys and all(0 < client.pttl(key) <= 3_600_000 for key in vector_keys)
+    assert vector_keys and all(3_600_000 < client.pttl(key) <= 5_400_000 for key in vector_keys)  # half a TTL past the session's
+
+
+def test_the_vectors_of_archived_pieces_live_as_long_as_the_pieces(
+    face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Found: vector keys were not renewed with the session's TTL, so an archived piece of an
+    active session outlived its vector and semantic recall lost it. They are now renewed every
+    half TTL while the session is written."""
+    search_server.client().flushall()
+    config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(
+        store={"url": search_server.url, "ttl_seconds": 2}
+    )
+    client = search_server.client()
+    with open_manager(face, config, loop) as mgr:
+        say(mgr, "s", "The blue kayak stays in the garage.")
+        first = sorted(client.keys(vector_prefix(Layout.of(config), "s") + "1.*"))
+        assert first
+        for n in range(8):  # an active session: a turn every half second, for longer than the TTL
+            time.sleep(0.5)
+            say(mgr, "s", f"filler turn {n} about nothing in particular")
+        assert client.hexists(session_keys("mw", "s").arc, first[0].decode().rsplit(":", 1)[1])
+        assert all(client.exists(key) for key in first)
 
 
 def test_semantic_recall_falls_back_with_one_warning_on_redis_7(

@@ -403,7 +403,7 @@ def test_a_corrupt_counter_is_repaired_field_by_field(managers: ManagerFactory, 
     meta = session_keys("mw", sid).meta
     raw.hset(meta, "turns", "abc")
     with capture_events() as events:
-        assert mgr.record_turn(sid, user="second", assistant="ok") == 1  # the count restarts from the bad field
+        assert mgr.record_turn(sid, user="second", assistant="ok") == 2  # counted on from the last turn the ids hold
     state = mgr.get_state(sid)
     assert state.owner == ("alice", "atlas") and state.created_at is not None and state.full_tokens > 0
     assert [e["keys"] for e in events if e["event"] == "store.repaired"] == [[f"{meta} turns"]]

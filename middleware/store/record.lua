@@ -40,9 +40,21 @@ end
 
 local ttl = tonumber(ttl_ms)
 local max_keys, history = tonumber(max_keys), tonumber(key_history)
-if redis.call('EXISTS', meta) == 0 then  -- evicted, or a new session: count on from the last turn id
-  local last = call('ZRANGE', ids, -1, -1, 'WITHSCORES')
-  if last[2] then call('HSET', meta, 'turns', last[2]) end
+-- The turn count: what meta says, unless it is missing (evicted, or a new session), not a
+-- whole number, or below the highest turn the ids or the archive hold (a hand-edited or
+-- corrupt counter); then it is rebuilt from that highest turn, so it never moves backwards
+-- and the next turn never overwrites the archive's.
+local stored = redis.pcall('HGET', meta, 'turns')
+local count = type(stored) == 'string' and tonumber(stored) or nil
+local last = redis.pcall('ZRANGE', ids, -1, -1, 'WITHSCORES')
+local top = type(last) == 'table' and tonumber(last[2] or '') or 0
+if count == nil or count < top or count ~= math.floor(count) then
+  local pieces = redis.pcall('HKEYS', arc)
+  if type(pieces) == 'table' then
+    for _, id in ipairs(pieces) do top = math.max(top, tonumber(string.match(id, '^(%d+)%.')) or 0) end
+  end
+  call('HSET', meta, 'turns', top)
+  if top > 0 or stored then repaired[#repaired + 1] = meta .. ' turns' end
 end
 local turns = call('HINCRBY', meta, 'turns', 1)
 call('HINCRBY', meta, 'full_tokens', full_tokens)
@@ -112,7 +124,7 @@ if archive > 0 then
       if vectors ~= '' and ARGV[base + 5] ~= '' then  -- semantic recall: the piece's vector, for the server's index
         local key = vectors .. id
         redis.call('HSET', key, 's', vector_tag, 'turn', turns, 'vec', ARGV[base + 5], 'rec', record)
-        if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+        if ttl > 0 then redis.call('PEXPIRE', key, math.floor(ttl * 1.5)) end
       end
       for term in string.gmatch(ARGV[base + 2], '%S+') do
         if postings[term] == nil then
@@ -132,6 +144,7 @@ if archive > 0 then
         updates[#updates + 1] = newest(list, cap)
       end
       call('HSET', idx, unpack(updates))
+      call('HSET', idx, '#' .. turns, table.concat(terms, ' '))  -- the turn's terms, cleaned when it leaves the archive
     end
   end
   local gone = turns - archive  -- the turn that falls out of the archive now
@@ -154,8 +167,43 @@ if archive > 0 then
         old[#old + 1] = t .. '.' .. n
         keys[#keys + 1] = vectors .. t .. '.' .. n
       end
+      -- The terms of its pieces lose their ids of turns gone; a term left with none goes,
+      -- so the index holds the archive's terms and no more.
+      local listed, terms = call('HGET', idx, '#' .. t), {}
+      for term in string.gmatch(listed or '', '%S+') do terms[#terms + 1] = term end
+      if listed then call('HDEL', idx, '#' .. t) end
+      if #terms > 0 then
+        local lists, kept, emptied = call('HMGET', idx, unpack(terms)), {}, {}
+        for j, term in ipairs(terms) do
+          if lists[j] then
+            local left = {}
+            for id in string.gmatch(lists[j], '%S+') do
+              if (tonumber(string.match(id, '^(%d+)%.')) or 0) > gone then left[#left + 1] = id end
+            end
+            if #left == 0 then
+              emptied[#emptied + 1] = term
+            else
+              kept[#kept + 1] = term
+              kept[#kept + 1] = table.concat(left, ' ')
+            end
+          end
+        end
+        if #emptied > 0 then call('HDEL', idx, unpack(emptied)) end
+        if #kept > 0 then call('HSET', idx, unpack(kept)) end
+      end
       call('HDEL', arc, unpack(old))
       if vectors ~= '' then redis.call('DEL', unpack(keys)) end
+    end
+  end
+  -- Vectors outlive their pieces: written to expire half a TTL after the session would, and
+  -- renewed every half TTL while the session is written, they are there for every piece the
+  -- archive holds (and gone half a TTL after an idle session is).
+  if vectors ~= '' and ttl > 0 then
+    local renewed = tonumber(redis.pcall('HGET', meta, 'vectors_renewed') or '')
+    if not renewed or (tonumber(now) - renewed) * 1000 > ttl / 2 then
+      local pieces = call('HKEYS', arc)
+      for _, id in ipairs(pieces) do redis.call('PEXPIRE', vectors .. id, math.floor(ttl * 1.5)) end
+      call('HSET', meta, 'vectors_renewed', now)
     end
   end
   -- Sweep: a few terms at random; one whose newest piece fell out of the archive goes.
