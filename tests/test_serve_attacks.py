@@ -22,11 +22,13 @@ from middleware.cli import main
 from middleware.config.service import tenant_name
 from middleware.core.effects import Batch, Program
 from middleware.core.text import redact_secrets
-from middleware.exceptions import ConfigError
+from middleware.exceptions import ConfigError, StoreUnavailableError
 from middleware.runner import run
 from middleware.serve import create_app
 from middleware.store import live
+from middleware.store.drivers import RedisStore
 from middleware.store.keys import Layout, session_keys
+from middleware.store.notes import edit_notes, read_notes
 from middleware.testing import capture_events, free_port, register, serving
 
 PROMPTS: list[str] = []  # the text of every prompt the scripted model was sent, newest last
@@ -472,3 +474,49 @@ def test_the_term_index_is_bounded_with_the_archive(real_redis_url: str) -> None
         terms = [term for term in raw.hkeys(keys.idx) if not term.startswith(b"#")]
         assert len(live) == 5 and len(terms) <= 5 * 45
         assert all(int(piece.split(b".")[0]) > 95 for value in raw.hmget(keys.idx, terms) for piece in (value or b"").split())
+
+
+def deep_loader(messages: Sequence[Mapping[str, Any]], tools: Any) -> dict[str, Any]:
+    """Calls the loader with arguments nested 5,000 levels deep, then answers."""
+    if messages[-1]["role"] == "tool":
+        return {"role": "assistant", "content": "done"}
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c1", "function": {"name": "load_tools", "arguments": nested(5000)}}]}  # fmt: skip
+
+
+register("deep-loader", deep_loader)
+
+
+def test_a_loader_call_nested_5000_levels_is_answered_and_the_turn_stored(config: Config) -> None:
+    """Found: a load_tools call with 5,000 nested brackets made chat() raise RecursionError, and
+    the turn was not stored. The loader now answers that its arguments are not an object."""
+    from tests.test_entrances import tools_for_chat
+
+    with SessionManager(config) as mgr:
+        result = mgr.chat("deep", "hi", model="scripted/deep-loader", tools=tools_for_chat())
+        assert result.text == "done" and mgr.get_state("deep").turns == 1
+
+
+def test_a_notes_edit_whose_replies_are_lost_twice_lands_once(real_redis_url: str) -> None:
+    """Found: two consecutive lost replies to the notes' compare-and-set made manage_notes raise
+    although the append had landed, and the retry doubled it. The edit is now sent again with
+    its id, which the store recognises."""
+    config = Config().with_overrides(store={"url": real_redis_url}, usage_log={"path": None})
+    store = RedisStore.from_url(real_redis_url, config.store)
+    lost = [2]
+
+    def send(batch: Any) -> Any:  # runs the batch, then loses its reply twice for each edit script
+        replies = store.send(batch)
+        if lost[0] and any("EVAL" in command for command in batch.commands):
+            lost[0] -= 1
+            raise StoreUnavailableError("the connection closed before the reply came")
+        return replies
+
+    def append(current: str) -> str:
+        return current + "- likes tea\n"
+
+    try:
+        run(edit_notes(Layout.of(config), "ann", "atlas", append, edit_id="edit-1"), send)
+        assert run(read_notes(Layout.of(config), "ann", "atlas"), store.send) == "- likes tea\n"
+    finally:
+        store.close()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..core.effects import Batch, Plan
-from ..exceptions import StoreError
+from ..exceptions import StoreError, StoreUnavailableError
 from .decoding import checked, text_or_empty
 from .keys import Layout
 from .scripts import Arguments, Script
@@ -37,6 +37,9 @@ def read_notes(layout: Layout, user_id: str, agent: str) -> Plan[str]:
 
 
 NOTES_ATTEMPTS = 50
+# Times one edit is sent while its replies are lost (a dropped connection, a timeout): the same
+# edit id each time, so an edit that landed counts once and is not applied again.
+NOTES_RESENDS = 4
 # Edits whose ids the notes keep: a resent edit is recognised if fewer than this many others landed since.
 NOTES_EDIT_IDS = 32
 
@@ -52,7 +55,13 @@ def edit_notes(layout: Layout, user_id: str, agent: str, edit: Callable[[str], s
         updated = edit(current)
         cas = NOTES_EDIT.inline((keys.notes, keys.edits), EditArguments(read=current, written=updated, edit_id=edit_id,
                                                                        ids_kept=NOTES_EDIT_IDS))  # fmt: skip
-        (written,) = checked((yield Batch([cas])))
+        for resend in range(NOTES_RESENDS):
+            try:
+                (written,) = checked((yield Batch([cas])))
+                break
+            except StoreUnavailableError:  # the reply was lost: the edit may have landed, and its id says so
+                if resend == NOTES_RESENDS - 1:
+                    raise
         if written:
             return updated
     raise StoreError(f"The notes of ({user_id!r}, {agent!r}) changed under {NOTES_ATTEMPTS} edits in a row; try again.")
