@@ -520,3 +520,26 @@ def test_a_notes_edit_whose_replies_are_lost_twice_lands_once(real_redis_url: st
         assert run(read_notes(Layout.of(config), "ann", "atlas"), store.send) == "- likes tea\n"
     finally:
         store.close()
+
+
+@pytest.mark.slow
+def test_a_turn_the_server_refuses_half_way_is_written_whole_on_replay(redis_server: Any, real_redis_url: str) -> None:
+    """Found: NOPERM on a late command of the record script left a half-written turn reported
+    as failed, and the degrade replay then skipped it as already recorded. The script now
+    checks every command it may run before it writes: nothing is written, and the replay
+    writes the whole turn once the server allows it."""
+    admin = redis_server.client()
+    admin.acl_setuser("late", enabled=True, passwords=["+pw-late"], keys=["*"], commands=["+@all", "-hrandfield"])
+    url = f"redis://late:pw-late@127.0.0.1:{redis_server.port}/0"
+    config = Config().with_overrides(store={"url": url, "on_store_error": "degrade"}, usage_log={"path": None})
+    keys = session_keys("mw", "refused")
+    try:
+        with SessionManager(config) as mgr:
+            assert mgr.record_turn("refused", user="the locker code is 4821", assistant="noted") == 0  # held
+            assert admin.exists(keys.meta, keys.ids, keys.recent, keys.arc) == 0  # nothing of it written
+            admin.acl_setuser("late", commands=["+hrandfield"])
+            assert mgr.flush_pending() == 1
+            state = mgr.get_state("refused")
+        assert state.turns == 1 and admin.hlen(keys.arc) > 0
+    finally:
+        admin.acl_deluser("late")

@@ -33,10 +33,41 @@ local function newest(list, cap)
   return at and string.sub(list, at + 1) or list
 end
 
+-- All or nothing: a server refuses a command by its ACL (NOPERM) before the script writes
+-- anything, not after half the turn is written (a script's writes are never rolled back,
+-- and a replay would take a half-written turn for a recorded one).
+local function permitted()
+  if not redis.acl_check_cmd then return true end  -- servers before Redis 7 (and the embedded store)
+  local checks = {
+    {'HINCRBY', meta, 'f', '1'}, {'HSET', meta, 'f', 'v'}, {'HSETNX', meta, 'f', 'v'}, {'HDEL', meta, 'f'}, {'HGETALL', meta},
+    {'ZADD', ctx, '0', 'm'}, {'ZREM', ctx, 'm'}, {'ZREVRANGE', ctx, '0', '-1'}, {'RPUSH', sum, 'x'}, {'LTRIM', sum, '0', '1'},
+    {'RPUSH', recent, 'x'}, {'LTRIM', recent, '0', '1'}, {'RPUSH', traces, 'x'}, {'LTRIM', traces, '0', '1'},
+    {'SET', prompt, 'x'}, {'ZADD', ids, '0', 'm'}, {'ZREMRANGEBYRANK', ids, '0', '1'}, {'ZRANGE', ids, '0', '1'},
+    {'HSET', arc, 'f', 'v'}, {'HDEL', arc, 'f'}, {'HKEYS', arc}, {'HRANDFIELD', arc, '1'}, {'UNLINK', arc},
+    {'HSET', idx, 'f', 'v'}, {'HDEL', idx, 'f'}, {'HMGET', idx, 'f'}, {'HRANDFIELD', idx, '1'}, {'UNLINK', idx},
+  }
+  for i = 1, 9 do
+    checks[#checks + 1] = {'PEXPIRE', KEYS[i], '1'}
+    checks[#checks + 1] = {'PERSIST', KEYS[i]}
+  end
+  if vector_prefix ~= '' then
+    checks[#checks + 1] = {'HSET', vector_prefix .. '0.0', 'f', 'v'}
+    checks[#checks + 1] = {'DEL', vector_prefix .. '0.0'}
+  end
+  for _, check in ipairs(checks) do
+    if not redis.acl_check_cmd(unpack(check)) then
+      return redis.error_reply('NOPERM this user may not run ' .. check[1] .. ' on ' .. check[2] .. '; nothing of the turn was written')
+    end
+  end
+  return true
+end
+
 local function record()
 if turn_id ~= '' and call('ZSCORE', ids, turn_id) then
   return {tonumber(redis.pcall('HGET', meta, 'turns')) or 0, 0}
 end
+local allowed = permitted()
+if allowed ~= true then return allowed end
 
 local ttl = tonumber(ttl_ms)
 local max_keys, history = tonumber(max_keys), tonumber(key_history)
