@@ -16,6 +16,7 @@ import importlib.metadata
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -236,7 +237,7 @@ def _row_for(rows: list[Any], system: str, history: int) -> list[Any]:
 
 
 def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
-    from benchmarks import billing, recall, reliability
+    from benchmarks import attacks, billing, recall, reliability
 
     savings, overhead, faults, example, facts = (
         data["savings"],
@@ -253,7 +254,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
     lines = [
         "# Benchmarks",
         "",
-        f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC in {seconds / 60:.1f} minutes with:",
+        f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC at commit {data['commit']} in {seconds / 60:.1f} minutes with:",
         "",
         "```bash",
         'pip install -e ".[bench]" && pip install --no-deps bfcl-eval==2026.3.23',
@@ -461,6 +462,8 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "",
         reliability.section(*data["reliability"]),
         "",
+        attacks.section(data["attacks"], data["commit"]),
+        "",
     ]
     return "\n".join(lines)
 
@@ -485,6 +488,23 @@ def run_billing(progress: Any, quick: bool) -> dict[str, Any]:
     result = billing.run(lambda scope, n: progress.update(task, description=f"billed tokens: {scope}"), quick=quick)
     progress.update(task, total=1, completed=1)
     return result
+
+
+def run_attacks(progress: Any) -> dict[str, Any]:
+    from benchmarks import attacks
+
+    task = progress.add_task("attacks on the endpoint", total=None)
+    result = attacks.measure()
+    progress.update(task, total=1, completed=1)
+    return result
+
+
+def commit() -> str:
+    """The commit measured (with "+changes" when the work tree differs from it)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "middleware", "benchmarks"], capture_output=True, text=True,
+                           cwd=ROOT).stdout.strip()  # fmt: skip
+    return (head or "unknown") + ("+changes" if dirty else "")
 
 
 def run_reliability(progress: Any) -> tuple[str, Any]:
@@ -514,13 +534,14 @@ def main() -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     started = time.monotonic()
-    data: dict[str, Any] = {"machine": machine()}
+    data: dict[str, Any] = {"machine": machine(), "commit": commit()}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as progress:
         data["savings"] = run_savings(progress, args.quick)
         data["overhead"] = run_overhead(progress, args.quick)
         data["faults"] = run_faults(progress)
         data["billing"] = run_billing(progress, args.quick)
         data["reliability"] = run_reliability(progress)
+        data["attacks"] = run_attacks(progress)
         data["recall"] = run_recall(progress, args.quick)
     data["example"] = run_example()
     command = "python -m benchmarks" + (" --quick" if args.quick else "")

@@ -134,7 +134,7 @@ class ServeConfig(Section):
     # How long a connection may stay idle, and send a request head, in seconds.
     idle_timeout_seconds: float = Field(default=5.0, gt=0, le=3600)
     # Connections (and requests in progress) served at once; past it, new requests get a 503.
-    max_connections: int = Field(default=2048, ge=1)
+    max_connections: int = Field(default=10_000, ge=1)
     # A request that names no session: passthrough (sent upstream untouched, with an
     # X-Middleware-Warning header) or reject (a 400).
     without_session: Literal["passthrough", "reject"] = "passthrough"
