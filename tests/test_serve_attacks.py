@@ -238,17 +238,27 @@ register("pauses", pauses)
 
 
 @pytest.mark.slow
-def test_a_paid_answer_reaches_the_client_when_the_store_fails_at_its_end(real_redis_url: str, log_path: Path) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_paid_answer_reaches_the_client_when_the_store_fails_at_its_end(
+    real_redis_url: str, log_path: Path, stream: bool
+) -> None:
     """Found: with Redis down when the call ended, the client got a 503 and the model's paid
     answer was thrown away (and its arrival number held the session). Now the answer is
-    returned with a warning header and the turn is held, then written once the store is back."""
+    returned (with a warning header when not streamed) and the turn is held, then written once
+    the store is back."""
     config = Config().with_overrides(store={"url": real_redis_url, "timeout_seconds": 0.3}, usage_log={"path": str(log_path)})
     with serving(create_app(config)) as url:
         PAUSED.append(real_redis_url)
         response = httpx.post(f"{url}/v1/chat/completions", headers={"X-Session-Id": "paid"}, timeout=30,
-                              json={"model": "scripted/pauses", "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
-        assert response.status_code == 200 and response.json()["choices"][0]["message"]["content"] == "the paid answer"
-        assert "held" in response.headers["x-middleware-warning"]
+                              json={"model": "scripted/pauses", "messages": [{"role": "user", "content": "hi"}], "stream": stream})  # fmt: skip
+        assert response.status_code == 200
+        if stream:
+            events = [orjson.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+            assert "".join(e["choices"][0]["delta"].get("content", "") for e in events if e.get("choices")) == "the paid answer"
+            assert not any("error" in e for e in events)
+        else:
+            assert response.json()["choices"][0]["message"]["content"] == "the paid answer"
+            assert "held" in response.headers["x-middleware-warning"]
         deadline = time.monotonic() + 10
         with SessionManager(config) as mgr:
             while mgr.get_state("paid").turns == 0:

@@ -44,7 +44,7 @@ def test_workers_share_one_redis(real_redis_url: str, tmp_path: Path) -> None:
     env = {**os.environ, "REDIS_URL": real_redis_url}
     env.pop("MIDDLEWARE_CONFIG", None)
     process = subprocess.Popen([sys.executable, "-m", "middleware", "--config", str(config), "serve", "--port", str(port), "--workers", "2"],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                               env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "serve.log").open("w"))  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -66,3 +66,5 @@ def test_workers_share_one_redis(real_redis_url: str, tmp_path: Path) -> None:
     with SessionManager(Config().with_overrides(store={"url": real_redis_url}, usage_log={"path": None})) as mgr:
         assert mgr.get_state("w").turns == 10
     assert len((tmp_path / "usage.jsonl").read_text().splitlines()) == 10  # the workers read the config file
+    access = [line for line in (tmp_path / "serve.log").read_text().splitlines() if "serve.access" in line]
+    assert len(access) == 10 and all("status=200" in line and "session='w'" in line for line in access)  # one line per request
