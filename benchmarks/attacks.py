@@ -38,7 +38,7 @@ from middleware.runner import run
 from middleware.store import live
 from middleware.store.drivers import RedisStore
 from middleware.store.keys import Layout
-from middleware.testing import RedisServer, free_port, mock_openai_app, serving
+from middleware.testing import RedisServer, closed_by_server, free_port, mock_openai_app, serving
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "BENCHMARKS.md"
@@ -279,17 +279,7 @@ def half_open(serve: Serve, count: int = 5000, clients: int = 200) -> dict[str, 
     finally:
         stop.set()
         trickler.join()
-    closed = 0
-    for sock in held:
-        sock.settimeout(0.2)
-        try:
-            closed += sock.recv(1) == b""
-        except (ConnectionResetError, BrokenPipeError):
-            closed += 1
-        except OSError:
-            pass
-        sock.close()
-    return {"held": len(held), "clients": clients, "ok": ok, "closed": closed}
+    return {"held": len(held), "clients": clients, "ok": ok, "closed": closed_by_server(held, wait=0.2)}
 
 
 def _try_ask(url: str, text: str) -> None:

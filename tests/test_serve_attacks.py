@@ -29,7 +29,7 @@ from middleware.store import live
 from middleware.store.drivers import RedisStore
 from middleware.store.keys import Layout, session_keys
 from middleware.store.notes import edit_notes, read_notes
-from middleware.testing import capture_events, free_port, register, serving
+from middleware.testing import capture_events, closed_by_server, free_port, register, serving
 
 PROMPTS: list[str] = []  # the text of every prompt the scripted model was sent, newest last
 
@@ -344,17 +344,7 @@ def test_half_sent_requests_are_closed_and_keyed_clients_are_served_meanwhile(se
             with contextlib.suppress(OSError):
                 connection.sendall(b"X")
         time.sleep(0.3)
-    closed = 0
-    for connection in held:
-        connection.settimeout(0.5)
-        try:
-            closed += connection.recv(1) == b""
-        except (ConnectionResetError, BrokenPipeError):
-            closed += 1
-        except TimeoutError:
-            pass
-        connection.close()
-    assert closed == len(held)
+    assert closed_by_server(held) == len(held)
 
 
 def test_a_body_that_never_finishes_gets_a_408(served: Callable[..., str]) -> None:

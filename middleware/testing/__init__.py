@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..events import capture
-from .http import mock_openai_app, serving
+from .http import closed_by_server, mock_openai_app, serving
 from .scripted import Responder, register, register_embedder
 from .servers import FaultProxy, RedisCluster, RedisServer, free_port
 
@@ -20,6 +20,7 @@ __all__ = [
     "RedisServer",
     "Responder",
     "capture_events",
+    "closed_by_server",
     "free_port",
     "mock_openai_app",
     "register",

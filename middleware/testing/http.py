@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from .scripted import Responder
 from .servers import free_port
 
-__all__ = ["mock_openai_app", "serving"]
+__all__ = ["closed_by_server", "mock_openai_app", "serving"]
 
 
 @contextmanager
@@ -159,3 +160,19 @@ def _chunks(model: str, message: Mapping[str, Any], usage: dict[str, int]) -> It
         yield b"data: " + orjson.dumps({**base, "choices": choice}) + b"\n\n"
     yield b"data: " + orjson.dumps({**base, "choices": [], "usage": usage}) + b"\n\n"
     yield b"data: [DONE]\n\n"
+
+
+def closed_by_server(connections: Iterable[socket.socket], *, wait: float = 0.5) -> int:
+    """How many of ``connections`` the server at their other end has closed (an end of
+    stream or a reset within ``wait`` seconds each); each is closed here afterwards."""
+    closed = 0
+    for connection in connections:
+        connection.settimeout(wait)
+        try:
+            closed += connection.recv(1) == b""
+        except (ConnectionResetError, BrokenPipeError):
+            closed += 1
+        except OSError:  # still open when the wait ran out
+            pass
+        connection.close()
+    return closed
