@@ -241,13 +241,19 @@ def run(
     return results
 
 
+def _commit() -> str:
+    from benchmarks.__main__ import commit
+
+    return commit()
+
+
 def render(results: dict[str, Any], command: str) -> str:
     runs: list[Run] = results["runs"]
     direct = {r.concurrency: r for r in runs if r.system == "direct"}
     lines = [
         SECTION,
         "",
-        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `{command}` (see `benchmarks/load.py`). A mock "
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit {_commit()} with `{command}` (see `benchmarks/load.py`). A mock "
         "OpenAI-compatible upstream on loopback answers at once; each system is one process forwarding to it (the endpoint "
         "with a real redis-server), and N clients each send one request after another, a new message in a session of their "
         "own. Added latency is the system's percentile minus the mock's own at the same concurrency. All processes share "
