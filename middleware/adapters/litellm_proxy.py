@@ -28,6 +28,7 @@ from .. import llm
 from ..config.files import load_config
 from ..config.schema import Config
 from ..config.service import TENANT, tenant_name
+from ..core.text import JSON_DEPTH, json_depth
 from ..events import log
 from ..exceptions import InvalidInputError
 from ..lru import Lru
@@ -100,6 +101,9 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
             "CallTypes.acompletion",
         }:
             return data
+        for field in ("messages", "tools"):  # checked before the call, as the endpoint checks its requests
+            if json_depth(data.get(field), JSON_DEPTH - 1) > JSON_DEPTH - 1:
+                raise ValueError(f"'{field}' nests deeper than {JSON_DEPTH} levels; expected flatter JSON.")
         turns = self.turns_of(tenant_of(user_api_key_dict))
         try:
             begun = turns.begin(session, data.get("messages"), data.get("tools"), str(data.get("model")), disclose=False)
