@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from middleware.store.live import ARRIVE, FINISH, RENEW, ArriveArguments, FinishArguments, RenewArguments
-from middleware.store.load import LOAD, LoadArguments
+from middleware.store.load import LOAD, LoadArguments, load_script_until
 from middleware.store.notes import NOTES_EDIT, EditArguments
 from middleware.store.record import RECORD, RecordArguments
 from middleware.store.scripts import Arguments, Script
@@ -96,3 +96,16 @@ def test_the_check_would_see_a_shifted_argument() -> None:
 
     text = own_text(NOTES_EDIT)
     assert matches(text, EditArguments) and not matches(text, Shifted) and not matches(text, Swapped)
+
+
+@pytest.mark.parametrize("part", ["entries", "scoring", "chosen"])
+def test_the_load_script_can_be_cut_at_each_part_it_marks(part: str) -> None:
+    """The recall benchmark times load.lua part by part: each part it names is marked once, and
+    the script cut there returns what it has read (and still runs)."""
+    import lupa  # the embedded store's Lua
+
+    cut = load_script_until(part)
+    assert cut.count("do return out end") == 1 and cut.index("do return out end") < cut.index(f"-- part: {part}")
+    lupa.LuaRuntime().compile(cut)  # still a whole Lua chunk
+    with pytest.raises(ValueError, match="marks no part"):
+        load_script_until("nowhere")

@@ -67,10 +67,12 @@ class LoadArguments(Arguments):
 def load_script_until(part: str) -> str:
     """load.lua returning early where it marks ``-- part: <part>`` (entries, scoring,
     chosen), with what it has read: for timing the script part by part."""
-    marker = f"-- part: {part}\n"
-    if LOAD.text.count(marker) != 1:
-        raise ValueError(f"load.lua marks no part {part!r}; expected one '{marker.strip()}' line")
-    return LOAD.text.replace(marker, f"do return out end\n{marker}", 1)
+    marker = f"-- part: {part}"
+    lines = LOAD.text.splitlines(keepends=True)
+    found = [i for i, line in enumerate(lines) if line.startswith(marker) and line[len(marker) : len(marker) + 1] in (" ", "\n")]
+    if len(found) != 1:
+        raise ValueError(f"load.lua marks no part {part!r}; expected one '{marker}' line")
+    return "".join([*lines[: found[0]], "do return out end\n", *lines[found[0] :]])
 
 
 @functools.lru_cache(maxsize=65_536)
