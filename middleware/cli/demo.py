@@ -11,6 +11,13 @@ from .console import CliContext, errors, joined, literal, new_console
 
 __all__ = ["demo"]
 
+# The table's columns, and whether each holds text (cut to fit) or a figure (never cut).
+COLUMNS = [("#", False), ("request", True), ("tools", True), ("reply", True), ("sent", False), ("cached", False),
+           ("full history", False), ("cached ", False), ("saved", False), ("with caching", False)]  # fmt: skip
+WIDE = 120  # columns from which the table adds the reply and the cache reads
+WIDE_ONLY = {"reply", "cached", "cached "}
+SHORT = {"full history": "full", "with caching": "w/ cache"}  # headers of the compact table
+
 
 @click.command()
 @click.option(
@@ -30,7 +37,9 @@ def demo(obj: CliContext, session: str | None, model: str, log_path: str | None)
     turns established (interface, device); the model finds it only in the context the
     middleware injects.
     """
+    from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     from .. import llm
     from ..demo import SCRIPT, demo_config
@@ -52,23 +61,20 @@ def demo(obj: CliContext, session: str | None, model: str, log_path: str | None)
                 for name in ("take_control", "navigate_to_node", "get_current_node", "click_element", "get_node_tree")
             ]
         )
-        table = Table(
-            title=joined("middleware demo · session '", literal(session), "' · model ", literal(model)), title_justify="left"
-        )
-        for column, justify in [
-            ("#", "right"),
-            ("user", "left"),
-            ("tools", "left"),
-            ("reply", "left"),
-            ("sent", "right"),
-            ("cached", "right"),
-            ("full history", "right"),
-            ("cached ", "right"),
-            ("saved", "right"),
-            ("with caching", "right"),
-        ]:
-            # The request and the tools stay on one line; the reply folds.
-            table.add_column(column, justify=justify, overflow="fold", no_wrap=column in {"user", "tools"})  # type: ignore[arg-type]
+        # Compact at 80 columns: one line per turn, the figures whole, the text cut to fit;
+        # a wide terminal adds the reply and what each side would read from the cache.
+        wide = console.width >= WIDE
+        table = Table(title=joined("middleware demo · session '", literal(session), "' · model ", literal(model)),
+                      title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)  # fmt: skip
+        shown = [(column, text, column if wide else SHORT.get(column, column)) for column, text in COLUMNS
+                 if wide or column not in WIDE_ONLY]  # fmt: skip
+        # Figures are never cut; the text columns share what is left, each cut with an ellipsis.
+        figures = sum(max(len(header), 2 if column == "#" else 6) + 2 for column, text, header in shown if not text)
+        room = max(console.width - figures - 2 * sum(1 for _, text, _ in shown if text), 30)
+        shares = {"request": 0.3, "tools": 0.2, "reply": 0.5} if wide else {"request": 0.65, "tools": 0.35}
+        for column, text, header in shown:
+            table.add_column(header, justify="left" if text else "right", no_wrap=True, overflow="ellipsis",
+                             width=int(room * shares[column]) if text else max(len(header), 2 if column == "#" else 6))  # fmt: skip
         every = Totals()  # every LLM call, the tool loop's included
         with console.status("Loading litellm (the first call takes a few seconds)…"):
             llm.litellm()
@@ -79,18 +85,19 @@ def demo(obj: CliContext, session: str | None, model: str, log_path: str | None)
             first, cache = result.calls[0], result.calls[0].get("cache") or {}
             tools = ", ".join(call.name for call in result.tool_calls) or "-"
             effective = cache.get("saved_pct")
-            table.add_row(
-                str(number),
-                literal(request),
-                literal(tools),
-                literal(result.text, lines=True),
-                f"{first['tokens']['total']:,}",
-                f"{(cache.get('sent') or {}).get('read', 0):,}",
-                f"{first['full_history_tokens']:,}",
-                f"{(cache.get('full_history') or {}).get('read', 0):,}",
-                f"{first['saved_pct']:.0f}%",
-                f"{effective:.0f}%" if effective is not None else "n/a",
-            )
+            cells: dict[str, str | Text] = {
+                "#": str(number),
+                "request": literal(request),
+                "tools": literal(tools),
+                "reply": literal(" ".join(result.text.split())),
+                "sent": f"{first['tokens']['total']:,}",
+                "cached": f"{(cache.get('sent') or {}).get('read', 0):,}",
+                "full history": f"{first['full_history_tokens']:,}",
+                "cached ": f"{(cache.get('full_history') or {}).get('read', 0):,}",
+                "saved": f"{first['saved_pct']:.0f}%",
+                "with caching": f"{effective:.0f}%" if effective is not None else "n/a",
+            }
+            table.add_row(*(cells[column] for column, _ in COLUMNS if wide or column not in WIDE_ONLY))
         console.print(table)
         state = mgr.get_state(session)
         rules = mgr.config.caching.rules if mgr.config.caching.rules != "auto" else "the model provider's"
