@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
@@ -22,7 +22,47 @@ if TYPE_CHECKING:
 
     from ..session.manager import SessionManager
 
-__all__ = ["CliContext", "errors", "joined", "literal", "new_console", "warn_if_private_store"]
+__all__ = ["CliContext", "Column", "errors", "fitted_table", "joined", "literal", "new_console", "warn_if_private_store"]
+
+# Columns from which a table shows the columns marked wide-only, with their full headers.
+WIDE = 120
+
+
+class Column(NamedTuple):
+    """A table column: its key and header, its header on a narrow terminal, whether it holds
+    text (cut to fit, with the share of the room left) or a figure (never cut), and whether
+    it is shown only on a wide terminal."""
+
+    key: str
+    header: str
+    short: str | None = None
+    share: int = 0  # > 0: a text column, taking this many parts of the room the figures leave
+    wide_only: bool = False
+    width: int = 6  # the column's least width
+    left: bool = False  # a column of short words that are never cut (left-aligned)
+
+
+def fitted_table(console: Any, title: Any, columns: list[Column], rows: list[dict[str, Any]]) -> Any:
+    """``rows`` (cells by column key) as a table that fits the console: one line per row,
+    figures whole, text columns cut with an ellipsis to share the room left; narrower than
+    WIDE, wide-only columns are left out and headers shortened."""
+    from rich import box
+    from rich.table import Table
+
+    wide = console.width >= WIDE
+    shown = [column for column in columns if wide or not column.wide_only]
+    headers = [column.header if wide or column.short is None else column.short for column in shown]
+    widths = {column.key: max(len(header), column.width, *(len(str(row[column.key])) for row in rows))
+              for column, header in zip(shown, headers, strict=True) if not column.share}  # fmt: skip
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, expand=True)
+    for column, header in zip(shown, headers, strict=True):
+        if column.share:  # shares the room the figures leave
+            table.add_column(header, no_wrap=True, overflow="ellipsis", ratio=column.share, min_width=column.width)
+        else:
+            table.add_column(header, justify="left" if column.left else "right", no_wrap=True, min_width=widths[column.key])
+    for row in rows:
+        table.add_row(*(row[column.key] for column in shown))
+    return table
 
 
 def new_console(stderr: bool = False) -> Any:

@@ -7,16 +7,14 @@ from typing import Any
 
 import click
 
-from .console import CliContext, errors, joined, literal, new_console
+from .console import CliContext, Column, errors, fitted_table, joined, literal, new_console
 
 __all__ = ["demo"]
 
-# The table's columns, and whether each holds text (cut to fit) or a figure (never cut).
-COLUMNS = [("#", False), ("request", True), ("tools", True), ("reply", True), ("sent", False), ("cached", False),
-           ("full history", False), ("cached ", False), ("saved", False), ("with caching", False)]  # fmt: skip
-WIDE = 120  # columns from which the table adds the reply and the cache reads
-WIDE_ONLY = {"reply", "cached", "cached "}
-SHORT = {"full history": "full", "with caching": "w/ cache"}  # headers of the compact table
+COLUMNS = [Column("#", "#", width=2), Column("request", "request", share=7, width=12), Column("tools", "tools", share=3, width=8),
+           Column("reply", "reply", share=10, wide_only=True, width=12), Column("sent", "sent"), Column("cached", "cached", wide_only=True),
+           Column("full history", "full history", "full"), Column("cached ", "cached ", wide_only=True), Column("saved", "saved"),
+           Column("with caching", "with caching", "w/ cache")]  # fmt: skip
 
 
 @click.command()
@@ -37,8 +35,6 @@ def demo(obj: CliContext, session: str | None, model: str, log_path: str | None)
     turns established (interface, device); the model finds it only in the context the
     middleware injects.
     """
-    from rich import box
-    from rich.table import Table
     from rich.text import Text
 
     from .. import llm
@@ -61,20 +57,8 @@ def demo(obj: CliContext, session: str | None, model: str, log_path: str | None)
                 for name in ("take_control", "navigate_to_node", "get_current_node", "click_element", "get_node_tree")
             ]
         )
-        # Compact at 80 columns: one line per turn, the figures whole, the text cut to fit;
-        # a wide terminal adds the reply and what each side would read from the cache.
-        wide = console.width >= WIDE
-        table = Table(title=joined("middleware demo · session '", literal(session), "' · model ", literal(model)),
-                      title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)  # fmt: skip
-        shown = [(column, text, column if wide else SHORT.get(column, column)) for column, text in COLUMNS
-                 if wide or column not in WIDE_ONLY]  # fmt: skip
-        # Figures are never cut; the text columns share what is left, each cut with an ellipsis.
-        figures = sum(max(len(header), 2 if column == "#" else 6) + 2 for column, text, header in shown if not text)
-        room = max(console.width - figures - 2 * sum(1 for _, text, _ in shown if text), 30)
-        shares = {"request": 0.3, "tools": 0.2, "reply": 0.5} if wide else {"request": 0.65, "tools": 0.35}
-        for column, text, header in shown:
-            table.add_column(header, justify="left" if text else "right", no_wrap=True, overflow="ellipsis",
-                             width=int(room * shares[column]) if text else max(len(header), 2 if column == "#" else 6))  # fmt: skip
+        # One line per turn at 80 columns; a wide terminal adds the reply and the cache reads.
+        rows: list[dict[str, str | Text]] = []
         every = Totals()  # every LLM call, the tool loop's included
         with console.status("Loading litellm (the first call takes a few seconds)…"):
             llm.litellm()
@@ -85,7 +69,7 @@ def demo(obj: CliContext, session: str | None, model: str, log_path: str | None)
             first, cache = result.calls[0], result.calls[0].get("cache") or {}
             tools = ", ".join(call.name for call in result.tool_calls) or "-"
             effective = cache.get("saved_pct")
-            cells: dict[str, str | Text] = {
+            rows.append({
                 "#": str(number),
                 "request": literal(request),
                 "tools": literal(tools),
@@ -96,9 +80,9 @@ def demo(obj: CliContext, session: str | None, model: str, log_path: str | None)
                 "cached ": f"{(cache.get('full_history') or {}).get('read', 0):,}",
                 "saved": f"{first['saved_pct']:.0f}%",
                 "with caching": f"{effective:.0f}%" if effective is not None else "n/a",
-            }
-            table.add_row(*(cells[column] for column, _ in COLUMNS if wide or column not in WIDE_ONLY))
-        console.print(table)
+            })  # fmt: skip
+        title = joined("middleware demo · session '", literal(session), "' · model ", literal(model))
+        console.print(fitted_table(console, title, COLUMNS, rows))
         state = mgr.get_state(session)
         rules = mgr.config.caching.rules if mgr.config.caching.rules != "auto" else "the model provider's"
         console.print(f"\n{len(SCRIPT)} turns, {every.calls} LLM calls: [bold]{_effective(every)}[/bold]")

@@ -9,9 +9,18 @@ from typing import Any
 import click
 
 from ..core.text import printable, printable_json
-from .console import literal, new_console
+from .console import Column, fitted_table, literal, new_console
 
 __all__ = ["report"]
+
+# One line per row at 80 columns (the scope, the name cut to fit, the savings); 120 columns
+# or more add the cache reads, the costs and the prompt sizes.
+COLUMNS = [Column("scope", "scope", left=True), Column("name", "name", share=1, width=12), Column("calls", "calls"),
+           Column("tokens sent", "sent", width=8), Column("cached", "cached", wide_only=True),
+           Column("full history", "full", width=8), Column("cached ", "cached ", wide_only=True),
+           Column("saved %", "saved %"), Column("saved % with caching", "w/ cache %"),
+           Column("prompt cost $", "cost $ w/ cache", wide_only=True, width=9), Column("cost $", "cost $", wide_only=True, width=9),
+           Column("p50", "p50", wide_only=True), Column("p95", "p95", wide_only=True)]  # fmt: skip
 
 
 @click.command()
@@ -58,49 +67,32 @@ def _parse_since(since: str | None) -> datetime | None:
 
 
 def _print_report(result: Any) -> None:
-    from rich.table import Table
+    from rich.text import Text
 
     from ..usage.report import report_rows
 
-    table = Table(title_justify="left", title="Token usage")
-    columns = [
-        "scope",
-        "name",
-        "calls",
-        "tokens sent",
-        "cached",
-        "full history",
-        "cached ",
-        "saved %",
-        "saved % with caching",
-        "prompt cost $",
-        "cost $",
-        "p50",
-        "p95",
-    ]
-    for column in columns:
-        table.add_column(column, justify="left" if column in {"scope", "name"} else "right", overflow="fold")
+    console = new_console()
+    rows: list[dict[str, str | Text]] = []
     for scope, name, row in report_rows(result):
         priced = row["calls_without_price"] < row["calls"]  # no price known at all: say so, not $0
         cost = f"{row['cost_usd']:.6f}" if priced else "n/a"
         effective = row["saved_effective_pct"]
-        table.add_row(
-            scope,
-            literal(name),
-            f"{row['calls']:,}",
-            f"{row['tokens_sent']:,}",
-            f"{row['cached_tokens_sent']:,}",
-            f"{row['full_history_tokens']:,}",
-            f"{row['cached_tokens_full_history']:,}",
-            f"{row['saved_pct']:.1f}",
-            f"{effective:.1f}" if effective is not None else "n/a",
-            f"{row['effective_cost_usd']:.6f}" if effective is not None else "n/a",
-            cost,
-            f"{row['p50_prompt_tokens']:,.0f}",
-            f"{row['p95_prompt_tokens']:,.0f}",
-        )
-    console = new_console()
+        rows.append({
+            "scope": scope,
+            "name": literal(name),
+            "calls": f"{row['calls']:,}",
+            "tokens sent": f"{row['tokens_sent']:,}",
+            "cached": f"{row['cached_tokens_sent']:,}",
+            "full history": f"{row['full_history_tokens']:,}",
+            "cached ": f"{row['cached_tokens_full_history']:,}",
+            "saved %": f"{row['saved_pct']:.1f}",
+            "saved % with caching": f"{effective:.1f}" if effective is not None else "n/a",
+            "prompt cost $": f"{row['effective_cost_usd']:.6f}" if effective is not None else "n/a",
+            "cost $": cost,
+            "p50": f"{row['p50_prompt_tokens']:,.0f}",
+            "p95": f"{row['p95_prompt_tokens']:,.0f}",
+        })  # fmt: skip
     console.print(f"[bold]{result.total.headline()}[/bold]")
-    console.print(table)
+    console.print(fitted_table(console, "Token usage", COLUMNS, rows))
     if result.bad_lines:
         console.print(f"{result.bad_lines} line(s) were not usage records and were skipped.")
