@@ -15,6 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from middleware import Config
+from middleware.testing import free_port
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -33,29 +34,32 @@ def test_readme_has_python_snippets() -> None:
     assert len(SNIPPETS) >= 2
 
 
-ENDPOINT = "http://127.0.0.1:8400"  # where the README's client snippet points: `middleware serve` as it starts
+README_ENDPOINT = "http://127.0.0.1:8400"  # where the README's client snippet points: `middleware serve` as it starts
 
 
 @contextmanager
-def readme_endpoint(folder: Path) -> Iterator[None]:
-    """`middleware serve` on its default address, as the README's client snippet expects it, serving
-    the snippet's model name with the offline scripted/echo model (an alias in serve.models)."""
+def readme_endpoint(folder: Path) -> Iterator[str]:
+    """`middleware serve` as the README's client snippet expects it, serving the snippet's model
+    name with the offline scripted/echo model (an alias in serve.models), on a free port rather
+    than its default 8400 (a server the user runs there must not answer the tests): its URL."""
     import httpx
 
+    port = free_port()
     (folder / "serve.yaml").write_text("serve:\n  models:\n    gpt-4o-mini: scripted/echo\nusage_log:\n  path: null\n")
-    process = subprocess.Popen([sys.executable, "-m", "middleware", "--config", str(folder / "serve.yaml"), "serve"], cwd=folder,
-                               env=clean_env(), stdout=subprocess.DEVNULL, stderr=(folder / "serve.log").open("w"))  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-m", "middleware", "--config", str(folder / "serve.yaml"), "serve", "--port", str(port)],
+                               cwd=folder, env=clean_env(), stdout=subprocess.DEVNULL, stderr=(folder / "serve.log").open("w"))  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
             try:
-                if httpx.get(f"{ENDPOINT}/health").status_code == 200:
+                if httpx.get(f"{url}/health").status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             assert process.poll() is None and time.monotonic() < deadline, (folder / "serve.log").read_text()
             time.sleep(0.1)
-        yield
+        yield url
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -64,12 +68,12 @@ def readme_endpoint(folder: Path) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def snippet_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, subprocess.CompletedProcess[str]]:
     """Each ```python block run once, in a fresh interpreter from an unrelated folder (with the
-    endpoint running for the snippet that points a client at it); the tests below read what it printed."""
+    endpoint running for the snippet that points a client at it, there); the tests below read what it printed."""
     runs = {}
-    with readme_endpoint(tmp_path_factory.mktemp("endpoint")):
+    with readme_endpoint(tmp_path_factory.mktemp("endpoint")) as url:
         for index, snippet in enumerate(SNIPPETS):
             folder = tmp_path_factory.mktemp(f"snippet{index}")
-            runs[index] = subprocess.run([sys.executable, "-c", snippet], cwd=folder, env=clean_env(),
+            runs[index] = subprocess.run([sys.executable, "-c", snippet.replace(README_ENDPOINT, url)], cwd=folder, env=clean_env(),
                                          capture_output=True, text=True, timeout=120)  # fmt: skip
     return runs
 
