@@ -79,6 +79,13 @@ def real_redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 
 
+@pytest.fixture(autouse=True)
+def _in_a_folder_of_its_own(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs in an empty folder of its own: what the library writes by default (the
+    usage log, middleware-usage.jsonl) lands there, never in the checkout or the user's folder."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 @pytest.fixture(scope="session")
 def atlas() -> Config:
     """The demo's configuration (the Atlas device-navigation assistant)."""
