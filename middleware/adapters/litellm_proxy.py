@@ -84,9 +84,7 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
         """The turns of ``tenant``'s sessions: its own engine over its own key prefix, sharing the usage log."""
         turns = self._tenants.get(str(tenant))
         if turns is None:
-            scoped = self.config.for_tenant(tenant)
-            engine = Engine(scoped, sink_of=self.engine) if tenant is not None else self.engine
-            turns = Turns(engine, scoped, wait=scoped.serve.order_wait_seconds, kind="litellm_proxy")
+            turns = Turns.of_tenant(self.engine, self.config, tenant, kind="litellm_proxy")
             self._tenants.put(str(tenant), turns)
         return turns
 

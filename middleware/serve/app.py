@@ -63,7 +63,7 @@ class Endpoint:
         self.store = store if store is not None else AsyncRedisStore.from_url(config.store.url, config.store)
         self.keys = self.serve.tenants()
         # The turns of each tenant (None: no keys, one shared space), made on a tenant's first request.
-        self.tenants: dict[str | None, Turns] = {None: Turns(self.engine, config, wait=self.serve.order_wait_seconds)}
+        self.tenants: dict[str | None, Turns] = {None: Turns.of_tenant(self.engine, config, None)}
         self.sessions = SessionRequests(self._run)
         self.metrics = Metrics()
         routes = [
@@ -125,9 +125,7 @@ class Endpoint:
         """The turns of ``tenant``'s sessions: its own engine over its own key prefix, sharing the usage log."""
         turns = self.tenants.get(tenant)
         if turns is None:
-            scoped = self.config.for_tenant(tenant)
-            engine = Engine(scoped, sink_of=self.engine)
-            turns = self.tenants[tenant] = Turns(engine, scoped, wait=self.serve.order_wait_seconds)
+            turns = self.tenants[tenant] = Turns.of_tenant(self.engine, self.config, tenant)
         return turns
 
     def _guarded(self, handler: Handler, route: str) -> Handler:

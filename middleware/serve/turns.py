@@ -88,6 +88,14 @@ class Turns:
         self.engine, self.wait, self.kind = engine, wait, kind
         self.layout, self.counting_model = Layout.of(config), config.tokens.model
 
+    @classmethod
+    def of_tenant(cls, engine: Engine, config: Config, tenant: str | None, *, kind: str = "serve") -> Turns:
+        """The turns of ``tenant``'s sessions: an engine of its own over the tenant's key prefix
+        (``Config.for_tenant``), sharing ``engine``'s usage log; None: ``engine``'s own."""
+        scoped = config.for_tenant(tenant)
+        own = Engine(scoped, sink_of=engine) if tenant is not None else engine
+        return cls(own, scoped, wait=scoped.serve.order_wait_seconds, kind=kind)
+
     # --- begin ------------------------------------------------------------------------------
 
     def begin(
