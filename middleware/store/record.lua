@@ -33,6 +33,20 @@ local function newest(list, cap)
   return at and string.sub(list, at + 1) or list
 end
 
+-- A posting list without the ids of turns up to `gone`. Ids are appended in turn order, so
+-- those are the list's opening run: the scan stops at the first later id, and a list that
+-- starts after `gone` (a common term's, capped long ago) comes back as it is, unread.
+local function after(list, gone)
+  local from = 1
+  while true do
+    local first, last = string.find(list, '%S+', from)
+    if first == nil then return '' end
+    local turn = tonumber(string.match(string.sub(list, first, last), '^(%d+)%.'))
+    if turn and turn > gone then return first == 1 and list or string.sub(list, first) end
+    from = last + 1
+  end
+end
+
 -- All or nothing: a server refuses a command by its ACL (NOPERM) before the script writes
 -- anything, not after half the turn is written (a script's writes are never rolled back,
 -- and a replay would take a half-written turn for a recorded one).
@@ -40,11 +54,12 @@ local function permitted()
   if not redis.acl_check_cmd then return true end  -- servers before Redis 7 (and the embedded store)
   local checks = {
     {'HINCRBY', meta, 'f', '1'}, {'HSET', meta, 'f', 'v'}, {'HSETNX', meta, 'f', 'v'}, {'HDEL', meta, 'f'}, {'HGETALL', meta},
-    {'ZADD', ctx, '0', 'm'}, {'ZREM', ctx, 'm'}, {'ZREVRANGE', ctx, '0', '-1'}, {'RPUSH', sum, 'x'}, {'LTRIM', sum, '0', '1'},
+    {'HGET', meta, 'f'}, {'ZADD', ctx, '0', 'm'}, {'ZREM', ctx, 'm'}, {'ZREVRANGE', ctx, '0', '-1'},
+    {'ZRANGEBYSCORE', ctx, '0', '1'}, {'RPUSH', sum, 'x'}, {'LTRIM', sum, '0', '1'},
     {'RPUSH', recent, 'x'}, {'LTRIM', recent, '0', '1'}, {'RPUSH', traces, 'x'}, {'LTRIM', traces, '0', '1'},
     {'SET', prompt, 'x'}, {'ZADD', ids, '0', 'm'}, {'ZREMRANGEBYRANK', ids, '0', '1'}, {'ZRANGE', ids, '0', '1'},
     {'HSET', arc, 'f', 'v'}, {'HDEL', arc, 'f'}, {'HKEYS', arc}, {'HRANDFIELD', arc, '1'}, {'UNLINK', arc},
-    {'HSET', idx, 'f', 'v'}, {'HDEL', idx, 'f'}, {'HMGET', idx, 'f'}, {'HRANDFIELD', idx, '1'}, {'UNLINK', idx},
+    {'HSET', idx, 'f', 'v'}, {'HDEL', idx, 'f'}, {'HGET', idx, 'f'}, {'HMGET', idx, 'f'}, {'HRANDFIELD', idx, '1'}, {'UNLINK', idx},
   }
   for i = 1, 9 do
     checks[#checks + 1] = {'PEXPIRE', KEYS[i], '1'}
@@ -174,8 +189,9 @@ if archive > 0 then
         updates[#updates + 1] = term
         updates[#updates + 1] = newest(list, cap)
       end
+      updates[#updates + 1] = '#' .. turns  -- the turn's terms, cleaned when it leaves the archive
+      updates[#updates + 1] = table.concat(terms, ' ')
       call('HSET', idx, unpack(updates))
-      call('HSET', idx, '#' .. turns, table.concat(terms, ' '))  -- the turn's terms, cleaned when it leaves the archive
     end
   end
   local gone = turns - archive  -- the turn that falls out of the archive now
@@ -202,26 +218,24 @@ if archive > 0 then
       -- so the index holds the archive's terms and no more.
       local listed, terms = call('HGET', idx, '#' .. t), {}
       for term in string.gmatch(listed or '', '%S+') do terms[#terms + 1] = term end
-      if listed then call('HDEL', idx, '#' .. t) end
+      local emptied = {'#' .. t}
       if #terms > 0 then
-        local lists, kept, emptied = call('HMGET', idx, unpack(terms)), {}, {}
+        local lists, kept = call('HMGET', idx, unpack(terms)), {}
         for j, term in ipairs(terms) do
-          if lists[j] then
-            local left = {}
-            for id in string.gmatch(lists[j], '%S+') do
-              if (tonumber(string.match(id, '^(%d+)%.')) or 0) > gone then left[#left + 1] = id end
-            end
-            if #left == 0 then
+          local list = lists[j]
+          if list then
+            local left = after(list, gone)
+            if left == '' then
               emptied[#emptied + 1] = term
-            else
+            elseif left ~= list then
               kept[#kept + 1] = term
-              kept[#kept + 1] = table.concat(left, ' ')
+              kept[#kept + 1] = left
             end
           end
         end
-        if #emptied > 0 then call('HDEL', idx, unpack(emptied)) end
         if #kept > 0 then call('HSET', idx, unpack(kept)) end
       end
+      if listed then call('HDEL', idx, unpack(emptied)) end
       call('HDEL', arc, unpack(old))
       if vectors ~= '' then redis.call('DEL', unpack(keys)) end
     end

@@ -42,14 +42,26 @@ class Arguments:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         """The named arguments, in the order the script's argument line names them."""
-        return tuple(f.name for f in fields(cls) if f.name not in cls.TAIL)  # type: ignore[arg-type]
+        return _names(cls)
 
     def head(self) -> list[Any]:
-        return [getattr(self, name) for name in self.names()]
+        return list(map(self.__getattribute__, _names(type(self))))
 
     def argv(self) -> list[Any]:
         """The script's ARGV: the named arguments, then the tail (scripts with one define it)."""
         return self.head()
+
+
+_NAMES: dict[type[Arguments], tuple[str, ...]] = {}
+
+
+def _names(cls: type[Arguments]) -> tuple[str, ...]:
+    # Read once per record class: dataclasses.fields() on every write cost the record path
+    # a few microseconds.
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in fields(cls) if f.name not in cls.TAIL)  # type: ignore[arg-type]
+    return names
 
 
 @dataclass(frozen=True, slots=True)
