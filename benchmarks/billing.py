@@ -23,6 +23,8 @@ cache holds more.
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import pickle
 import statistics
@@ -30,7 +32,7 @@ import sys
 import time
 import types
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -160,6 +162,7 @@ class Model:
         self.loaded = False
         self.requests: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
         self.name = f"bench-{uuid.uuid4().hex[:8]}"
+        self.calls_made = itertools.count()
         register(self.name, self)
 
     def start(self, turn: Turn) -> None:
@@ -181,9 +184,9 @@ class Model:
         if missing and not self.loaded:
             self.loaded = True
             self.played.loader_calls += 1
-            return _ask([(LOADER, {"names": missing})])
+            return _ask([(LOADER, {"names": missing})], self.calls_made)
         self.played.covered += all(name in names for name in needed)
-        return _ask([(call.name, call.arguments) for call in self.turn.calls])
+        return _ask([(call.name, call.arguments) for call in self.turn.calls], self.calls_made)
 
     @staticmethod
     def after_loader(messages: Sequence[Mapping[str, Any]]) -> bool:
@@ -202,8 +205,13 @@ def _index(tools: Sequence[Mapping[str, Any]]) -> set[str]:
     return {name.strip() for line in lines if line.startswith("- ") for name in line.split(": ", 1)[-1].split(",")}
 
 
-def _ask(calls: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    made = [{"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+def _ask(calls: Sequence[tuple[str, dict[str, Any]]], made_before: Iterator[int]) -> dict[str, Any]:
+    """The assistant message making ``calls``. Call ids look like a provider's (``call_`` and
+    8 hex digits) but hash the model's running count, so a rerun counts the same tokens:
+    random ids tokenize to 1-4 tokens each and moved the long-session figures by a few
+    tenths of a point from run to run."""
+    made = [{"id": f"call_{hashlib.blake2b(str(next(made_before)).encode(), digest_size=4).hexdigest()}",
+             "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
             for n, a in calls]  # fmt: skip
     return {"role": "assistant", "content": None, "tool_calls": made}
 
