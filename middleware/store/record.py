@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, NamedTuple
 
 import orjson
@@ -68,13 +69,15 @@ class RecordArguments(Arguments):
     tools: tuple[str, ...]
 
     def argv(self) -> list[Any]:
-        return [
-            *self.head(),
-            len(self.context), *(part for pair in self.context for part in pair),
-            len(self.recent), *self.recent,
-            len(self.pieces), *(part for piece in self.pieces for part in piece),
-            self.tool_window, len(self.tools), *self.tools,
-        ]  # fmt: skip
+        argv = self.head()
+        argv.append(len(self.context))
+        argv.extend(chain.from_iterable(self.context))
+        argv.append(len(self.recent))
+        argv.extend(self.recent)
+        argv.append(len(self.pieces))
+        argv.extend(chain.from_iterable(self.pieces))
+        argv += (self.tool_window, len(self.tools), *self.tools)
+        return argv
 
 
 def record_arguments(layout: Layout, session_id: str, update: TurnUpdate, *, now: float,
