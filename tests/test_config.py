@@ -37,11 +37,13 @@ def test_the_demo_config_is_the_atlas_assistant(atlas: Config) -> None:
 
 
 def test_the_example_file_holds_the_library_defaults() -> None:
-    """config.yaml at the top of the repository sets every section to the library default
-    (its usage log path resolved against its own folder)."""
+    """config.yaml at the top of the repository sets every section to the library default,
+    but for the usage log, which it keeps where the commands keep theirs (resolved against
+    its own folder; the library alone writes none)."""
     example = load_config(REPO / "config.yaml", env={})
     assert example.usage_log.path == str(REPO / "middleware-usage.jsonl")
-    assert example.with_overrides(usage_log={"path": Config().usage_log.path}) == Config()
+    assert Config().usage_log.path is None
+    assert example.with_overrides(usage_log={"path": None}) == Config()
 
 
 def test_config_values_read_no_files() -> None:
@@ -275,3 +277,23 @@ def test_with_overrides_errors_quote_values_cut_short() -> None:
         with pytest.raises(ConfigError) as info:
             Config().with_overrides(**overrides)
         assert len(str(info.value)) < 800
+
+
+def test_the_library_writes_no_file_it_was_not_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: every chat() wrote middleware-usage.jsonl into the current folder. The library
+    logs only where usage_log.path says; the commands keep their log in the current folder
+    unless their config says otherwise (a path, or null for none)."""
+    from middleware import SessionManager
+    from middleware.config.files import COMMAND_USAGE_LOG, with_command_log
+
+    monkeypatch.chdir(tmp_path)
+    with SessionManager() as mgr:
+        mgr.chat("s", "hello", model="scripted/echo")
+    assert list(tmp_path.iterdir()) == []
+    assert with_command_log(load_config(env={})).usage_log.path == COMMAND_USAGE_LOG
+    (tmp_path / "none.yaml").write_text("usage_log: {path: null}\n")
+    (tmp_path / "own.yaml").write_text("usage_log: {path: calls.jsonl, include_content: false}\n")
+    (tmp_path / "other.yaml").write_text("usage_log: {include_content: true}\n")
+    assert with_command_log(load_config(tmp_path / "none.yaml", env={})).usage_log.path is None
+    assert with_command_log(load_config(tmp_path / "own.yaml", env={})).usage_log.path == str(tmp_path / "calls.jsonl")
+    assert with_command_log(load_config(tmp_path / "other.yaml", env={})).usage_log.path == COMMAND_USAGE_LOG

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
-from ..config.files import ENV_REDIS_URL, load_config
+from ..config.files import ENV_REDIS_URL, load_config, with_command_log
 from ..config.schema import Config
 from ..core.text import printable
 from ..exceptions import MiddlewareError
@@ -109,7 +109,7 @@ class CliContext:
         with errors():
             # --redis-url is applied as load_config applies $REDIS_URL (one validation).
             env = {**os.environ, ENV_REDIS_URL: self.redis_url} if self.redis_url else None
-            config = load_config(self.config_path, env=env)
+            config = with_command_log(load_config(self.config_path, env=env))
             return (config.with_overrides(**overrides) if overrides else config).for_tenant(self.tenant)
 
     def manager(self, config: Config | None = None, **options: Any) -> SessionManager:

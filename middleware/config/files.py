@@ -35,7 +35,10 @@ from ..core.text import cut_middle
 from ..exceptions import ConfigError
 from .schema import Config, validate_config
 
-__all__ = ["ENV_CONFIG", "ENV_REDIS_URL", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "load_config", "load_skills"]
+__all__ = [
+    "COMMAND_USAGE_LOG", "ENV_CONFIG", "ENV_REDIS_URL", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "load_config", "load_skills",
+    "with_command_log",
+]  # fmt: skip
 
 ENV_CONFIG = "MIDDLEWARE_CONFIG"
 ENV_REDIS_URL = "REDIS_URL"
@@ -103,6 +106,20 @@ def _parse_yaml(text: str, where: str) -> Any:
         raise ConfigError(f"{where} is not valid YAML: {cut_middle(str(exc), 500)}".rstrip(".") + ".") from None
     except (ValueError, OverflowError) as exc:  # a number or a date past what Python converts
         raise ConfigError(f"{where} holds a value YAML cannot convert: {cut_middle(str(exc), 200)}".rstrip(".") + ".") from None
+
+
+# Where ``middleware`` commands and the endpoint they serve log usage when a config does
+# not say (the library alone writes no file it was not asked for).
+COMMAND_USAGE_LOG = "middleware-usage.jsonl"
+
+
+def with_command_log(config: Config) -> Config:
+    """``config`` as a command runs it: its usage log at ``COMMAND_USAGE_LOG`` unless the
+    config set ``usage_log.path`` itself (a path, or null for none). Give it what
+    ``load_config`` returned: overrides mark every setting as set."""
+    if "path" in config.usage_log.model_fields_set:
+        return config
+    return config.with_overrides(usage_log={"path": COMMAND_USAGE_LOG})
 
 
 def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None) -> Config:

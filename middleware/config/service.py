@@ -85,7 +85,12 @@ class CachingConfig(Section):
 
 
 class UsageLogConfig(Section):
-    path: str | None = "middleware-usage.jsonl"
+    """The token usage log: one JSON line per LLM call. The library writes none unless
+    ``path`` is set; ``middleware`` commands and the endpoint they serve log to
+    ``middleware-usage.jsonl`` in the current folder unless a config sets ``path`` (null:
+    no log)."""
+
+    path: str | None = None
     include_content: bool = False
 
 

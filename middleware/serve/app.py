@@ -321,8 +321,8 @@ def create_app(config: Config, *, store: AsyncSessionStore | None = None) -> Sta
 def app_from_environment() -> Starlette:
     """The app for ``$MIDDLEWARE_CONFIG`` and ``$REDIS_URL``: what each worker process of
     ``middleware serve --workers N`` builds (uvicorn imports it by name)."""
-    from ..config.files import load_config
+    from ..config.files import load_config, with_command_log
     from .server import log_to_stderr
 
     log_to_stderr()
-    return create_app(load_config())
+    return create_app(with_command_log(load_config()))
