@@ -13,7 +13,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 import threading
+import warnings
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -42,8 +44,27 @@ __all__ = [
     "usage_of",
 ]
 
-# Never fetch the price map from the network: use the copy litellm ships.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# Never fetch the price map from the network: use the copy litellm ships. litellm reads
+# this when it is imported, so it holds only where middleware is imported first.
+LOCAL_PRICES = "LITELLM_LOCAL_MODEL_COST_MAP"
+
+
+def _warn_if_prices_fetched() -> None:
+    """litellm imported before middleware, without LITELLM_LOCAL_MODEL_COST_MAP, has tried
+    to fetch its price map from the network (warnings, or seconds of retries offline): say
+    so once, and how to keep it off the network whatever the import order."""
+    if "litellm" not in sys.modules or os.environ.get(LOCAL_PRICES, "").lower() == "true":
+        return
+    warnings.warn(
+        "litellm was imported before middleware, so it loaded its price map from the network (or tried to). "
+        f"To keep it offline whatever the import order, set {LOCAL_PRICES}=True in the environment "
+        "(or import middleware first).",
+        stacklevel=3,
+    )
+
+
+_warn_if_prices_fetched()
+os.environ.setdefault(LOCAL_PRICES, "True")
 
 _setup_lock = threading.Lock()
 # Scripted models are priced like this model, so demos show realistic costs.

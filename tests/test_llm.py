@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from middleware import llm
@@ -45,3 +49,20 @@ def test_tool_sizes_split_the_exact_count_among_the_schemas() -> None:
     sizes = llm.tool_sizes("gpt-4o-mini", tools)
     assert sum(sizes) == llm.tools_tokens("gpt-4o-mini", tools) and all(size > 0 for size in sizes)
     assert llm.tool_sizes("gpt-4o-mini", None) == []
+
+
+def test_litellm_imported_first_gets_a_warning_that_says_how_to_stay_offline() -> None:
+    """Found: importing litellm (or langchain_litellm) before middleware made litellm fetch its
+    price map (warnings offline, seconds of retries behind a proxy), and ruff's import sorting
+    puts litellm first. middleware cannot undo the fetch; it says once what happened and the
+    one setting that keeps litellm offline whatever the import order, and stays quiet with it."""
+    env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    code = "import litellm\nimport middleware\n"
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0 and "set LITELLM_LOCAL_MODEL_COST_MAP=True in the environment" in first.stderr
+    quiet = subprocess.run([sys.executable, "-c", code], env={**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert quiet.returncode == 0 and "price map" not in quiet.stderr and "cost map" not in quiet.stderr
+    after = subprocess.run([sys.executable, "-c", "import middleware\nimport litellm\n"], env=env, capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    assert after.returncode == 0 and "price map" not in after.stderr and "cost map" not in after.stderr
