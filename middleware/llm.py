@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .core.caching import KINDS, Kind, Rules, rules_for
@@ -65,6 +65,14 @@ def _warn_if_prices_fetched() -> None:
 
 _warn_if_prices_fetched()
 os.environ.setdefault(LOCAL_PRICES, "True")
+
+
+def _known_models() -> Iterable[str]:
+    """The model names litellm's (local) price map holds: what a mistyped name is matched against."""
+    import litellm
+
+    return litellm.model_cost.keys()
+
 
 _setup_lock = threading.Lock()
 # Scripted models are priced like this model, so demos show realistic costs.
@@ -187,7 +195,7 @@ def complete(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[
     try:
         return lib.completion(model=model, messages=list(messages), tools=list(tools) if tools else None, **options)
     except Exception as exc:
-        error = provider_error(model, exc, options)
+        error = provider_error(model, exc, options, _known_models())
     raise error
 
 
@@ -200,7 +208,7 @@ async def acomplete(
     try:
         return await lib.acompletion(model=model, messages=list(messages), tools=list(tools) if tools else None, **options)
     except Exception as exc:
-        error = provider_error(model, exc, options)
+        error = provider_error(model, exc, options, _known_models())
     raise error
 
 
@@ -219,7 +227,7 @@ def embed(model: str, texts: Sequence[str], **kwargs: Any) -> list[list[float]]:
     try:
         return _vectors(lib.embedding(model=model, input=list(texts), **options))
     except Exception as exc:
-        error = provider_error(model, exc, options)
+        error = provider_error(model, exc, options, _known_models())
     raise error
 
 
@@ -230,7 +238,7 @@ async def aembed(model: str, texts: Sequence[str], **kwargs: Any) -> list[list[f
     try:
         return _vectors(await lib.aembedding(model=model, input=list(texts), **options))
     except Exception as exc:
-        error = provider_error(model, exc, options)
+        error = provider_error(model, exc, options, _known_models())
     raise error
 
 
@@ -276,7 +284,7 @@ def stream(
     try:
         yield from response
     except Exception as exc:
-        error = provider_error(model, exc, options)
+        error = provider_error(model, exc, options, _known_models())
     else:
         return
     raise error
@@ -292,7 +300,7 @@ async def astream(
         async for chunk in response:
             yield chunk
     except Exception as exc:
-        error = provider_error(model, exc, options)
+        error = provider_error(model, exc, options, _known_models())
     else:
         return
     raise error

@@ -5,9 +5,10 @@ Nothing here imports litellm (``middleware.llm`` does the calls)."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -112,16 +113,28 @@ def _retold(exc: BaseException, secrets: Collection[str]) -> RedactedError:
     return retold
 
 
-def provider_error(model: str, exc: BaseException, options: ProviderOptions) -> LLMError:
+def provider_error(model: str, exc: BaseException, options: ProviderOptions, known: Iterable[str] = ()) -> LLMError:
     """The LLMError for a failed call, chained to a retelling of ``exc`` that quotes no secret of
-    the call (``exc`` itself, its frames and their local variables are dropped)."""
+    the call (``exc`` itself, its frames and their local variables are dropped). A model
+    name litellm cannot place gets a hint: the closest of the ``known`` names, and the form
+    a name takes."""
     secrets = options.secrets()
     # litellm's messages can carry a whole traceback: keep the first line (the cause has the rest).
     first = _text_of(exc).strip().split("\n", 1)[0]
-    error = LLMError(f"Model {model!r} failed: {type(exc).__name__}: {redact_secrets(first, secrets)[:500]}",
+    told = redact_secrets(first, secrets)[:500]
+    if "LLM Provider NOT provided" in first:
+        told = told.rstrip(".") + "." + _model_hint(model, known)
+    error = LLMError(f"Model {model!r} failed: {type(exc).__name__}: {told}",
                      status_code=status_code(exc))  # fmt: skip
     error.__cause__, error.__suppress_context__ = _retold(exc, secrets), True
     return error
+
+
+def _model_hint(model: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(model, list(known), n=1, cutoff=0.8)
+    guess = f" Did you mean {close[0]!r}?" if close else ""
+    return (f"{guess} A model is a litellm model string, 'provider/model' (e.g. 'openai/gpt-4o-mini', "
+            "'anthropic/claude-sonnet-4-5'), or 'scripted/echo' to run offline.")  # fmt: skip
 
 
 def status_code(exc: BaseException) -> int | None:

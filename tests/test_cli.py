@@ -304,3 +304,42 @@ def test_a_page_beyond_any_listing_is_a_clear_error(real_redis_url: str) -> None
     result = CliRunner().invoke(main, ["--redis-url", real_redis_url, "sessions", "list", "--page", "99999999999999999999"])
     assert result.exit_code == 1 and "Page 99999999999999999999 is out of range" in result.output
     assert "Redis" not in result.output
+
+
+def test_store_options_work_after_the_command_too(real_redis_url: str) -> None:
+    """Found: `sessions show X --redis-url …` said "No such option" (the option had to come
+    before the subcommand). Given after it, it is used, and wins over the one before."""
+    from middleware import Config, SessionManager
+
+    with SessionManager(Config().with_overrides(store={"url": real_redis_url})) as mgr:
+        mgr.record_turn("after-option", user="goto shop", assistant="On the shop screen.")
+    result = CliRunner().invoke(main, ["--redis-url", "memory://", "sessions", "show", "after-option", "--json",
+                                       "--redis-url", real_redis_url])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["turns"] == 1
+    refused = CliRunner().invoke(main, ["sessions", "show", "after-option", "--tenant", "no spaces!"])
+    assert refused.exit_code == 2 and "--tenant" in refused.output and "expected letters" in refused.output
+
+
+def test_errors_that_used_to_mislead_say_what_to_do(tmp_path: Path) -> None:
+    """Found (a new user's first hour): a sync manager given to the Agents SDK session failed on
+    first use with "object SessionState can't be used in 'await' expression"; a wrapped chatbot
+    called with the message alone said "missing 1 required positional argument: 'user_message'";
+    a config typo named no near setting; a mistyped model got litellm's message alone."""
+    from middleware import Config, SessionManager
+    from middleware.adapters.agents import MiddlewareSession
+    from middleware.exceptions import ConfigError, LLMError
+
+    with SessionManager() as mgr:
+        with pytest.raises(TypeError, match=r"needs an AsyncSessionManager .* not SessionManager"):
+            MiddlewareSession("misleading-errors", mgr)  # type: ignore[arg-type]
+        bot = mgr.wrap(lambda messages: "hi")
+        with pytest.raises(TypeError, match=r"called as <lambda>\(session_id, user_message.*pass the session id first"):
+            bot("what is my name?")  # type: ignore[call-arg]
+        assert bot("misleading-errors", "what is my name?") == "hi"
+        with pytest.raises(LLMError, match=r"Did you mean 'gpt-4o-mini'\? A model is a litellm model string"):
+            mgr.chat("misleading-errors", "hello", model="gpt-4o-mnii")
+    with pytest.raises(ConfigError, match=r"'memory.recal' is not a known setting .*Did you mean 'memory.recall'\?"):
+        Config().with_overrides(memory={"recal": "semantic"})
+    with pytest.raises(ConfigError, match=r"Known settings of memory: archive_turns, "):
+        Config().with_overrides(memory={"zzz": 1})

@@ -65,6 +65,11 @@ class MiddlewareSession:
     session_settings: Any = None
 
     def __init__(self, session_id: str, manager: AsyncSessionManager | None = None, *, session_settings: Any = None) -> None:
+        if manager is not None and not isinstance(manager, AsyncSessionManager):
+            raise TypeError(
+                f"MiddlewareSession needs an AsyncSessionManager (the Agents SDK awaits every session call), "
+                f"not {type(manager).__name__[:60]}: pass AsyncSessionManager(...) with the same settings"
+            )
         self.manager = manager if manager is not None else AsyncSessionManager()
         self._owns_manager = manager is None
         self.session_id = session_id

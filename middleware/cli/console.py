@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import click
 
 from ..config.files import ENV_REDIS_URL, load_config, with_command_log
 from ..config.schema import Config
+from ..config.service import TENANT
 from ..core.text import printable
 from ..exceptions import MiddlewareError
 
@@ -99,8 +100,43 @@ def errors() -> Iterator[None]:
         raise click.ClickException(printable(str(exc))) from None
 
 
+def checked_tenant(tenant: str | None) -> str | None:
+    if tenant is not None and not TENANT.match(tenant):
+        raise click.BadParameter(f"{literal(tenant[:60])}: expected letters, digits, '_', '.' or '-' (at most 48)",
+                                 param_hint="--tenant")  # fmt: skip
+    return tenant
+
+
+def _given_after(field: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def given(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value is not None:
+            setattr(ctx.ensure_object(CliContext), field, checked_tenant(value) if field == "tenant" else value)
+
+    return given
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def store_options(command: F) -> F:
+    """--config, --redis-url and --tenant given after the command too (``sessions show X
+    --redis-url …``), as before it, where they win. Found: after the command they were
+    refused with "No such option"."""
+    options = (
+        click.option("--config", "config_path", type=click.Path(dir_okay=False), expose_value=False,
+                     callback=_given_after("config_path"), help="Config file (as before the command)."),
+        click.option("--redis-url", expose_value=False, callback=_given_after("redis_url"),
+                     help="Session store URL (as before the command)."),
+        click.option("--tenant", expose_value=False, callback=_given_after("tenant"),
+                     help="The endpoint tenant whose sessions to use (as before the command)."),
+    )  # fmt: skip
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 class CliContext:
-    def __init__(self, config_path: str | None, redis_url: str | None, tenant: str | None = None) -> None:
+    def __init__(self, config_path: str | None = None, redis_url: str | None = None, tenant: str | None = None) -> None:
         self.config_path = config_path
         self.redis_url = redis_url
         self.tenant = tenant

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .console import CliContext, Column, errors, fitted_table, joined, literal, new_console
+from .console import CliContext, Column, errors, fitted_table, joined, literal, new_console, store_options
 
 __all__ = ["demo"]
 
@@ -18,6 +18,7 @@ COLUMNS = [Column("#", "#", width=2), Column("request", "request", share=7, widt
 
 
 @click.command()
+@store_options
 @click.option(
     "--session", help="Session id to play the conversation in (default: a new demo-<time> id; an existing one is reset)."
 )

@@ -21,9 +21,8 @@ from click.core import ParameterSource
 
 from ..config.files import ENV_REDIS_URL
 from ..config.schema import Config
-from ..config.service import TENANT
 from ..exceptions import LLMError
-from .console import CliContext, errors, joined, literal, new_console, warn_if_private_store
+from .console import CliContext, checked_tenant, errors, joined, literal, new_console, store_options, warn_if_private_store
 from .demo import demo
 from .report import report
 from .sessions import print_state, sessions
@@ -56,16 +55,14 @@ __all__ = ["main"]
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None, redis_url: str | None, tenant: str | None) -> None:
     """Token-efficient memory between a chatbot and its LLM."""
-    if tenant is not None and not TENANT.match(tenant):
-        raise click.BadParameter(f"{literal(tenant[:60])}: expected letters, digits, '_', '.' or '-' (at most 48)",
-                                 param_hint="--tenant")  # fmt: skip
-    ctx.obj = CliContext(config_path, redis_url, tenant)
+    ctx.obj = CliContext(config_path, redis_url, checked_tenant(tenant))
 
 
 # --- chat --------------------------------------------------------------------
 
 
 @main.command()
+@store_options
 @click.option("--session", default="cli", show_default=True, help="Session id.")
 @click.option("--model", help="Any litellm model string (default: the config's model). Try scripted/atlas offline.")
 @click.option("--stream/--no-stream", default=True, show_default=True, help="Print the reply as it arrives.")
@@ -165,6 +162,7 @@ _WILDCARD_ADDRESSES = {"", "0.0.0.0", "::", "[::]"}
 
 
 @main.command()
+@store_options
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
 @click.option("--port", default=8300, show_default=True, type=int, help="Port to listen on.")
 @click.option(
@@ -212,6 +210,7 @@ def inspect(ctx: click.Context, host: str, port: int, token: str | None, allowed
 
 
 @main.command()
+@store_options
 @click.option("--host", help="Address to listen on (default: the config's serve.host, 127.0.0.1).")
 @click.option("--port", type=int, help="Port to listen on (default: the config's serve.port, 8400).")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256), help="Worker processes sharing the store.")

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ..core.text import printable_json
-from .console import CliContext, errors, joined, literal, new_console, warn_if_private_store
+from .console import CliContext, errors, joined, literal, new_console, store_options, warn_if_private_store
 
 __all__ = ["print_state", "sessions"]
 
@@ -21,6 +21,7 @@ def sessions() -> None:
 
 
 @sessions.command("list")
+@store_options
 @click.option("--search", help="Only sessions whose id contains this text.")
 @click.option("--page", default=1, show_default=True, type=int, help="Page number (from 1).")
 @click.option("--page-size", default=20, show_default=True, type=int, help="Sessions per page (1-200).")
@@ -51,6 +52,7 @@ def sessions_list(obj: CliContext, search: str | None, page: int, page_size: int
 
 
 @sessions.command("show")
+@store_options
 @click.argument("session_id")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a readable view.")
 @click.pass_obj
@@ -88,6 +90,7 @@ def print_state(console: Any, session_id: str, state: Any) -> None:
 
 
 @sessions.command("reset")
+@store_options
 @click.argument("session_id")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj

@@ -12,10 +12,11 @@ counting, caching figures, the log, the endpoint).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from ..core.text import cut_middle, quoted, redact_url
 from ..exceptions import ConfigError
@@ -102,10 +103,28 @@ _KEY_CHARS = 100
 _EXPECTED_CHARS = 300
 
 
+def _suggest(loc: Sequence[Any]) -> str:
+    """ " Did you mean 'memory.recall'?" for a key close to a known one, else the known
+    settings where it stands (a few of them), or "" where they are not known."""
+    model: Any = Config
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part)) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        model = field.annotation if field is not None else None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return ""
+    known = sorted(model.model_fields)
+    where = ".".join(str(part) for part in loc[:-1])
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    if close:
+        return f" Did you mean '{where + '.' if where else ''}{close[0]}'?"
+    listed = ", ".join(known[:12]) + (", …" if len(known) > 12 else "")
+    return f" Known settings{' of ' + where if where else ''}: {listed}."
+
+
 def _describe(error: Mapping[str, Any]) -> str:
     key = cut_middle(".".join(str(part) for part in error["loc"]) or "(top level)", _KEY_CHARS, " … ")
     if error["type"] == "extra_forbidden":
-        return f"Config '{key}' is not a known setting (value {quoted(error['input'], _QUOTED_CHARS)})."
+        return f"Config '{key}' is not a known setting (value {quoted(error['input'], _QUOTED_CHARS)}).{_suggest(error['loc'])}"
     if error["type"] == "missing":
         return f"Config '{key}' is required but missing."
     # A validator's message may quote the value too (a tool reference, a key name).

@@ -25,7 +25,7 @@ from ..runner import ASend, arun, run
 from ..store.drivers import AsyncRedisStore, AsyncSessionStore, RedisStore, SessionStore, ThreadedStore
 from ..tools import Tool, Toolset, is_async_callable
 from ..turn.chat import AsyncChatStream, ChatResult, ChatStream, ChatTurn
-from ..turn.wrapped import wrapped_turn
+from ..turn.wrapped import NO_MESSAGE, wrapped_turn
 from .engine import Engine
 from .tools import ToolsArg
 
@@ -240,7 +240,7 @@ class _Manager:
     def _wrap_async(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         engine, send = self._engine, self._async_send()
 
-        async def wrapped(session_id: str, user_message: str, *args: Any, **kwargs: Any) -> Any:
+        async def wrapped(session_id: str, user_message: str = NO_MESSAGE, *args: Any, **kwargs: Any) -> Any:
             return await arun(wrapped_turn(engine, fn, session_id, user_message, args, kwargs), send)
 
         return _named(wrapped, fn)
@@ -287,7 +287,7 @@ class SessionManager(_Manager):
             return self._wrap_async(fn)
         engine, send = self._engine, self.store.send
 
-        def wrapped(session_id: str, user_message: str, *args: Any, **kwargs: Any) -> Any:
+        def wrapped(session_id: str, user_message: str = NO_MESSAGE, *args: Any, **kwargs: Any) -> Any:
             return run(wrapped_turn(engine, fn, session_id, user_message, args, kwargs), send)
 
         return _named(wrapped, fn)

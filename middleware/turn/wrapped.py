@@ -28,7 +28,7 @@ from ..tools import Tool, ToolList, Toolset, as_tools
 from .calls import Calls
 from .plan import Request, TurnPlan
 
-__all__ = ["WrappedTurn", "wrapped_turn"]
+__all__ = ["NO_MESSAGE", "WrappedTurn", "wrapped_turn"]
 
 
 def _call_blocking(fn: Callable[..., Any], messages: list[dict[str, Any]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -121,8 +121,19 @@ class WrappedTurn:
         return {**self.kwargs, "tools": handed}
 
 
+# The default of a wrapped chatbot's user_message: called with one positional argument,
+# it says how it is called instead of Python's "missing argument 'user_message'".
+NO_MESSAGE: Any = object()
+
+
 def wrapped_turn(
     engine: Engine, fn: Callable[..., Any], session_id: Any, user_message: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Program[Any]:
     """A turn of the chatbot ``fn(messages, *args, **kwargs) -> reply``: compose, call, record, log."""
+    if user_message is NO_MESSAGE:
+        name = getattr(fn, "__name__", "chatbot")[:60]
+        raise TypeError(
+            f"a wrapped chatbot is called as {name}(session_id, user_message, *args, **kwargs): it was given one "
+            f"positional argument and no user_message; pass the session id first, e.g. {name}('user-42', text)"
+        )
     return WrappedTurn(engine, fn, session_id, args, kwargs).program(user_message)
