@@ -16,7 +16,7 @@ priced under each provider's caching rules (``middleware.core.caching``) from li
 local price map: the baseline caches what it can (OpenAI and Gemini automatically; for
 Anthropic, cache_control breakpoints on its tools and its last message, as Anthropic
 advises for conversations), and so does the middleware (Anthropic breakpoints on its
-stable prefix and last message: ``caching.anthropic_breakpoints``). Every call of a
+stable prefix and last message: ``caching.anthropic_breakpoints``, a default). Every call of a
 session is assumed to come within the cache's lifetime, which favours the baseline, whose
 cache holds more.
 """
@@ -217,9 +217,10 @@ def _ask(calls: Sequence[tuple[str, dict[str, Any]]], made_before: Iterator[int]
 
 
 def middleware_config(**disclosure: Any) -> Config:
-    """The benchmark's middleware (auto context keys, a neutral prompt) with Anthropic
-    breakpoints on: replayed priced as a Claude model, its requests carry them."""
-    return bench_config(auto=True).with_overrides(disclosure=disclosure, caching={"anthropic_breakpoints": True})
+    """The benchmark's middleware (auto context keys, a neutral prompt) at the library's
+    caching defaults: replayed priced as a Claude model, its requests carry Anthropic
+    breakpoints (``caching.anthropic_breakpoints``, on by default)."""
+    return bench_config(auto=True).with_overrides(disclosure=disclosure)
 
 
 # all-MiniLM-L6-v2 (benchmarks.embeddings), counting the tokens it embeds: an embedding
@@ -528,7 +529,7 @@ def section(data: dict[str, Any], command: str = COMMAND) -> str:
         "caching rules from litellm's local price map, caching on both sides: the baseline caches its growing history "
         "(automatically for OpenAI and Gemini; with cache_control on its tools and last message for Anthropic), the middleware "
         "its stable prefix (loader, kept tools, static system text) and, for Anthropic, its last message "
-        "(`caching.anthropic_breakpoints`). Every call of a session is assumed warm (within the cache's lifetime), which "
+        "(`caching.anthropic_breakpoints`, on by default). Every call of a session is assumed warm (within the cache's lifetime), which "
         "favours the baseline, whose cache holds more.",
         "",
     ]

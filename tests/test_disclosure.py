@@ -606,7 +606,9 @@ def test_matched_tools_the_model_seldom_calls_are_left_out_where_they_cost_more(
     assert results[3].text == "done: ok"
     firsts.clear()
     plain = managers(
-        disclosing(log_path, co_use_tools=0, always=always).with_overrides(caching={"price_as": "claude-sonnet-4-5"})
+        disclosing(log_path, co_use_tools=0, always=always).with_overrides(
+            caching={"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": False}
+        )
     )
     for request in requests[:3]:
         firsts.append(len(model.requests))

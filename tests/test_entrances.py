@@ -476,7 +476,7 @@ def test_with_every_schema_and_no_breakpoints_every_entrance_already_agrees(perf
     """With disclosure off and no breakpoints every entrance sends chat()'s requests already: the
     harness compares like with like, so the tests above fail only on the tool policy."""
     turns, act = (LOADER_TURNS, False) if entrance == "wrap" else (TOOL_TURNS, True)  # the wrapped bot runs no tools
-    plain = {"disclosure": {"enabled": False}, "caching": {"price_as": BREAKPOINTS["price_as"]}}
+    plain = {"disclosure": {"enabled": False}, "caching": {"price_as": BREAKPOINTS["price_as"], "anthropic_breakpoints": False}}
     want = perform("chat", turns, act=act, **plain)
     got = perform(entrance, turns, act=act, **plain)
     assert len(tool_names(want.requests[0])) == len(SCHEMAS) and not has_breakpoint(sent(want.requests))

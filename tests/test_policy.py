@@ -129,7 +129,12 @@ def test_every_schema_is_not_sent_while_the_disclosed_prefix_soon_grows_into_the
     [
         ({"rules": "none"}, 50_000, 50_000, False),  # not modelled, and no cache price known
         ({"rules": "none", "price_as": "deepseek/deepseek-chat"}, 500, 500, True),  # not modelled, reads priced lower
-        ({"price_as": "claude-sonnet-4-5"}, 5_000, 5_000, False),  # Anthropic caches only at breakpoints
+        (
+            {"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": False},
+            5_000,
+            5_000,
+            False,
+        ),  # Anthropic caches only at breakpoints
         ({"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}, 1_100, 1_100, True),
         ({"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}, 400, 1_100, True),  # reads at a tenth
         ({"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}, 400, 700, False),  # nothing reaches 1,024
