@@ -69,6 +69,9 @@ def test_demo_plays_twelve_turns_offline_and_writes_the_log(demo_log: tuple[Path
     assert len(first_calls) == 12 and {r["model"] for r in records} == {"scripted/atlas"}
     assert first_calls[-1]["saved_pct"] > 60  # the prompt stays flat while the history grows
     assert first_calls[-1]["tokens"]["total"] < 1.3 * first_calls[2]["tokens"]["total"]
+    # Found: the first call's layers read "context": -1 (a section counted apart, merged in the prompt).
+    assert all(v >= 0 for r in records for v in r["tokens"].values())
+    assert all(sum(v for k, v in r["tokens"].items() if k != "total") + 3 == r["tokens"]["total"] for r in records)
 
 
 def test_report_on_the_demo_log(demo_log: tuple[Path, str], tmp_path: Path) -> None:

@@ -191,7 +191,7 @@ def inspect(ctx: click.Context, host: str, port: int, token: str | None, allowed
     if not _is_loopback(host) and not token:
         raise click.UsageError(
             f"--host {host} is not loopback: the inspector shows conversation content, so set --token "
-            "(or MIDDLEWARE_INSPECT_TOKEN), and put it behind TLS (see README, 'The memory inspector')."
+            "(or MIDDLEWARE_INSPECT_TOKEN), and put it behind TLS (see docs/guides/inspector.md)."
         )
     mgr = ctx.obj.manager()
     warn_if_private_store(mgr)

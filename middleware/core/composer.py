@@ -422,13 +422,22 @@ class Composer:
         notes_tokens = tokenizer.count("\n" + notes) if notes else 0
         state_tokens = tokenizer.count("\n" + state_section) if state_section else 0
         recall_tokens = min(recall_tokens, max(system_tokens - static_tokens - notes_tokens - state_tokens, 0))
+        context_tokens = system_tokens - static_tokens - notes_tokens - state_tokens - recall_tokens
+        if context_tokens < 0:
+            # A section counted apart can take a token more than it does in the prompt, where it
+            # merges with its neighbour: that token comes off the section, so no layer is negative
+            # and the layers still sum to the prompt (found: "context": -1 on the demo's first call).
+            short = -context_tokens
+            state_tokens, short = max(state_tokens - short, 0), max(short - state_tokens, 0)
+            recall_tokens, short = max(recall_tokens - short, 0), max(short - recall_tokens, 0)
+            notes_tokens, context_tokens = notes_tokens - short, 0
         breakdown = built(
             TokenBreakdown,
             system=static_tokens,
             notes=notes_tokens,
             state=state_tokens,
             recall=recall_tokens,
-            context=system_tokens - static_tokens - notes_tokens - state_tokens - recall_tokens,
+            context=context_tokens,
             summary=summary_tokens,
             recent=recent_tokens,
             current=current_tokens,

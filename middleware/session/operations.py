@@ -124,7 +124,7 @@ class SessionOperations:
             log.warning("store.corrupt_record", session=session_id, key=corrupt.part, reason=corrupt.reason)
         if loaded.missing:
             log.warning("store.partial_session", session=session_id, missing=list(loaded.missing), turns=loaded.state.turns,
-                        hint="parts of the session were evicted: see maxmemory-policy in the README")  # fmt: skip
+                        hint="parts of the session were evicted: see maxmemory-policy in docs/reference/errors.md")  # fmt: skip
         return loaded.state
 
     def get_state(self, session_id: str) -> Program[SessionState]:
