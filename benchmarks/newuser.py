@@ -183,6 +183,13 @@ def section(figures: Mapping[str, Any], commit: str, machine: str) -> str:
     return "\n".join(lines)
 
 
+def kept(report: str) -> str:
+    """This section of ``report`` as it is, or "" (the full run keeps it; this command remakes it)."""
+    if START not in report or END not in report:
+        return ""
+    return report[report.index(START) : report.index(END) + len(END)]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-tests", action="store_true", help="measure the installs and the demo only")
