@@ -184,7 +184,7 @@ _WILDCARD_ADDRESSES = {"", "0.0.0.0", "::", "[::]"}
 def inspect(ctx: click.Context, host: str, port: int, token: str | None, allowed_hosts: tuple[str, ...]) -> None:
     """Serve the memory inspector: a JSON API and a page to browse sessions, open one and
     see what the model was sent on its last turn. Point it at a shared store (--redis-url)."""
-    import uvicorn
+    uvicorn = _web_server("inspect")
 
     from ..inspector.app import LOOPBACK_HOSTS, create_app
 
@@ -221,7 +221,7 @@ def serve(obj: CliContext, host: str | None, port: int | None, workers: int) -> 
     X-Session-Id header (or the request's user field, or metadata.session_id). Upstream
     keys come from the environment, as litellm reads them. Any number of processes, on
     any number of machines, can share one Redis or Redis Cluster."""
-    import uvicorn
+    uvicorn = _web_server("serve")
 
     if obj.tenant is not None:
         raise click.UsageError("serve serves every tenant of serve.api_keys; --tenant is for chat, sessions and inspect.")
@@ -257,6 +257,18 @@ def serve(obj: CliContext, host: str | None, port: int | None, workers: int) -> 
     os.environ[ENV_REDIS_URL] = config.store.url
     uvicorn.run("middleware.serve.app:app_from_environment", factory=True, host=host, port=port, workers=workers,
                 **options(settings))  # fmt: skip
+
+
+def _web_server(command: str) -> Any:
+    """uvicorn, or a clear error: the endpoint and the inspector come with the serve extra."""
+    try:
+        import starlette  # noqa: F401
+        import uvicorn
+    except ImportError:
+        raise click.ClickException(
+            f'middleware {command} needs the web server packages: pip install "token-middleware[serve]"'
+        ) from None
+    return uvicorn
 
 
 def _store_name(config: Config) -> str:
