@@ -661,6 +661,12 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
     def saved(row: dict[str, Any], model: str) -> str:
         return _less(1 - row["priced"][model].cost / long_full["priced"][model].cost)
 
+    def short(row: dict[str, Any], model: str) -> str:  # against the full history, on the short conversations
+        return f"{row['priced'][model].cost / full['priced'][model].cost - 1:+.1%}"
+
+    rules_of = data["rules"]
+    tenth = [m for m in MODELS if (r := rules_of[m]).read_price and r.input_price and r.read_price * 8 <= r.input_price]
+
     first_full, first_ours = long_full["priced"][sonnet], long_ours["priced"][sonnet]
     unaware = _row(single["rows"], "uncached")
     two_loads = _row(single["rows"], "match_2")["played"].loader_calls / played.turns
@@ -733,37 +739,31 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
         "matched to each message join them, called or not, so they reach it in a few turns, and every schema is sent instead "
         "only when that pays over those turns (`disclosure.cache_aware`); here every schema goes on "
         f"{_pct(long_ours['by_model'][sonnet].whole / turns)} of Sonnet's turns (before, the list grew only with the tools "
-        "called and took up to 69 turns to reach the minimum, every schema being sent meanwhile: the run of 2026-11-24, on "
-        "18.4% of Sonnet's turns, for −53.8%). Two breakpoints follow what a later call is likely to read "
+        "called and could take dozens of turns to reach the minimum, every schema being sent meanwhile). Two breakpoints follow what a later call is likely to read "
         "(`caching.anthropic_breakpoints`). The memory that changes only now and then (the keys set earlier and the Current "
         "Context) ends in one of its own, before the recall block, so a turn reads it when neither it nor the tools before it "
         "changed. And a call's last breakpoint is written only when another call of the turn is likely enough to read it, "
         "which the process learns from how often a reply asks for tools (Anthropic's break-even is 28%): every BFCL turn here "
         "has one tool round, so after a few turns the call after the tool results ends its breakpoints at the user message, "
         "reading what the turn's first call wrote, and its results are billed once in full instead of written at 1.25×; a model "
-        "whose loops go on keeps them marked. Measured apart in side replays of these sessions, the memory's breakpoint gains "
-        "0.4 points (the matched tools before it change on 83% of the turns and the memory itself on 74%, so it is read on "
-        "5%) and the last breakpoint 0.7 (the run of 2026-11-25 02:07 UTC, before both: −58.5%). And where the prompt's opening "
+        "whose loops go on keeps them marked. Side replays of these sessions (2026-11-25, not part of "
+        "this run) measured what the memory's breakpoint and the last one gain apart. And where the prompt's opening "
         "is cached, a tool matched to the message, or sent as a companion, is left out when the model calls tools at its rank "
         "too seldom to pay for its schema against the loader round it would spare (`disclosure.cache_aware`; learned per "
         "process, apart for sessions whose used tools stay). With breakpoints, the first one sent also pays for the cached system "
         "text it makes the provider write again. In these sessions the best match beyond the tools that stay is called on "
         "about a quarter of the turns, the next ones on about a tenth, so most turns send no match and read the static "
-        "text and the memory. Measured apart in side replays, this gains 0.7 points for Sonnet (−59.55% before it, the run of "
-        "2026-11-25 02:47 UTC) and 0.3 for gpt-5-mini; where nothing stays and nothing is cached (the short conversations "
+        "text and the memory (side replays of 2026-11-25 measured what this gains for Sonnet and gpt-5-mini; they are not part "
+        "of this run); where nothing stays and nothing is cached (the short conversations "
         "with gpt-4o-mini) nothing changes, so their loader target holds, which `match_tools: 2` alone does not. Matching fewer tools keeps more of the "
         f"prefix still: with `match_tools: 2` Sonnet saves {saved(long_two, sonnet)}, gpt-5-mini {saved(long_two, 'gpt-5-mini')}, "
         f"Gemini {saved(long_two, 'gemini/gemini-2.5-flash')}, at the cost of the short conversations' loader target above; the "
         f"default keeps that target. Matching by meaning as well: Sonnet {saved(long_meaning, sonnet)}, and "
-        f"{saved(long_meaning_two, sonnet)} with `match_tools: 2`. Of what a turn's first call writes (`python -m benchmarks.layout`, "
-        "a separate replay of these sessions priced as Sonnet), 46 tokens are schemas, 5 the static system text, 180 the context "
-        "and recall blocks, 146 the summary and recent window and 41 the message. An append-only layout does not help as it "
-        "would run: simulated there from the same requests (the memory of an epoch's first turn kept for K turns, each later "
-        "turn appended after it, its context and recall just before its message, the last breakpoint on every call's last "
-        "message), it costs −58.1%, −56.1% and −51.5% against the full history for epochs of 4, 8 and 16 turns, against −60.3% "
-        "for the layout used there: a schema added mid-epoch rewrites all that follows it, and each epoch rewrites its memory "
-        "and its schemas. Only with every schema an epoch will use sent from its start, which needs the epoch's tool calls "
-        "known ahead, do epochs of 4 turns cost less (−61.5%; 8 and 16 turns: −60.6% and −58.2%). "
+        f"{saved(long_meaning_two, sonnet)} with `match_tools: 2`. What a turn's first call writes, part by part, and whether an append-only layout would "
+        "cost less are measured apart by `python -m benchmarks.layout` (a replay of these sessions priced as Sonnet, not part "
+        "of this run, so its figures are not quoted here): at its last run the context and recall blocks and the summary and "
+        "recent window were the largest parts written, and an append-only layout cost more than this one unless every schema "
+        "an epoch would use was known at its start. "
         + (
             "What would close the rest: smaller context and recall blocks, which trade what the model sees for cost."
             if 1 - long_ours["priced"][sonnet].cost / long_full["priced"][sonnet].cost < 0.60
@@ -773,9 +773,17 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
         f"then sends every schema (on {_pct(long_ours['by_model']['claude-haiku-4-5'].whole / turns)} of the long sessions' turns), "
         f"which is cached: {saved(long_ours, 'claude-haiku-4-5')}. With the check off the same sessions cost "
         f"{chained['haiku_unchecked'] / long_full['priced']['claude-haiku-4-5'].cost - 1:+.1%} against the full history. "
-        "On the short conversations models that read at a tenth get "
-        "every schema the same way and pay about what the full history pays (within 6%): there, a history of 1–7 turns costs "
-        "little to resend from the cache, and there is little to trim.",
+        "On the short conversations, models that read at a tenth pay "
+        + ", ".join(f"{model} {short(ours, model)}" for model in tenth)
+        + " against the full history (with every schema and no disclosure: "
+        + ", ".join(f"{model} {short(off, model)}" for model in tenth)
+        + "): a history of 1–7 turns costs little to resend from the cache, there is little to trim, and the disclosed "
+        "prompt is too short to be cached."
+        + (
+            " Not met: the middleware must never cost more than the full history."
+            if any(ours["priced"][m].cost > full["priced"][m].cost for m in MODELS)
+            else ""
+        ),
         "",
     ]
 
