@@ -225,8 +225,11 @@ def test_the_in_process_endpoint_snippet_answers_in_one_session(run_snippet: Cal
 def test_the_agents_snippet_remembers_across_runs(run_snippet: Callable[[str], list[str]]) -> None:
     """Runner.run with the session twice; get_items is the composed memory (the summary exchange and
     the last turn), not the transcript."""
-    assert run_snippet("MiddlewareSession(") == ["echo: my name is Ada", "echo: what is my name?",
-                                                 "['user', 'assistant', 'user', 'assistant']"]  # fmt: skip
+    assert run_snippet("MiddlewareSession(") == [
+        "echo: my name is Ada", "echo: what is my name?",
+        "     user: • my name is Ada → echo: my name is Ada", "assistant: Understood. I have the context.",
+        "     user: what is my name?", "assistant: echo: what is my name?",
+    ]  # fmt: skip
 
 
 def test_the_langchain_snippet_records_both_turns(run_snippet: Callable[[str], list[str]]) -> None:

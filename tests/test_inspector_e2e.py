@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 
@@ -73,6 +74,14 @@ def test_browse_search_and_open_a_session(populated: tuple[SessionManager, str],
         assert tools.count() == 6 and "take_control" in tools.first.inner_text()
         tools.first.locator("summary").click()
         assert "control_session" in tools.first.inner_text()
+
+        # Found: the URL did not change per session (nothing to share or bookmark). It does, and opens it.
+        assert page.evaluate("location.hash") == "#" + urlencode({"session": sid})
+        other = browser.new_page(viewport={"width": 1280, "height": 1000})
+        other.goto(url + "/#" + urlencode({"session": "carol/scout/two"}))
+        other.wait_for_selector("#session-title")
+        assert other.inner_text("#session-title") == "carol/scout/two" and "1 turn(s)" in other.inner_text("#detail .sub")
+        other.close()
 
         shot = tmp_path / "inspector.png"
         page.screenshot(path=str(shot), full_page=True)
