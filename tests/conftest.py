@@ -79,6 +79,25 @@ def real_redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 
 
+def wait_for_health(url: str, alive: Callable[[], bool], log: Path | None = None, timeout: float = 60) -> None:
+    """Wait until ``url`` answers 200, while ``alive()`` says the server's process runs; fail
+    with the end of its ``log`` if it stops or does not answer within ``timeout`` seconds."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(url).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        said = log.read_text()[-2000:] if log is not None and log.exists() else ""
+        assert alive() and time.monotonic() < deadline, f"{url} did not come up: {said}"
+        time.sleep(0.1)
+
+
 @pytest.fixture(autouse=True)
 def _in_a_folder_of_its_own(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test runs in an empty folder of its own: what the library writes by default (the

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
@@ -20,7 +19,7 @@ from middleware import Config, SessionManager
 from middleware.adapters.litellm_proxy import tenant_of
 from middleware.testing import free_port
 from tests.adapter_models import get_weather
-from tests.conftest import REPO
+from tests.conftest import REPO, wait_for_health
 
 pytest.importorskip("litellm.proxy.proxy_server")
 pytestmark = pytest.mark.slow
@@ -77,15 +76,7 @@ def proxy(request: pytest.FixtureRequest, real_redis_url: str, tmp_path: Path) -
         command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=(tmp_path / "proxy.log").open("w")
     )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health/liveliness").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "proxy.log").read_text()[-2000:]
-            time.sleep(0.2)
+        wait_for_health(f"http://127.0.0.1:{port}/health/liveliness", lambda: process.poll() is None, tmp_path / "proxy.log", 120)
         config = Config().with_overrides(store={"url": real_redis_url}, usage_log={"path": None})
         yield f"http://127.0.0.1:{port}/v1", config.for_tenant(tenant_of(_master()))
     finally:

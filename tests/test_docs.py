@@ -12,7 +12,6 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ import middleware
 from middleware import Config, SessionManager
 from middleware.cli import main
 from middleware.testing import free_port
-from tests.conftest import REPO
+from tests.conftest import REPO, wait_for_health
 
 DOCS = REPO / "docs"
 PAGES = [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
@@ -97,7 +96,6 @@ def docs_endpoint(folder: Path) -> Iterator[str]:
     """`middleware serve` as the client snippet expects it, serving the snippet's model name
     with the offline scripted/echo model (an alias in serve.models), on a free port rather
     than its default 8400 (a server the user runs there must not answer the tests): its URL."""
-    import httpx
 
     port = free_port()
     (folder / "serve.yaml").write_text("serve:\n  models:\n    gpt-4o-mini: scripted/echo\nusage_log:\n  path: null\n")
@@ -105,15 +103,7 @@ def docs_endpoint(folder: Path) -> Iterator[str]:
                                cwd=folder, env=clean_env(), stdout=subprocess.DEVNULL, stderr=(folder / "serve.log").open("w"))  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, (folder / "serve.log").read_text()
-            time.sleep(0.1)
+        wait_for_health(f"{url}/health", lambda: process.poll() is None, folder / "serve.log")
         yield url
     finally:
         process.terminate()

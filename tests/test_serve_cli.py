@@ -5,10 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 from click.testing import CliRunner
@@ -16,6 +14,7 @@ from click.testing import CliRunner
 from middleware import Config, SessionManager
 from middleware.cli import main
 from middleware.testing import free_port
+from tests.conftest import wait_for_health
 
 
 def test_serve_has_help() -> None:
@@ -46,15 +45,7 @@ def test_workers_share_one_redis(real_redis_url: str, tmp_path: Path) -> None:
     process = subprocess.Popen([sys.executable, "-m", "middleware", "--config", str(config), "serve", "--port", str(port), "--workers", "2"],
                                env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "serve.log").open("w"))  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_for_health(f"http://127.0.0.1:{port}/health", lambda: process.poll() is None, tmp_path / "serve.log")
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
         for i in range(10):
             client.chat.completions.create(

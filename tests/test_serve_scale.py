@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
@@ -20,6 +19,7 @@ from middleware import SessionManager
 from middleware.serve import create_app
 from middleware.store.keys import session_keys
 from middleware.testing import free_port, register, serving
+from tests.conftest import wait_for_health
 from tests.serve_workers import TOOLS, config_for, gated, serve_endpoint
 
 pytestmark = pytest.mark.slow
@@ -36,16 +36,8 @@ def endpoints(real_redis_url: str, tmp_path: Path) -> Iterator[list[str]]:
     for process in processes:
         process.start()
     try:
-        for port in ports:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "an endpoint process did not start"
-                time.sleep(0.05)
+        for port, process in zip(ports, processes, strict=True):
+            wait_for_health(f"http://127.0.0.1:{port}/health", process.is_alive)
         yield [f"http://127.0.0.1:{port}/v1" for port in ports]
     finally:
         for process in processes:
