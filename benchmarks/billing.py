@@ -684,6 +684,13 @@ def target_rows(data: dict[str, Any]) -> list[str]:
     return _targets(data)[2:-1]
 
 
+def _points(short: float) -> str:
+    """How far a share falls short of its target, in percentage points: two decimals below a
+    tenth of a point, so a near miss never reads "by 0.0 points"."""
+    points = 100 * short
+    return f"{points:.2f} points" if points < 0.1 else f"{points:.1f} points"
+
+
 def _targets(data: dict[str, Any]) -> list[str]:
     single, chained = data["single"], data["chains"]
     ours, full = _row(single["rows"], "disclosure"), _row(single["rows"], "full")
@@ -695,7 +702,7 @@ def _targets(data: dict[str, Any]) -> list[str]:
     lines = ["| target | measured | |", "|---|---|---|"]
     lines.append(f"| dataset's conversations: ≥70% fewer billed prompt tokens (schemas included) than full history with every schema | "
                  f"**{_less(saving)}** (all calls; first calls only {_less(1 - ours['priced'][MODELS[0]].first_tokens / full['priced'][MODELS[0]].first_tokens)}) | "
-                 f"{'met' if saving >= 0.70 else f'not met, by {100 * (0.70 - saving):.1f} points (see below)'} |")  # fmt: skip
+                 f"{'met' if saving >= 0.70 else f'not met, by {_points(0.70 - saving)} (see below)'} |")  # fmt: skip
     lines.append(f"| tool coverage ≥99% | {_pct(coverage)} | {'met' if coverage >= 0.99 else 'not met'} |")
     lines.append(f"| ≤0.3 loader calls per turn | {loads:.2f} | {'met' if loads <= 0.3 else 'not met'} |")
     lines.append(f"| needed-value survival unchanged | {_pct(kept_on)} with disclosure, {_pct(kept_off)} without | "
@@ -704,7 +711,7 @@ def _targets(data: dict[str, Any]) -> list[str]:
     for provider, model in HEADLINE.items():
         saved = 1 - ours_long["priced"][model].cost / full_long["priced"][model].cost
         lines.append(f"| 100+ turns, {provider} ({model}): effective cost with caching ≥60% below the full history with caching | "
-                     f"**{_less(saved)}** | {'met' if saved >= 0.60 else f'not met, by {100 * (0.60 - saved):.1f} points (see below)'} |")  # fmt: skip
+                     f"**{_less(saved)}** | {'met' if saved >= 0.60 else f'not met, by {_points(0.60 - saved)} (see below)'} |")  # fmt: skip
     others = [m for m in MODELS if m not in HEADLINE.values()]
     cells = "; ".join(f"{m} {_less(1 - ours_long['priced'][m].cost / full_long['priced'][m].cost)}" for m in others)
     lines.append(f"| 100+ turns, the other models priced | {cells} | (not targets; see below) |")
@@ -727,7 +734,7 @@ def _pessimistic_targets(data: dict[str, Any]) -> list[str]:
         worst = min(savings.values())
         cells = "; ".join(f"{m} {_less(saved)}" for m, saved in savings.items())
         lines.append(f"| pessimistic model, {what}: effective cost ≥{target:.0%} below the full history for every priced "
-                     f"model | {cells} | {'met' if worst >= target else f'not met, by {100 * (target - worst):.1f} points'} |")  # fmt: skip
+                     f"model | {cells} | {'met' if worst >= target else f'not met, by {_points(target - worst)}'} |")  # fmt: skip
         lines.append(f"| pessimistic model, {what}: tool coverage ≥99% ({loads:.2f} loader calls per turn) | {_pct(coverage)} | "
                      f"{'met' if coverage >= 0.99 else 'not met'} |")  # fmt: skip
     return lines
@@ -788,7 +795,7 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
         "### How the targets are met or missed, and why",
         "",
         f"- **The dataset's conversations, billed tokens: {_less(short_saving)} against the 70% target** "
-        f"({'met' if short_saving >= 0.70 else f'missed by {100 * (0.70 - short_saving):.1f} points'}). Without "
+        f"({'met' if short_saving >= 0.70 else f'missed by {_points(0.70 - short_saving)}'}). Without "
         f"disclosure the middleware saves only {_less(1 - off['priced'][RAW_MODEL].tokens / base.tokens)} there: the schemas "
         f"({single['schema_tokens']:,.0f} tokens a call) dwarf the 1–7-turn history it trims. With disclosure a call averages "
         f"{per_call(mine.tokens):,.0f} tokens against the baseline's {base.tokens / base.calls:,.0f}: "
