@@ -12,6 +12,9 @@ All of them derive from ``MiddlewareError``; input and config errors are also
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 __all__ = [
     "ConfigError",
     "InvalidInputError",
@@ -26,6 +29,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "TokenBudgetError",
+    "require",
 ]
 
 
@@ -105,3 +109,14 @@ class RedactedError(MiddlewareError):
         super().__init__(message)
         self.type_name = type_name  # the original's qualified name, e.g. "litellm.exceptions.AuthenticationError"
         self.location = location  # where it was raised, e.g. "litellm/main.py:1234 in completion"
+
+
+def require(module: str, extra: str, package: str) -> ModuleType:
+    """``module``, or an ImportError that says which pip command installs it (the extra of
+    ours that brings it, or the package itself)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f'{module} is not installed: pip install "token-middleware[{extra}]" (or pip install {package})'
+        ) from exc

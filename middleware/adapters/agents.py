@@ -21,8 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.conversation import content_text
+from ..exceptions import require
 from ..session.manager import AsyncSessionManager
-from .memory import memory_messages, require, turns_in
+from .memory import memory_messages, turns_in
 
 __all__ = ["MiddlewareSession"]
 

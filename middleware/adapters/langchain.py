@@ -23,10 +23,10 @@ from typing import Any
 
 from ..core.replies import interpret_reply
 from ..core.state import Prompt
-from ..exceptions import ConfigError
+from ..exceptions import ConfigError, require
 from ..session.manager import AsyncSessionManager, SessionManager
 from ..session.standalone import composer_for
-from .memory import memory_messages, prompt_memory, require, turns_in
+from .memory import memory_messages, prompt_memory, turns_in
 
 __all__ = ["MemoryMiddleware", "MiddlewareChatMessageHistory"]
 

@@ -30,7 +30,7 @@ from ..config.schema import Config
 from ..config.service import TENANT, tenant_name
 from ..core.text import JSON_DEPTH, json_depth
 from ..events import log
-from ..exceptions import InvalidInputError
+from ..exceptions import InvalidInputError, require
 from ..lru import Lru
 from ..runner import arun
 from ..serve.session import SessionRequests
@@ -38,7 +38,6 @@ from ..serve.turns import Exchange, Turns
 from ..session.engine import Engine
 from ..store.drivers import AsyncRedisStore, AsyncSessionStore
 from ..turn.plan import Request
-from .memory import require
 
 __all__ = ["MiddlewareHook", "hook"]  # noqa: F822 (hook is made on first use, by __getattr__)
 

@@ -3,9 +3,7 @@ in a run of chat messages. No framework is imported here."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any, NamedTuple
 
 from ..config.schema import Config
@@ -15,20 +13,10 @@ from ..core.state import Prompt, SessionState, ToolCall
 from ..session.standalone import composer_for
 from ..tokens import Tokenizer
 
-__all__ = ["ChatTurn", "memory_messages", "prompt_memory", "require", "turns_in"]
+__all__ = ["ChatTurn", "memory_messages", "prompt_memory", "turns_in"]
 
 # The composer needs a current message; the adapters leave it out of what they return.
 _PLACEHOLDER = "."
-
-
-def require(module: str, extra: str, package: str) -> ModuleType:
-    """``module``, or an ImportError that says which pip command installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(
-            f'{module} is not installed: pip install "token-middleware[{extra}]" (or pip install {package})'
-        ) from exc
 
 
 def memory_messages(state: SessionState, config: Config, tokenizer: Tokenizer) -> list[dict[str, str]]:

@@ -21,7 +21,7 @@ from click.core import ParameterSource
 
 from ..config.files import ENV_REDIS_URL
 from ..config.schema import Config
-from ..exceptions import LLMError
+from ..exceptions import LLMError, require
 from .console import CliContext, checked_tenant, errors, joined, literal, new_console, store_options, warn_if_private_store
 from .demo import demo
 from .report import report
@@ -262,13 +262,10 @@ def serve(obj: CliContext, host: str | None, port: int | None, workers: int) -> 
 def _web_server(command: str) -> Any:
     """uvicorn, or a clear error: the endpoint and the inspector come with the serve extra."""
     try:
-        import starlette  # noqa: F401
-        import uvicorn
-    except ImportError:
-        raise click.ClickException(
-            f'middleware {command} needs the web server packages: pip install "token-middleware[serve]"'
-        ) from None
-    return uvicorn
+        require("starlette", "serve", "starlette uvicorn")
+        return require("uvicorn", "serve", "starlette uvicorn")
+    except ImportError as exc:
+        raise click.ClickException(f"middleware {command}: {exc}") from None
 
 
 def _store_name(config: Config) -> str:

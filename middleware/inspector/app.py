@@ -25,11 +25,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from importlib.resources import files
 from typing import Any
 
-try:
-    import starlette  # noqa: F401
-except ImportError as exc:  # the library alone: the endpoint and the inspector come with an extra
-    raise ImportError('middleware.inspector needs starlette and uvicorn: pip install "token-middleware[serve]"') from exc
-
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers

@@ -6,11 +6,10 @@ every call and records each turn (see ``middleware.serve.app``).
 
 from __future__ import annotations
 
-try:
-    import starlette  # noqa: F401
-except ImportError as exc:  # the library alone: the endpoint and the inspector come with an extra
-    raise ImportError(f'{__name__} needs starlette and uvicorn: pip install "token-middleware[serve]"') from exc
+from ..exceptions import require
 
-from .app import Endpoint, app_from_environment, create_app
+require("starlette", "serve", "starlette uvicorn")  # the library alone: the endpoint comes with an extra
+
+from .app import Endpoint, app_from_environment, create_app  # noqa: E402 (after the check)
 
 __all__ = ["Endpoint", "app_from_environment", "create_app"]
