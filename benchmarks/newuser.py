@@ -18,7 +18,6 @@ import argparse
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import write_section
+from benchmarks.overhead import import_time
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "BENCHMARKS.md"
@@ -81,18 +81,6 @@ def _venv(folder: Path, name: str, target: str, clone: Path, env: Mapping[str, s
     }
 
 
-def _import_ms(python: Path, env: Mapping[str, str], runs: int = 7) -> float:
-    def median(code: str) -> float:
-        times = []
-        for _ in range(runs):
-            seconds, done = _timed([str(python), "-c", code], Path(tempfile.gettempdir()), env, timeout=120)
-            _checked(done, code)
-            times.append(seconds)
-        return statistics.median(times) * 1000
-
-    return median("import middleware") - median("pass")
-
-
 def _test_command(readme: str) -> str:
     found = re.search(r"## Run the tests\n(?:.*\n)*?```bash\n(.+?)\n```", readme)
     return found.group(1) if found else "python -m pytest"
@@ -115,7 +103,7 @@ def measure(tests: bool = True) -> dict[str, Any]:
         figures: dict[str, Any] = {
             "core": {k: v for k, v in core.items() if k != "python"},
             "dev": {k: v for k, v in dev.items() if k != "python"},
-            "import_ms": _import_ms(core["python"], env),
+            "import_ms": import_time(runs=7, python=str(core["python"]))[0],
             "demo_seconds": demo_seconds,
             "demo_lines": len(demo.stdout.splitlines()),
             "demo_widest": max((len(line) for line in demo.stdout.splitlines()), default=0),
