@@ -32,7 +32,7 @@ import sys
 import time
 import types
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -171,22 +171,36 @@ class Model:
     def __call__(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
         assert self.turn is not None
         self.requests.append(([dict(m) for m in messages], [dict(t) for t in tools or ()]))
-        names = [t["function"]["name"] for t in tools or ()]
-        last = messages[-1]
-        if last["role"] == "tool" and not self.after_loader(messages):
-            return {"role": "assistant", "content": self.turn.reply, "tool_calls": None}
+        names = {t["function"]["name"] for t in tools or ()}
+        if messages[-1]["role"] == "tool" and not self.after_loader(messages):
+            return self.reply()
         needed = list(dict.fromkeys(call.name for call in self.turn.calls))
-        if not needed:
-            self.played.covered += 1
-            return {"role": "assistant", "content": self.turn.reply, "tool_calls": None}
-        index = _index(tools or ())
-        missing = [name for name in needed if name not in names and name in index]
-        if missing and not self.loaded:
-            self.loaded = True
+        load = self.to_load(needed, names, tools or ())
+        if load:
             self.played.loader_calls += 1
-            return _ask([(LOADER, {"names": missing})], self.calls_made)
+            return _ask([(LOADER, {"names": load})], self.calls_made)
         self.played.covered += all(name in names for name in needed)
+        return self.answer(names)
+
+    def to_load(self, needed: Sequence[str], names: Set[str], tools: Sequence[Mapping[str, Any]]) -> list[str]:
+        """What to load before answering: the needed tools not sent, once (it reads the reference)."""
+        index = _index(tools)
+        missing = [name for name in needed if name not in names and name in index]
+        if not missing or self.loaded:
+            return []
+        self.loaded = True
+        return missing
+
+    def answer(self, names: Set[str]) -> dict[str, Any]:
+        """The reference calls (a turn without any: the reply)."""
+        assert self.turn is not None
+        if not self.turn.calls:
+            return self.reply()
         return _ask([(call.name, call.arguments) for call in self.turn.calls], self.calls_made)
+
+    def reply(self) -> dict[str, Any]:
+        assert self.turn is not None
+        return {"role": "assistant", "content": self.turn.reply, "tool_calls": None}
 
     @staticmethod
     def after_loader(messages: Sequence[Mapping[str, Any]]) -> bool:
@@ -216,27 +230,27 @@ class ReadingModel(Model):
         super().start(turn, outputs)
         self.rounds, self.asked = 0, set()
 
-    def __call__(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+    def to_load(self, needed: Sequence[str], names: Set[str], tools: Sequence[Mapping[str, Any]]) -> list[str]:
+        """While a needed tool is missing: the unsent names its own reading puts first, for
+        at most ROUNDS rounds (the reference says only whether it has what it needs)."""
         assert self.turn is not None
-        self.requests.append(([dict(m) for m in messages], [dict(t) for t in tools or ()]))
-        names = {t["function"]["name"] for t in tools or ()}
-        if messages[-1]["role"] == "tool" and not self.after_loader(messages):
-            return {"role": "assistant", "content": self.turn.reply, "tool_calls": None}
-        needed = list(dict.fromkeys(call.name for call in self.turn.calls))
-        groups = _index_groups(tools or ())
+        groups = _index_groups(tools)
         unsent = [name for name in groups if name not in names and name not in self.asked]
-        if any(name not in names for name in needed) and unsent and self.rounds < self.ROUNDS:
-            self.rounds += 1
-            self.played.loader_calls += 1
-            chosen = self.read(self.turn.user, unsent, groups)
-            self.asked.update(chosen)
-            return _ask([(LOADER, {"names": chosen})], self.calls_made)
-        self.played.covered += all(name in names for name in needed)
+        if not any(name not in names for name in needed) or not unsent or self.rounds >= self.ROUNDS:
+            return []
+        self.rounds += 1
+        chosen = self.read(self.turn.user, unsent, groups)
+        self.asked.update(chosen)
+        return chosen
+
+    def answer(self, names: Set[str]) -> dict[str, Any]:
+        """The reference calls whose tools it has (their recorded outputs in order); none: the reply."""
+        assert self.turn is not None
         calls = [call for call in self.turn.calls if call.name in names]
-        if self.outputs is not None:  # the recorded outputs of the calls it makes, in order
+        if self.outputs is not None:
             self.outputs.queue = [call.result for call in calls]
         if not calls:
-            return {"role": "assistant", "content": self.turn.reply, "tool_calls": None}
+            return self.reply()
         return _ask([(call.name, call.arguments) for call in calls], self.calls_made)
 
     def read(self, message: str, candidates: Sequence[str], groups: Mapping[str, str]) -> list[str]:
