@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from middleware import Config, SessionState
-from middleware.adapters.memory import memory_messages, require, turns_in
+from middleware.adapters.memory import memory_messages, turns_in
+from middleware.exceptions import require
 from middleware.tokens import get_tokenizer
 
 
