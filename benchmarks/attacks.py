@@ -353,7 +353,7 @@ def section(figures: Mapping[str, Any], commit: str) -> str:
         START,
         "## Attacks on the endpoint",
         "",
-        f"`python -m benchmarks.attacks` at {commit}: a real `middleware serve` (two for the crash) with two client keys, a redis-server and a "
+        f"`python -m benchmarks.attacks` at commit {commit}: a real `middleware serve` (two for the crash) with two client keys, a redis-server and a "
         "mock OpenAI-compatible upstream, all on 127.0.0.1, attacked from outside.",
         "",
         "| attack | result | verdict |",
@@ -382,7 +382,7 @@ def section(figures: Mapping[str, Any], commit: str) -> str:
 
 
 def main() -> None:
-    from benchmarks.__main__ import commit
+    from benchmarks.stamps import commit
 
     text = section(measure(), commit())
     from benchmarks.load import SECTION

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from benchmarks import write_section
+from benchmarks.stamps import at_commit
 from middleware import Config, SessionManager, Tool, llm
 from middleware.core.caching import CacheState, Rules, request_blocks, split, with_breakpoints
 from middleware.testing.scripted import register, register_embedder
@@ -342,7 +343,7 @@ def replay(played: Played, model: Model, sessions: Sequence[Sequence[Conversatio
            progress: Callable[[int], None]) -> Played:  # fmt: skip
     """Every session through ``entrance``: the calls as the model received them, counted into ``played``."""
     for number, session in enumerate(sessions):
-        outputs, own_calls = Outputs(), []
+        outputs, own_calls = Outputs(), list[Call]()
         entrance.start(number, session, outputs)
         every = sum(len(schemas(name)) for name in session_classes(session))
         for conversation in session:
@@ -450,6 +451,85 @@ def full_history(sessions: Sequence[Sequence[Conversation]], progress: Callable[
                 history += added
                 progress(1)
         played.sessions.append(calls)
+    return played
+
+
+def _window(history: Sequence[tuple[dict[str, Any], int]], budget: float) -> int:
+    """Where the newest messages of ``history`` (with their tokens) within ``budget`` tokens
+    start, opening on a user message."""
+    start, used = len(history), 0
+    while start and used + history[start - 1][1] <= budget:
+        start -= 1
+        used += history[start][1]
+    while start < len(history) and history[start][0]["role"] != "user":  # no orphan tool result or reply
+        start += 1
+    return start
+
+
+def window(sessions: Sequence[Sequence[Conversation]], tokens: int, progress: Callable[[int], None] = lambda n: None) -> Played:
+    """The strongest simple baseline: a chatbot that resends the newest messages within a
+    budget, with every schema on every call, as the full history does; the budget is set so
+    that its calls' messages add up to at most ``tokens`` (what the middleware without
+    disclosure sent), so memory's own contribution is what the two differ by."""
+    count = get_tokenizer(COUNTING).count_message
+    static = _static_prefix()
+    system = {"role": "system", "content": static}
+    system_tokens = count(system)
+    # (session, conversation, turn, the turn's messages with their tokens)
+    turns: list[tuple[int, int, Turn, list[tuple[dict[str, Any], int]]]] = []
+    number = 0
+    for index, session in enumerate(sessions):
+        for part, conversation in enumerate(session):
+            for turn in conversation.turns:
+                number += 1
+                turns.append((index, part, turn, [(m, count(m)) for m in turn_messages(turn, number)]))
+
+    def played_turns(budget: float) -> Iterator[tuple[int, Turn, list[list[dict[str, Any]]], list[dict[str, Any]], int]]:
+        history: list[tuple[dict[str, Any], int]] = []
+        own: list[dict[str, Any]] = []  # the conversation's own turns: where needed values are looked for
+        current, conversation = -1, -1
+        for index, part, turn, added in turns:
+            if (index, part) != (current, conversation):  # a new conversation, maybe of a new session
+                own = []
+                if index != current:
+                    history = []
+                current, conversation = index, part
+            start = _window(history, budget)
+            base = [system, *(m for m, _ in history[start:]), added[0][0]]
+            tokens = system_tokens + sum(n for _, n in history[start:]) + added[0][1]
+            calls, sent = [base], tokens
+            if turn.calls:
+                calls.append(base + [m for m, _ in added[1:-1]])
+                sent += tokens + sum(n for _, n in added[1:-1])
+            yield index, turn, calls, own, sent
+            history = history + added
+            own = own + [m for m, _ in added]
+
+    def sent(budget: float) -> int:
+        return sum(total for *_, total in played_turns(budget))
+
+    low, high = 0.0, float(sum(n for *_, added in turns for _, n in added))
+    for _ in range(24):  # the largest budget whose messages stay within ``tokens``
+        middle = (low + high) / 2
+        low, high = (middle, high) if sent(middle) <= tokens else (low, middle)
+    played = Played(
+        "window",
+        f"last messages within {low:,.0f} tokens (as many in all as the middleware without disclosure sends), every schema",
+    )
+    by_session: dict[int, list[Call]] = {}
+    for index, turn, calls, own, _ in played_turns(low):
+        every = [s for name in session_classes(sessions[index]) for s in schemas(name)]
+        played.turns += 1
+        played.covered += 1
+        played.sent_up_front += 1
+        for number, messages in enumerate(calls):
+            marked, marked_tools = with_breakpoints(messages, every, static_prefix=static, stable_tools=len(every))
+            by_session.setdefault(index, []).append(Call(marked_tools or [], marked, number == 0))
+            played.schemas_sent.append(len(every))
+            played.schema_tokens += llm.tools_tokens(COUNTING, every)
+        _count_kept(played, turn, own, calls[0])
+        progress(1)
+    played.sessions = list(by_session.values())
     return played
 
 
@@ -574,6 +654,16 @@ def run(
             for replay in by_model.values():
                 replay.sessions = []  # priced: the requests are not needed any more
             rows.append({"name": name, "label": label, "played": by_model[RAW_MODEL], "by_model": by_model, "priced": priced})
+        off = next((row for row in rows if row["name"] == "every_schema"), None)
+        if off is not None:  # memory's own contribution: the same tokens of messages in a plain window
+            prices, played_off = off["priced"], off["played"]
+            assert isinstance(prices, dict) and isinstance(played_off, Played)
+            priced_off = prices[RAW_MODEL]
+            messages = priced_off.tokens - played_off.schema_tokens - 3 * priced_off.calls  # less the reply priming
+            plain = window(sessions, messages, tick)
+            rows.append({"name": "window", "label": plain.label, "played": plain, "by_model": {RAW_MODEL: plain},
+                         "priced": {model: price(plain, model) for model in MODELS}})  # fmt: skip
+            plain.sessions = []
         # What disclosure.cache_aware is for: Claude Haiku 4.5 with the check off.
         haiku = "claude-haiku-4-5"
         unchecked = play(
@@ -615,11 +705,17 @@ def section(data: dict[str, Any], command: str = COMMAND) -> str:
     single, chained = data["single"], data["chains"]
     lines = [START, "## 6. Billed tokens: tool schemas and prompt caching", ""]
     lines += [
-        f"`{command}` ({data['seconds'] / 60:.1f} minutes; also part of `python -m benchmarks`). The BFCL multi-turn conversations "
+        f"`{command}` {at_commit()} ({data['seconds'] / 60:.1f} minutes; also part of `python -m benchmarks`). The BFCL multi-turn conversations "
         f"({data['conversations']} conversations, {data['turns']} turns) played through `SessionManager.chat()` and litellm with a "
         "scripted model that follows the dataset's reference: per user turn it calls the reference tools in one round (first "
         "loading, with the disclosure loader, those whose schemas it was not sent and whose names the loader's index lists), "
-        "then gives the turn's final reply; the tools return BFCL's own outputs. Every call is counted as the provider bills it, "
+        "then gives the turn's final reply; the tools return BFCL's own outputs. That model is the optimistic bound: it loads "
+        "exactly what it lacks. The pessimistic bound (the rows *a model that chooses what to load by its own reading*) does not "
+        "read the reference to choose: it sees the schemas and the loader's index of tool names by group, and while a tool the "
+        f"turn needs is missing it loads the {ReadingModel.PER_ROUND} unsent names most like the user message by "
+        "all-MiniLM-L6-v2 (not the middleware's matcher), wrong ones included, for at most "
+        f"{ReadingModel.ROUNDS} loader rounds; a turn whose needed tools are still missing then is not covered, and the model "
+        "makes only the calls it can. Every call is counted as the provider bills it, "
         "**tool schemas included** (BFCL's schemas converted as BFCL converts them for OpenAI-style models: median "
         f"{single['schema_tokens']:,.0f} tokens per conversation's classes, {chained['schema_tokens']:,.0f} per long session), "
         "against a chatbot that resends its full history with every schema of the involved classes on every call, for the "
@@ -730,7 +826,50 @@ def _targets(data: dict[str, Any]) -> list[str]:
     cells = "; ".join(f"{m} {_less(1 - ours_long['priced'][m].cost / full_long['priced'][m].cost)}" for m in others)
     lines.append(f"| 100+ turns, the other models priced | {cells} | (not targets; see below) |")
     lines += _pessimistic_targets(data)
+    lines.append(_never_costlier(data))
+    lines += _memory_alone(data)
     return [*lines, ""]
+
+
+def _memory_alone(data: dict[str, Any]) -> list[str]:
+    """Memory's own contribution: the middleware without disclosure against a window of as
+    many tokens, both with every schema, priced for each model (shown, not a target)."""
+    lines = []
+    for scope, what in (("single", "short conversations"), ("chains", "100+ turns")):
+        rows = data[scope]["rows"]
+        if not any(row["name"] == "window" for row in rows):
+            continue
+        ours, plain, full = _row(rows, "every_schema"), _row(rows, "window"), _row(rows, "full")
+        cells = "; ".join(
+            f"{m} {_less(1 - ours['priced'][m].cost / full['priced'][m].cost)} against "
+            f"{_less(1 - plain['priced'][m].cost / full['priced'][m].cost)}"
+            for m in MODELS
+        )
+        kept = [row["played"].kept / row["played"].needed if row["played"].needed else 1.0 for row in (ours, plain)]
+        tokens = [row["priced"][RAW_MODEL].tokens for row in (ours, plain)]
+        lines.append(
+            f"| memory's own part, {what}: the middleware without disclosure against the newest messages within as many "
+            f"tokens ({tokens[0]:,} and {tokens[1]:,} billed), both with every schema: effective cost against the full "
+            f"history | {cells}; needed values kept {_pct(kept[0])} against {_pct(kept[1])} (values of the conversation's own "
+            "earlier turns; those of other tasks' turns: see 5.2) | (shown apart, not a target) |"
+        )
+    return lines
+
+
+def _never_costlier(data: dict[str, Any]) -> str:
+    """The target that no session class costs any priced model more than the full history,
+    at the defaults, under both simulated models."""
+    over = []
+    for scope, what in (("single", "short conversations"), ("chains", "100+ turns")):
+        rows = data[scope]["rows"]
+        full = _row(rows, "full")
+        for row in (r for r in rows if r["name"] in ("disclosure", "reading")):
+            model_kind = "pessimistic" if row["name"] == "reading" else "optimistic"
+            over += [f"{m} {_less(1 - row['priced'][m].cost / full['priced'][m].cost)} ({what}, {model_kind} model)"
+                     for m in MODELS if row["priced"][m].cost > full["priced"][m].cost]  # fmt: skip
+    measured = "; ".join(over) if over else "none costs more"
+    return (f"| no session class where any priced model's effective cost exceeds the full history's (defaults, both "
+            f"simulated models) | {measured} | {'met' if not over else f'not met, in {len(over)} cases'} |")  # fmt: skip
 
 
 def _pessimistic_targets(data: dict[str, Any]) -> list[str]:

@@ -18,6 +18,7 @@ messages.
 
 from __future__ import annotations
 
+import importlib
 import random
 import statistics
 import uuid
@@ -161,15 +162,21 @@ def _filler(rng: random.Random, things: Sequence[str], sentences: int, filler: S
     return " ".join(rng.choice(filler).format(thing=rng.choice(things)) for _ in range(sentences))
 
 
-def conversations(count: int = 40, seed: int = 2026, *, heldout: bool = False) -> list[Conversation]:
-    """``count`` conversations, the same every time for a seed. ``heldout``: with the
-    wordings of ``benchmarks.facts_heldout`` (other values, statements, questions and
-    filler, half of it with names, times and prices in passing), written without sight
-    of the rules that find what a user states, to measure how far those rules carry."""
-    facts, filler, replies = FACTS, FILLER, REPLIES
-    if heldout:
-        from benchmarks import facts_heldout as words
+WORDINGS = ("first", "heldout", "unseen")  # this module's; benchmarks.facts_heldout's; benchmarks.facts_unseen's
 
+
+def conversations(count: int = 40, seed: int = 2026, *, wording: str = "first") -> list[Conversation]:
+    """``count`` conversations, the same every time for a seed, with one of ``WORDINGS``:
+    this module's facts and filler (``first``: the set recall's defaults were chosen on);
+    ``heldout``, the wordings of ``benchmarks.facts_heldout`` (other values, statements,
+    questions and filler, half of it with names, times and prices in passing), written
+    without sight of the rules that find what a user states, which fed a rejected variant;
+    or ``unseen``, the frozen set of ``benchmarks.facts_unseen``, which nothing was chosen on."""
+    if wording not in WORDINGS:
+        raise ValueError(f"wording {wording[:40]!r}: expected one of {', '.join(WORDINGS)}")
+    facts, filler, replies = FACTS, FILLER, REPLIES
+    if wording != "first":
+        words = importlib.import_module(f"benchmarks.facts_{wording}")
         facts, filler, replies = words.FACTS, words.FILLER, words.REPLIES
     rng = random.Random(seed)
     made = []

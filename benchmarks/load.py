@@ -1,18 +1,21 @@
-"""The endpoint under load, side by side with LiteLLM's own proxy, in one run.
+"""The endpoint under load, side by side with LiteLLM's own proxy, three runs of each level.
 
     pip install -e ".[bench]"
-    python -m benchmarks load                    # about 15 minutes; updates section 8 of BENCHMARKS.md
+    python -m benchmarks load                    # about 25 minutes on 2 cores; updates section 8 of BENCHMARKS.md
     python -m benchmarks load --soak-seconds 60  # a shorter soak
 
 Everything runs on this machine, on loopback: a mock OpenAI-compatible upstream that
 answers at once (so only what sits in front of it is measured), a redis-server,
 ``middleware serve`` and ``litellm`` (the proxy), each a single process forwarding to the
-same mock; at each level the mock called directly, the endpoint and the proxy are
-measured back to back. Clients each hold a connection and send one
-request after another (a new user message each, their own session each); added latency is
-a system's percentile minus the direct call's at the same concurrency. Afterwards every
-turn the endpoint answered is looked for in Redis: lost and duplicated turns are counted.
-The soak then runs the endpoint at a bounded request rate and samples its RSS.
+same mock. Clients each hold a connection and send one request after another (a new user
+message each, their own session each). Every request is paired with a direct call to the
+mock by the same client, just before or just after it (alternately); its added latency is
+its time minus its direct call's. Each level is run three times, interleaved (run 1 of
+every system, then run 2, ...), so that drift on a shared machine weighs on every system
+alike; the report gives the median and the spread, and a verdict against the proxy only
+where all runs agree. Afterwards every turn the endpoint answered is looked for in Redis:
+lost and duplicated turns are counted. The soak then runs the endpoint at a bounded
+request rate and samples its RSS.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,27 +36,53 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 LEVELS = (1, 16, 128)
-REQUESTS = {1: 500, 16: 3000, 128: 6000}  # per system and level, after a warm-up
+RUNS = 3
+REQUESTS = {1: 500, 16: 2000, 128: 4000}  # per system, level and run, each paired with a direct call, after a warm-up
+# Seconds a paired request takes on a 2-core AMD EPYC, by system and level: only for the
+# time printed before the run starts.
+SECONDS_PER_REQUEST = {
+    "direct": {1: 0.0009, 16: 0.0003, 128: 0.0006},
+    "middleware serve": {1: 0.0065, 16: 0.005, 128: 0.006},
+    "LiteLLM proxy": {1: 0.0095, 16: 0.0105, 128: 0.011},
+}
+STARTUP_SECONDS = 30  # the processes' start and the turn count
 MASTER_KEY = "sk-bench-master-key-0000"
 SECTION = "## 8. The endpoint under load"
+ENDPOINT, PROXY = "middleware serve", "LiteLLM proxy"
 
 
 @dataclass
 class Run:
     system: str
     concurrency: int
-    latencies: list[float] = field(default_factory=list)  # seconds, successful requests
-    errors: int = 0
+    number: int = 1  # which of the repeated runs
+    latencies: list[float] = field(default_factory=list)  # seconds, the system's successful calls
+    added: list[float] = field(default_factory=list)  # seconds, each successful call minus its paired direct call
+    direct_seconds: float = 0.0  # the clients' time in the paired direct calls
+    errors: int = 0  # failed calls to the system
+    direct_errors: int = 0  # failed paired direct calls (their requests have no added latency)
     seconds: float = 0.0
     sent: list[str] = field(default_factory=list)  # the user messages answered (for the endpoint's count)
 
     @property
     def throughput(self) -> float:
+        """The system's answered calls a second of the run's wall time (the paired direct calls' time included)."""
         return len(self.latencies) / self.seconds if self.seconds else 0.0
 
-    def percentile(self, q: float) -> float:
-        ordered = sorted(self.latencies)
-        return ordered[min(int(q * len(ordered)), len(ordered) - 1)] * 1000 if ordered else float("nan")
+    @property
+    def direct_share(self) -> float:
+        """The part of the clients' time spent in the paired direct calls."""
+        busy = self.direct_seconds + sum(self.latencies)
+        return self.direct_seconds / busy if busy else 0.0
+
+    def added_ms(self, q: float) -> float:
+        return percentile(self.added, q)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (seconds), nearest rank, in milliseconds."""
+    ordered = sorted(values)
+    return ordered[min(int(q * len(ordered)), len(ordered) - 1)] * 1000 if ordered else float("nan")
 
 
 # --- processes ----------------------------------------------------------------------------------
@@ -126,15 +156,32 @@ def rss_mib(pid: int) -> float:
 
 
 async def _load(url: str, system: str, concurrency: int, total: int, *, headers: dict[str, str], tag: str,
-                rate: float | None = None) -> Run:  # fmt: skip
+                direct: str | None = None, rate: float | None = None) -> Run:  # fmt: skip
     """``concurrency`` clients sending ``total`` requests in all, one after another each; with
-    ``rate``, no more than that many requests a second in all."""
+    ``direct`` (the mock's URL), each request paired with the same request sent there by the
+    same client, before it for every other request and after it otherwise; with ``rate``, no
+    more than that many requests a second in all."""
     import aiohttp
 
-    run, issued = Run(system, concurrency), 0
+    result, issued = Run(system, concurrency), 0
+    timeout = aiohttp.ClientTimeout(total=120)
+
+    async def call(session: aiohttp.ClientSession, target: str, body: dict[str, Any], extra: dict[str, str]) -> float | None:
+        """The call's time in seconds, or None when it failed."""
+        sent = time.perf_counter()
+        try:
+            async with session.post(target, json=body, headers=extra) as response:
+                await response.read()
+                ok = response.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            ok = False
+        return time.perf_counter() - sent if ok else None
+
     started = time.perf_counter()
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency), timeout=timeout) as session,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency), timeout=timeout) as to_mock,
+    ):
 
         async def client(number: int) -> None:
             nonlocal issued
@@ -145,28 +192,43 @@ async def _load(url: str, system: str, concurrency: int, total: int, *, headers:
                     await asyncio.sleep(max(0.0, started + issued / rate - time.perf_counter()))
                 text = f"{tag} c{number} t{turn} hello there"
                 body = {"model": "mock", "messages": [{"role": "user", "content": text}]}
-                sent = time.perf_counter()
-                try:
-                    async with session.post(url, json=body, headers={**headers, "X-Session-Id": f"{tag}-c{number}"}) as response:
-                        await response.read()
-                        ok = response.status == 200
-                except aiohttp.ClientError:
-                    ok = False
-                if ok:
-                    run.latencies.append(time.perf_counter() - sent)
-                    run.sent.append(text)
+                own = {**headers, "X-Session-Id": f"{tag}-c{number}"}
+                base: float | None = None
+                if direct is None:
+                    took = await call(session, url, body, own)
+                elif (number + turn) % 2:
+                    base = await call(to_mock, direct, body, {})
+                    took = await call(session, url, body, own)
                 else:
-                    run.errors += 1
+                    took = await call(session, url, body, own)
+                    base = await call(to_mock, direct, body, {})
+                if took is None:
+                    result.errors += 1
+                else:
+                    result.latencies.append(took)
+                    result.sent.append(text)
+                if direct is not None:
+                    if base is None:
+                        result.direct_errors += 1
+                    else:
+                        result.direct_seconds += base
+                        if took is not None:
+                            result.added.append(took - base)
                 turn += 1
 
         await asyncio.gather(*(client(n) for n in range(concurrency)))
-    run.seconds = time.perf_counter() - started
-    return run
+    result.seconds = time.perf_counter() - started
+    return result
 
 
-def measure(url: str, system: str, concurrency: int, total: int, headers: dict[str, str], tag: str) -> Run:
-    asyncio.run(_load(url, system, concurrency, min(total // 10, 200) + concurrency, headers=headers, tag=f"warm-{tag}"))
-    return asyncio.run(_load(url, system, concurrency, total, headers=headers, tag=tag))
+def warm_up(total: int, concurrency: int) -> int:
+    return min(total // 20, 100) + concurrency
+
+
+def measure(url: str, system: str, concurrency: int, total: int, headers: dict[str, str], tag: str, direct: str) -> Run:
+    """A short warm-up (unpaired), then ``total`` paired requests."""
+    asyncio.run(_load(url, system, concurrency, warm_up(total, concurrency), headers=headers, tag=f"warm-{tag}"))
+    return asyncio.run(_load(url, system, concurrency, total, headers=headers, tag=tag, direct=direct))
 
 
 def count_turns(redis_url: str, runs: list[Run]) -> dict[str, int]:
@@ -205,14 +267,28 @@ def soak(url: str, pid: int, seconds: float, rate: float, concurrency: int) -> l
 # --- the run -----------------------------------------------------------------------------------
 
 
-def run(
-    *, soak_seconds: float = 600, soak_rate: float = 50, levels: tuple[int, ...] = LEVELS, scale: float = 1.0
-) -> dict[str, Any]:
-    """Every system at every level, the three measured back to back at each level (so a load
-    that comes and goes on a shared machine weighs on them alike), then the soak."""
+def requests_per_run(levels: tuple[int, ...], scale: float) -> dict[int, int]:
+    return {level: max(int(REQUESTS.get(level, 2000) * scale), level * 4) for level in levels}
+
+
+def expected_seconds(totals: dict[int, int], runs: int, soak_seconds: float) -> float:
+    """About how long the run takes on a 2-core AMD EPYC (from SECONDS_PER_REQUEST)."""
+    per_run = sum((total + warm_up(total, level)) * costs.get(level, max(costs.values()))
+                  for level, total in totals.items() for costs in SECONDS_PER_REQUEST.values())  # fmt: skip
+    return STARTUP_SECONDS + runs * per_run + soak_seconds
+
+
+def run(*, soak_seconds: float = 600, soak_rate: float = 50, levels: tuple[int, ...] = LEVELS, runs: int = RUNS,
+        scale: float = 1.0) -> dict[str, Any]:  # fmt: skip
+    """Every system at every level ``runs`` times: at each level run 1 of every system, then
+    run 2, ..., the systems' order turned by one each run (so a load that comes and goes on a
+    shared machine weighs on them alike); then the soak."""
     from middleware.testing import RedisServer, free_port
 
-    results: dict[str, Any] = {"runs": [], "levels": levels}
+    totals = requests_per_run(levels, scale)
+    print(f"  expected: about {expected_seconds(totals, runs, soak_seconds) / 60:.0f} min on a 2-core AMD EPYC", flush=True)
+    began = time.monotonic()
+    results: dict[str, Any] = {"runs": [], "levels": levels, "repeats": runs, "requests": totals}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         mock_port, serve_port, proxy_port = free_port(), free_port(), free_port()
@@ -225,55 +301,122 @@ def run(
             ):
                 _wait_http(f"http://127.0.0.1:{serve_port}/health", serve)
                 _wait_http(f"http://127.0.0.1:{proxy_port}/health/liveliness", proxy)  # its /v1/models needs its key
-                systems = [("direct", f"{mock}/chat/completions", {}),
-                           ("middleware serve", f"http://127.0.0.1:{serve_port}/v1/chat/completions", {}),
-                           ("LiteLLM proxy", f"http://127.0.0.1:{proxy_port}/v1/chat/completions", {"Authorization": f"Bearer {MASTER_KEY}"})]  # fmt: skip
+                systems: list[tuple[str, str, dict[str, str]]] = [
+                    ("direct", f"{mock}/chat/completions", {}),
+                    (ENDPOINT, f"http://127.0.0.1:{serve_port}/v1/chat/completions", {}),
+                    (PROXY, f"http://127.0.0.1:{proxy_port}/v1/chat/completions", {"Authorization": f"Bearer {MASTER_KEY}"}),
+                ]
                 for level in levels:
-                    total = max(int(REQUESTS.get(level, 2000) * scale), level * 4)
-                    for name, url, headers in systems:
-                        print(f"  {name} at {level} clients: {total} requests", flush=True)
-                        results["runs"].append(measure(url, name, level, total, headers, f"L{level}"))
-                results["turns"] = count_turns(redis.url, [r for r in results["runs"] if r.system == "middleware serve"])
+                    for number in range(1, runs + 1):
+                        turned = (number - 1) % len(systems)
+                        for name, url, headers in systems[turned:] + systems[:turned]:
+                            print(f"  {(time.monotonic() - began) / 60:4.1f} min  {level} clients, run {number} of {runs}, "
+                                  f"{name}: {totals[level]} paired requests", flush=True)  # fmt: skip
+                            result = measure(url, name, level, totals[level], headers, f"L{level}r{number}", systems[0][1])
+                            result.number = number
+                            results["runs"].append(result)
+                results["turns"] = count_turns(redis.url, [r for r in results["runs"] if r.system == ENDPOINT])
                 if soak_seconds > 0:
-                    print(f"  soak: {soak_seconds:g} s at {soak_rate:g} requests/s", flush=True)
+                    print(f"  {(time.monotonic() - began) / 60:4.1f} min  soak: {soak_seconds:g} s at {soak_rate:g} requests/s",
+                          flush=True)  # fmt: skip
                     results["soak"] = soak(systems[1][1], serve.pid, soak_seconds, soak_rate, 16)
                     results["soak_settings"] = (soak_seconds, soak_rate)
+    results["seconds"] = time.monotonic() - began
     return results
 
 
 def _commit() -> str:
-    from benchmarks.__main__ import commit
+    from benchmarks.stamps import commit
 
     return commit()
 
 
+# --- the report --------------------------------------------------------------------------------
+
+# What the verdicts compare, and whether more is better.
+MEASURES: tuple[tuple[str, Callable[[Run], float], bool], ...] = (
+    ("requests/s", lambda r: r.throughput, True),
+    ("added p50", lambda r: r.added_ms(0.5), False),
+    ("added p99", lambda r: r.added_ms(0.99), False),
+)
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def _spread(values: list[float], show: Callable[[float], str]) -> str:
+    """The median of ``values``, with their range when there are several."""
+    if len(values) < 2:
+        return show(values[0]) if values else ""
+    low, high = min(values), max(values)
+    return f"{show(statistics.median(values))} ({show(low)}{' to ' if low < 0 else '–'}{show(high)})"
+
+
+def verdict(ours: list[Run], theirs: list[Run], value: Callable[[Run], float], higher: bool) -> str:
+    """Run k of the endpoint against run k of the proxy: "beats" or "loses" only when every
+    run says so, otherwise "mixed (k of n)", k the runs the endpoint did better in."""
+    by_number = {r.number: r for r in theirs}
+    pairs = [(value(a), value(by_number[a.number])) for a in ours if a.number in by_number]
+    if not pairs:
+        return "n/a"
+    better = sum((a > b) if higher else (a < b) for a, b in pairs)
+    worse = sum((a < b) if higher else (a > b) for a, b in pairs)
+    return "beats" if better == len(pairs) else "loses" if worse == len(pairs) else f"mixed ({better} of {len(pairs)})"
+
+
 def render(results: dict[str, Any], command: str) -> str:
     runs: list[Run] = results["runs"]
-    direct = {r.concurrency: r for r in runs if r.system == "direct"}
+    repeats: int = results["repeats"]
+    levels: tuple[int, ...] = results["levels"]
+
+    def of(system: str, level: int) -> list[Run]:
+        return sorted((r for r in runs if r.system == system and r.concurrency == level), key=lambda r: r.number)
+
+    sizes = ", ".join(f"{results['requests'][level]:,}" for level in levels)
+    at = ", ".join(map(str, levels))
+    share = max((r.direct_share for r in runs if r.system != "direct"), default=0.0)
     lines = [
         SECTION,
         "",
-        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit {_commit()} with `{command}` (see `benchmarks/load.py`). A mock "
-        "OpenAI-compatible upstream on loopback answers at once; each system is one process forwarding to it (the endpoint "
-        "with a real redis-server), and N clients each send one request after another, a new message in a session of their "
-        "own. Added latency is the system's percentile minus the mock's own at the same concurrency. All processes share "
-        "this machine's 2 cores, the load generator included, so the figures compare the systems rather than bound them.",
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit {_commit()} with `{command}` "
+        f"(see `benchmarks/load.py`; the whole run took {results['seconds'] / 60:.0f} min). A mock OpenAI-compatible "
+        "upstream on loopback answers at once; each system is one process forwarding to it (the endpoint with a real "
+        "redis-server), and N clients each send one request after another, a new message in a session of their own. "
+        f"Each level is run {repeats} times, interleaved (run 1 of every system, then run 2, ...), each run {sizes} requests "
+        f"(at {at} clients) after a warm-up; the table gives the median of the runs and, in brackets, their range. "
+        "**Added latency** is measured per request: the client sends each request to the mock directly as well, "
+        "just before or just after it (alternately), and the request's added latency is its time through the system "
+        "minus that direct call's; p50 and p99 are over those differences (for the direct row, the mock paired with itself: "
+        "the pairing's own noise). **Requests/s** counts the system's answered calls over the run's wall time; the clients "
+        f"also wait for their paired direct calls, {share:.1%} of their time at most in the endpoint's and the proxy's runs, "
+        "so both rates are about that much below what the same clients would drive unpaired (the direct row counts one call "
+        "of each pair). All processes share this machine's 2 cores, the load generator included, so the figures compare "
+        "the systems rather than bound them.",
         "",
-        "| clients | system | requests/s | p50 ms | p99 ms | added p50 ms | added p99 ms | errors |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| clients | system | requests/s | added p50 ms | added p99 ms | errors |",
+        "|---:|---|---:|---:|---:|---:|",
     ]
-    for level in results["levels"]:
-        base = direct.get(level)
-        for run in (r for r in runs if r.concurrency == level):
-            added = "" if run.system == "direct" or base is None else f"{run.percentile(0.5) - base.percentile(0.5):.2f}"
-            added99 = "" if run.system == "direct" or base is None else f"{run.percentile(0.99) - base.percentile(0.99):.2f}"
-            lines.append(f"| {level} | {run.system} | {run.throughput:,.0f} | {run.percentile(0.5):.2f} | {run.percentile(0.99):.2f} "
-                         f"| {added} | {added99} | {run.errors} |")  # fmt: skip
-    lines += ["", _verdict(runs, results["levels"])]
+    for level in levels:
+        for system in ("direct", ENDPOINT, PROXY):
+            these = of(system, level)
+            if not these:
+                continue
+            errors, direct_errors = sum(r.errors for r in these), sum(r.direct_errors for r in these)
+            failed = f"{errors}" + (f" (+{direct_errors} direct)" if direct_errors else "")
+            lines.append(f"| {level} | {system} | {_spread([r.throughput for r in these], lambda v: f'{v:,.0f}')} "
+                         f"| {_spread([r.added_ms(0.5) for r in these], _ms)} | {_spread([r.added_ms(0.99) for r in these], _ms)} "
+                         f"| {failed} |")  # fmt: skip
+    lines += ["", f'**Against LiteLLM\'s proxy**, run by run (run k of the endpoint against run k of the proxy): "beats" or '
+                  f'"loses" only where all {repeats} runs agree, otherwise "mixed (k of {repeats})", k the runs the endpoint did better in.', ""]  # fmt: skip
+    for level in levels:
+        ours, theirs = of(ENDPOINT, level), of(PROXY, level)
+        said = "; ".join(f"{name} {verdict(ours, theirs, value, higher)}" for name, value, higher in MEASURES)
+        lines.append(f"- {level} client{'s' if level != 1 else ''}: {said}.")
     turns = results.get("turns")
     if turns:
-        lines += ["", f"**Turns.** The endpoint answered {turns['answered']:,} turns; Redis holds {turns['recorded']:,} turn records "
-                      f"(turn counters: {turns['turn_counters']:,}): **{turns['lost']} lost, {turns['duplicated']} duplicated**."]  # fmt: skip
+        lines += ["", f"**Turns.** The endpoint answered {turns['answered']:,} turns in its {repeats} runs; Redis holds {turns['recorded']:,} "
+                      f"turn records (turn counters: {turns['turn_counters']:,}): **{turns['lost']} lost, {turns['duplicated']} duplicated**."]  # fmt: skip
     samples = results.get("soak")
     if samples:
         seconds, rate = results["soak_settings"]
@@ -285,24 +428,6 @@ def render(results: dict[str, Any], command: str) -> str:
                   "| elapsed | requests | RSS MiB |", "|---:|---:|---:|",
                   *[f"| {elapsed:.0f} s | {done:,} | {rss:.1f} |" for elapsed, done, rss in samples]]  # fmt: skip
     return "\n".join(lines) + "\n"
-
-
-def _verdict(runs: list[Run], levels: tuple[int, ...]) -> str:
-    """The issue's target, checked: more requests/s and less added latency than LiteLLM's proxy at every level."""
-    by = {(r.system, r.concurrency): r for r in runs}
-
-    def better(level: int, measure: Any, higher: bool) -> str:
-        ours, theirs = by.get(("middleware serve", level)), by.get(("LiteLLM proxy", level))
-        if ours is None or theirs is None:
-            return "n/a"
-        return "yes" if (measure(ours) > measure(theirs)) == higher else "no"
-
-    at = ", ".join(map(str, levels))
-    throughput = ", ".join(better(level, lambda r: r.throughput, True) for level in levels)
-    p50 = ", ".join(better(level, lambda r: r.percentile(0.5), False) for level in levels)
-    p99 = ", ".join(better(level, lambda r: r.percentile(0.99), False) for level in levels)
-    return (f"**Against LiteLLM's proxy** at {at} clients: higher throughput: {throughput}; lower added p50: {p50}; "
-            f"lower added p99: {p99}. Both forward through litellm, whose own per-call cost is most of the endpoint's.")  # fmt: skip
 
 
 def write_section(report: Path, section: str) -> None:
@@ -333,13 +458,13 @@ def main(argv: list[str]) -> None:
     )
     parser.add_argument("--soak-seconds", type=float, default=600, help="soak length (default 600; 0 skips the soak)")
     parser.add_argument("--soak-rate", type=float, default=50, help="requests a second during the soak (default 50)")
-    parser.add_argument("--scale", type=float, default=1.0, help="requests per level, as a fraction of the default counts")
+    parser.add_argument("--runs", type=int, default=RUNS, help=f"runs of each level (default {RUNS})")
+    parser.add_argument("--scale", type=float, default=1.0, help="requests per run, as a fraction of the default counts")
     parser.add_argument("--no-write", action="store_true", help="print the section instead of writing BENCHMARKS.md")
     args = parser.parse_args(argv)
     command = "python -m benchmarks load" + "".join(f" {a}" for a in argv if a != "--no-write")
-    section = render(run(soak_seconds=args.soak_seconds, soak_rate=args.soak_rate, scale=args.scale), command)
-    if args.no_write:
-        print(section)
-    else:
+    results = run(soak_seconds=args.soak_seconds, soak_rate=args.soak_rate, runs=args.runs, scale=args.scale)
+    section = render(results, command)
+    if not args.no_write:
         write_section(ROOT / "BENCHMARKS.md", section)
-        print(section)
+    print(section)

@@ -32,6 +32,7 @@ from benchmarks.overhead import import_time
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "BENCHMARKS.md"
 START, END = "<!-- newuser:start -->", "<!-- newuser:end -->"
+TITLE = "## A new user's first minutes"
 COMMAND = "python -m benchmarks.newuser"
 
 
@@ -149,9 +150,9 @@ def section(figures: Mapping[str, Any], commit: str, machine: str) -> str:
                      f"{verdict}: {tests['summary'] or 'no summary line'}.")  # fmt: skip
     lines = [
         START,
-        "## A new user's first minutes",
+        TITLE,
         "",
-        f"`{COMMAND}` at {commit}, on {machine}: a fresh clone, each install into a new virtualenv with pip's cache off "
+        f"`{COMMAND}` at commit {commit}, on {machine}: a fresh clone, each install into a new virtualenv with pip's cache off "
         "(packages from this machine's registry mirror).",
         "",
         "| step | time | size on disk | packages | litellm |",
@@ -182,7 +183,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-tests", action="store_true", help="measure the installs and the demo only")
     args = parser.parse_args(argv)
-    from benchmarks.__main__ import commit, machine
+    from benchmarks.__main__ import machine
+    from benchmarks.stamps import commit
 
     facts = machine()
     text = section(measure(tests=not args.no_tests), commit(), f"{facts['cpu']}, {facts['memory']}, Python {facts['python']}")

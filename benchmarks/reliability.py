@@ -28,6 +28,7 @@ import orjson
 import redis
 
 from benchmarks import write_section
+from benchmarks.stamps import at_commit
 from middleware import Config, SessionManager, StoreError
 from middleware.store.keys import session_keys
 from middleware.testing import FaultProxy, RedisCluster, RedisServer, capture_events
@@ -363,7 +364,7 @@ def section(version: str, cases: list[Case]) -> str:
         START,
         "## 7. Reliability: faults and attacks",
         "",
-        f"`python -m benchmarks.reliability` (a few seconds; also part of `python -m benchmarks`): each case against real `redis-server` processes (Redis {version}) and a 3-master cluster on loopback; lost replies come from `middleware.testing.FaultProxy`, which lets a write reach Redis and resets the connection before the reply. *Written*: turns the callers recorded (calls made, for refusals and attacks); *stored*: turns the store holds afterwards (calls that behaved as documented).",
+        f"`python -m benchmarks.reliability` {at_commit()} (a few seconds; also part of `python -m benchmarks`): each case against real `redis-server` processes (Redis {version}) and a 3-master cluster on loopback; lost replies come from `middleware.testing.FaultProxy`, which lets a write reach Redis and resets the connection before the reply. *Written*: turns the callers recorded (calls made, for refusals and attacks); *stored*: turns the store holds afterwards (calls that behaved as documented).",
         "",
         "| case | written | stored | duplicates | recovery | verdict | what was seen |",
         "|---|---:|---:|---:|---|---|---|",

@@ -1,0 +1,104 @@
+"""Which commit each section of BENCHMARKS.md was measured at, and which are stale.
+
+Every section says the commit it was measured at ("at commit 1a2b3c4"). A section is
+stale when the code it measures changed between its commit and HEAD (the product,
+``CODE``, and the benchmark's own modules, ``MODULES``):
+``python -m benchmarks stale`` lists them, and the full run, which remakes every section
+but the ones with commands of their own, says in the report which of those are stale.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["CODE", "Section", "at_commit", "commit", "notice", "sections"]
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE = ("middleware", "pyproject.toml")  # what every figure depends on
+# Each section's own benchmark modules, by the opening of its title (git pathspecs).
+MODULES = {
+    "Summary": ("benchmarks/savings.py", "benchmarks/dataset.py", "benchmarks/overhead.py", "benchmarks/billing.py"),
+    "1.": ("benchmarks/savings.py", "benchmarks/dataset.py"),
+    "2.": ("benchmarks/overhead.py",),
+    "3.": ("benchmarks/faults.py",),
+    "4.": ("benchmarks/worked_example.py",),
+    "5.": ("benchmarks/recall.py", "benchmarks/facts*.py", "benchmarks/savings.py", "benchmarks/overhead.py"),
+    "6.": ("benchmarks/billing.py", "benchmarks/served.py", "benchmarks/savings.py", "benchmarks/embeddings.py"),
+    "7.": ("benchmarks/reliability.py",),
+    "Attacks": ("benchmarks/attacks.py",),
+    "A new user": ("benchmarks/newuser.py", "README.md", ".ci/run"),
+    "8.": ("benchmarks/load.py",),
+}
+_STAMP = re.compile(r"\bat commit ([0-9a-f]{7,40})(\+changes)?")
+
+
+def commit() -> str:
+    """The commit measured (with "+changes" when the work tree differs from it in ``CODE``)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *CODE], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    return (head or "unknown") + ("+changes" if dirty else "")
+
+
+def at_commit(measured: str | None = None) -> str:
+    """The words that stamp a section: "at commit" and ``measured`` (by default, ``commit()``)."""
+    return f"at commit {measured or commit()}"
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str  # the heading, without its hashes
+    commit: str | None  # the commit measured (None: no stamp anywhere)
+    dirty: bool  # measured with uncommitted changes on top of it
+    changed: tuple[str, ...]  # files under CODE changed from it to HEAD (("?",) when git does not know it)
+
+    @property
+    def stale(self) -> bool:
+        return self.commit is None or bool(self.changed)
+
+    def describe(self) -> str:
+        if self.commit is None:
+            return f"{self.title}: says no commit"
+        dirty = " with uncommitted changes" if self.dirty else ""
+        if self.changed == ("?",):
+            return f"{self.title}: at commit {self.commit}{dirty}, which this clone does not hold"
+        if not self.changed:
+            return f"{self.title}: at commit {self.commit}{dirty}, current"
+        shown = ", ".join(self.changed[:3]) + (f" and {len(self.changed) - 3} more" if len(self.changed) > 3 else "")
+        return f"{self.title}: at commit {self.commit}{dirty}; changed since: {shown}"
+
+
+def _changed(commit: str, title: str, root: Path) -> tuple[str, ...]:
+    known = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=root, capture_output=True)
+    if known.returncode:
+        return ("?",)
+    own = next((paths for opening, paths in MODULES.items() if title.startswith(opening)), ("benchmarks",))
+    diff = subprocess.run(["git", "diff", "--name-only", commit, "HEAD", "--", *CODE, *own], cwd=root, capture_output=True,
+                          text=True)  # fmt: skip
+    return tuple(line for line in diff.stdout.splitlines() if line)
+
+
+def sections(report: str, root: Path = ROOT) -> list[Section]:
+    """Every ``## `` section of ``report`` with the commit it was measured at."""
+    _, *parts = re.split(r"^## ", report, flags=re.MULTILINE)
+    found: list[Section] = []
+    for part in parts:
+        title, _, body = part.partition("\n")
+        title, stamp = title.strip(), _STAMP.search(body)
+        if stamp is None:
+            found.append(Section(title, None, False, ()))
+            continue
+        found.append(Section(title, stamp.group(1), bool(stamp.group(2)), _changed(stamp.group(1), title, root)))
+    return found
+
+
+def notice(report: str, titles: tuple[str, ...], root: Path = ROOT) -> str:
+    """A paragraph naming which of the sections titled ``titles`` (kept from an earlier
+    measurement) are stale, or "" when none is."""
+    stale = [s for s in sections(report, root) if s.title in titles and s.stale]
+    if not stale:
+        return ""
+    listed = "; ".join(s.describe() for s in stale)
+    return f"**Stale sections** (kept from an earlier measurement, remade by their own commands): {listed}."

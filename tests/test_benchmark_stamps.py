@@ -1,0 +1,55 @@
+"""Which sections of BENCHMARKS.md are stale: benchmarks/stamps.py on a throwaway git repository."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from benchmarks.stamps import notice, sections
+
+
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def _commit(root: Path, path: str, text: str) -> str:
+    file = root / path
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(text)
+    _git(root, "add", "-A")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", f"change {path}")
+    return _git(root, "rev-parse", "--short", "HEAD")
+
+
+def test_a_section_is_stale_only_when_its_code_changed_since_its_commit(tmp_path: Path) -> None:
+    _git(tmp_path, "init", "-q")
+    first = _commit(tmp_path, "middleware/core.py", "a = 1\n")
+    report = (
+        "# Benchmarks\n\n"
+        f"## 5. Recall\n\n`python -m benchmarks.recall` at commit {first} (also part of the full run).\n\n"
+        f"## 8. The endpoint under load\n\nMeasured at commit {first}+changes with `python -m benchmarks load`.\n\n"
+        "## Attacks on the endpoint\n\nNo stamp here.\n"
+    )
+    found = {s.title: s for s in sections(report, tmp_path)}
+    assert not found["5. Recall"].stale and found["8. The endpoint under load"].dirty
+    assert found["Attacks on the endpoint"].stale and "says no commit" in found["Attacks on the endpoint"].describe()
+
+    _commit(tmp_path, "benchmarks/load.py", "rounds = 3\n")  # only section 8's own module
+    found = {s.title: s for s in sections(report, tmp_path)}
+    assert not found["5. Recall"].stale
+    assert found["8. The endpoint under load"].changed == ("benchmarks/load.py",)
+
+    _commit(tmp_path, "middleware/core.py", "a = 2\n")  # the product: every section
+    found = {s.title: s for s in sections(report, tmp_path)}
+    assert found["5. Recall"].changed == ("middleware/core.py",)
+    said = notice(report, ("8. The endpoint under load",), tmp_path)
+    assert "8. The endpoint under load" in said and "benchmarks/load.py" in said and "5. Recall" not in said
+
+
+def test_a_commit_the_clone_does_not_hold_is_stale(tmp_path: Path) -> None:
+    _git(tmp_path, "init", "-q")
+    _commit(tmp_path, "middleware/core.py", "a = 1\n")
+    (part,) = sections("## 2. Overhead\n\nat commit deadbee\n", tmp_path)
+    assert part.stale and "does not hold" in part.describe()
+    assert notice("## 2. Overhead\n\nat commit deadbee\n", ("1. Other",), tmp_path) == ""
