@@ -3,8 +3,8 @@ chatbot and the OpenAI-compatible endpoint (plain and streamed, driven by the of
 client), for the same session and input, through litellm to a mock OpenAI-compatible provider on
 loopback that records each request body.
 
-The tool set is large enough to be disclosed (40 schemas in four namespaced groups whose
-descriptions share an opening sentence), and the caching rules are Anthropic's with breakpoints,
+The tool set is large enough to be disclosed (40 schemas, about 10,000 tokens, in four namespaced
+groups whose descriptions share an opening sentence), and the caching rules are Anthropic's with breakpoints,
 so the requests carry the loader, shortened schemas and ``cache_control`` marks: the comparison
 covers the whole tool policy, not only the composed messages. The scripted model reads only the
 request, so every entrance that sends the same requests gets the same replies.
@@ -139,10 +139,40 @@ SPECS: dict[str, tuple[str, dict[str, dict[str, Any]], tuple[str, ...]]] = {
 }  # fmt: skip
 
 
+# Real tools carry more than their own arguments: every call takes the same request options, as
+# many APIs' tools do. They make the set about 10,000 tokens, large enough that disclosing it costs
+# less than sending every schema even when every schema is read from the cache at a tenth.
+OPTIONS = _p(
+    "object",
+    "Request options shared by every call of the service, all optional.",
+    properties={
+        "idempotency_key": _p(
+            "string",
+            "A key of your choosing: a request repeated with the same key within a day "
+            "is carried out once, and the repeat returns the first result unchanged.",
+        ),
+        "locale": _p(
+            "string",
+            "Language and region of any text in the result, as a BCP 47 tag such as en-GB or "
+            "fr-CA; the account's own setting when omitted.",
+        ),
+        "timezone": _p(
+            "string",
+            "IANA time zone in which times in the result are shown, such as Europe/Paris; the account's own zone when omitted.",
+        ),
+        "dry_run": _p("boolean", "Check the request and report what it would do, without doing it."),
+        "trace": _p(
+            "boolean",
+            "Return with the result the identifiers of every backend request it made, for support cases; off by default.",
+        ),
+    },
+)
+
+
 def _schema(name: str) -> dict[str, Any]:
     what, properties, required = SPECS[name]
     description = PREAMBLES[name.split("_", 1)[0]] + what
-    parameters = {"type": "object", "properties": properties, "required": list(required)}
+    parameters = {"type": "object", "properties": {**properties, "options": OPTIONS}, "required": list(required)}
     return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
 
 

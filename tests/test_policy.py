@@ -261,3 +261,52 @@ def test_the_decision_table_would_see_a_wrong_drop() -> None:
     policy = ToolPolicy(SONNET, True, Sized(), static_tokens=100)
     tools = disclosed(CATALOG, stable=["kept"], ranked=["best", "second", "third"])
     assert policy.decide(tools, FIGURES, seldom(0), whole_tokens=2_600) != Decision(drop=("second",))
+
+
+def test_every_schema_counts_the_turn_the_disclosed_prompt_pays_loader_rounds_and_later_calls_for() -> None:
+    """Hand-worked, gpt-5-mini (1,024 minimum in 128-token steps; input $0.25, read $0.025 per
+    million): the disclosed prompt (650 tokens, 250 stable) is never cached and costs 650 a
+    call; every schema (2,700, 2,350 stable) reads 2,304 at a tenth and pays 396: 626.4, a gain
+    of 23.6 a call. Its first call pays 2,350 x 0.9 = 2,115 more than a warm one, and the
+    disclosed prefix, growing 100 tokens a turn, is cached after 8 turns: 189 < 2,115, so per
+    call the disclosed prompt stays. Per turn, with one call after tool results and a loader
+    round on 3 turns in 10: the disclosed turn costs 650 x 1.3 + 650 = 1,495 (its later call
+    reads nothing: 650 is under the minimum), every schema's 626.4 + (2,688 x 0.1 + 12) =
+    907.2 (its later call reads the first whole): 587.8 a turn, 4,702 over 8 > 2,115."""
+    from middleware.core.policy import prefer_whole, turn_cost
+
+    mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
+    assert (mini.min_tokens, mini.step) == (1024, 128)
+    sizes = {"disclosed": 650, "disclosed_stable": 250, "whole": 2700, "whole_stable": 2350}
+    assert turn_cost(mini, total=650, stable=250, follow=1, loaders=0.3) == pytest.approx(1495)
+    assert turn_cost(mini, total=2700, stable=2350, follow=1) == pytest.approx(907.2)
+    assert not prefer_whole(mini, **sizes, growth=100)
+    assert prefer_whole(mini, **sizes, growth=100, follow=1, loaders=0.3)
+    assert not prefer_whole(mini, **sizes, growth=1000, follow=1, loaders=0.3)  # cached after one turn: 588 < 2,115
+
+
+def test_loop_odds_expect_the_calls_after_a_first_and_match_odds_learn_misses() -> None:
+    loop, odds = LoopOdds(), MatchOdds()
+    assert loop.follow() == pytest.approx(0.5 / 0.5)  # even odds at first: one call after the first, expected
+    for _ in range(98):
+        loop.note(False, True)
+        loop.note(True, False)
+    assert loop.follow() == pytest.approx((99 / 100) / (1 - 1 / 100))
+    assert odds.misses() == pytest.approx(0.25)
+    for missed in (True, False, False, False, False, False):
+        odds.note_miss(missed)
+    assert odds.misses() == pytest.approx(2 / 10)
+
+
+def test_every_schema_already_cached_stays_while_it_costs_less_per_turn() -> None:
+    """The same gpt-5-mini prompts, per call only (no loader rounds, no later calls): every
+    schema gains 23.6 a call, too little to repay its first call (2,115) before the disclosed
+    prefix is cached; once the session's previous turn sent it (``warm``), nothing is to be
+    repaid and it stays, until the disclosed prefix can be cached itself."""
+    from middleware.core.policy import prefer_whole
+
+    mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
+    sizes = {"disclosed": 650, "disclosed_stable": 250, "whole": 2700, "whole_stable": 2350}
+    assert not prefer_whole(mini, **sizes, growth=100)
+    assert prefer_whole(mini, **sizes, growth=100, warm=True)
+    assert not prefer_whole(mini, **{**sizes, "disclosed_stable": 1100}, growth=100, warm=True)

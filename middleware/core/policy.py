@@ -31,6 +31,7 @@ __all__ = [
     "ToolPolicy",
     "per_call_cost",
     "prefer_whole",
+    "turn_cost",
     "worth_sending",
     "worth_writing",
 ]
@@ -62,14 +63,30 @@ def per_call_cost(rules: Rules, *, total: int, stable: int) -> float:
     return cached * read + (total - cached) * rest
 
 
+def turn_cost(rules: Rules, *, total: int, stable: int, follow: float = 0.0, loaders: float = 0.0) -> float:
+    """What a turn whose first call is ``total`` tokens (``stable`` of them the same on every
+    call) costs with a warm cache, in input-token units: the first call (``per_call_cost``),
+    ``loaders`` loader rounds like it (a schema loaded goes after the stable tools, so what
+    follows is paid again), and ``follow`` calls after tool results, which read the whole
+    first call where it is long enough to be cached (what they add is left out: it is the
+    same whatever the first call carried)."""
+    first = per_call_cost(rules, total=total, stable=stable)
+    return first * (1 + loaders) + follow * per_call_cost(rules, total=total, stable=total)
+
+
 def prefer_whole(
-    rules: Rules, *, disclosed: int, disclosed_stable: int, whole: int, whole_stable: int, growth: float = 0.0
-) -> bool:
+    rules: Rules, *, disclosed: int, disclosed_stable: int, whole: int, whole_stable: int, growth: float = 0.0,
+    follow: float = 0.0, loaders: float = 0.0, warm: bool = False,
+) -> bool:  # fmt: skip
     """Whether sending every schema (``whole`` tokens, ``whole_stable`` of them the same on
     every call) beats the disclosed prompt: only when the disclosed prompt's stable part is
     too short for the cache and every schema's is not, and the warm-cache cost per call is
     lower. When both can be cached, switching between them would rewrite the cache on each
-    switch, which the per-call comparison does not see, so the disclosed prompt stays.
+    switch, which the per-call comparison does not see, so the disclosed prompt stays. Per
+    turn (``turn_cost``): the disclosed prompt also pays its ``loaders`` loader rounds, and
+    the ``follow`` calls after tool results read every schema's first call whole. ``warm``:
+    the session's previous turn sent every schema within the cache's lifetime, so its first
+    call is read, not paid again: every schema stays while it costs less per turn.
 
     ``growth``: tokens a turn adds, on average, to the disclosed stable part (its tools stay
     while it is under the minimum: see ``Catalog.select``'s ``grows``); 0 when it does not
@@ -78,11 +95,13 @@ def prefer_whole(
     writes, or pays in full, what later calls read)."""
     if not (disclosed_stable < rules.min_tokens <= whole_stable):
         return False
-    gain = per_call_cost(rules, total=disclosed, stable=disclosed_stable) - per_call_cost(rules, total=whole, stable=whole_stable)
+    gain = turn_cost(rules, total=disclosed, stable=disclosed_stable, follow=follow, loaders=loaders) - turn_cost(
+        rules, total=whole, stable=whole_stable, follow=follow
+    )
     if gain <= 0:
         return False
     price = rules.input_price
-    if growth <= 0 or not price:
+    if growth <= 0 or not price or warm:  # warm: the session's last turn sent every schema, which the cache holds
         return True
     turns = math.ceil((rules.min_tokens - disclosed_stable) / growth)
     read = rules.read_price if rules.read_price is not None else price
@@ -135,6 +154,11 @@ class LoopOdds:
     def chance(self, after_results: bool) -> float:
         followed, calls = self._seen[after_results]
         return followed / calls
+
+    def follow(self) -> float:
+        """The calls a turn makes after its first, expected: the first is followed with one
+        chance, each later one with another (capped, so a model that always loops counts 20)."""
+        return self.chance(False) / (1 - min(self.chance(True), 0.95))
 
     def note(self, after_results: bool, followed: bool) -> None:
         counts = self._seen[after_results]
@@ -224,7 +248,10 @@ class ToolPolicy:
         deep = read is None or price is None or read * 4 <= price
         return deep and whole_tokens + self.static_tokens >= self.rules.min_tokens
 
-    def decide(self, disclosed: DisclosedTools, figures: Figures, odds: MatchOdds, whole_tokens: int) -> Decision:
+    def decide(
+        self, disclosed: DisclosedTools, figures: Figures, odds: MatchOdds, whole_tokens: int, loop: LoopOdds | None = None,
+        *, warm: bool = False,
+    ) -> Decision:  # fmt: skip
         """What the turn's first call sends: the disclosed tools less the matched ones the
         model calls too seldom to pay for (``unlikely``), or every schema (``whole_tokens``
         of them) where that costs less (``whole_is_cheaper``)."""
@@ -233,7 +260,9 @@ class ToolPolicy:
         drop = tuple(self.unlikely(disclosed, figures, odds))
         if drop:
             disclosed = disclosed.without(drop)
-        return Decision(drop=drop, whole=self.whole_is_cheaper(disclosed, figures, whole_tokens))
+        follow = loop.follow() if loop is not None else 0.0
+        return Decision(drop=drop, whole=self.whole_is_cheaper(disclosed, figures, whole_tokens, follow=follow,
+                                                               loaders=odds.misses(), warm=warm))  # fmt: skip
 
     def unlikely(self, disclosed: DisclosedTools, figures: Figures, odds: MatchOdds) -> list[str]:
         """The tools matched to the message, and their companions, that the model calls too
@@ -265,7 +294,10 @@ class ToolPolicy:
                 dropped.append(name)
         return dropped
 
-    def whole_is_cheaper(self, disclosed: DisclosedTools, figures: Figures, whole_tokens: int) -> bool:
+    def whole_is_cheaper(
+        self, disclosed: DisclosedTools, figures: Figures, whole_tokens: int, *, follow: float = 0.0, loaders: float = 0.0,
+        warm: bool = False,
+    ) -> bool:  # fmt: skip
         """Whether every schema costs less than the disclosed ones with this model's prompt
         caching: when the disclosed prompt's stable part is too short to be cached and every
         schema's is not (a model that caches nothing under 4,096 tokens, say), comparing both
@@ -287,7 +319,8 @@ class ToolPolicy:
             kept += self.static_tokens
         whole = whole_tokens + figures.messages
         cheaper = prefer_whole(self.rules, disclosed=count(schemas) + figures.messages, disclosed_stable=kept, whole=whole,
-                               whole_stable=whole_tokens + self.static_tokens, growth=growth)  # fmt: skip
+                               whole_stable=whole_tokens + self.static_tokens, growth=growth, follow=follow,
+                               loaders=loaders, warm=warm)  # fmt: skip
         return cheaper and (figures.budget is None or whole <= figures.budget)
 
     def tail(self, chance: float, *, marked: int | None, last: int) -> int | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
@@ -74,6 +75,7 @@ class ToolPlanner:
         self._co_use = _SharedCoUse()  # tools called together, for disclosure
         self.loop_odds = LoopOdds()  # how often a call's reply asks for tools: where breakpoints end
         self._match_odds = MatchOdds()  # how often a tool matched at each rank is called: which are sent
+        self._whole_at: Lru[float] = Lru(10_000)  # session -> when its last turn sent every schema (this process)
 
     def skill_tools(self) -> list[Tool]:
         """The tools the configured skills bring (imported on first use)."""
@@ -141,12 +143,21 @@ class ToolPlanner:
         return catalog.select(state.tool_uses, state.turns + 1, message, self.settings, co_use=self._co_use, exact=exact,
                               vector=vector, cached=cached, grows=grows)  # fmt: skip
 
-    def decide(self, disclosed: DisclosedTools, figures: Figures, policy: ToolPolicy, whole_tokens: int) -> Decision:
+    def decide(
+        self, disclosed: DisclosedTools, figures: Figures, policy: ToolPolicy, whole_tokens: int, session_id: str = ""
+    ) -> Decision:
         """What the turn's first call sends, by the policy and the odds learned so far
-        (nothing changes without ``disclosure.cache_aware``)."""
+        (nothing changes without ``disclosure.cache_aware``). Every schema is warm for a
+        session whose last turn in this process sent it within ``caching.ttl_seconds``."""
         if not self.settings.cache_aware:
             return Decision()
-        return policy.decide(disclosed, figures, self._match_odds, whole_tokens)
+        at = self._whole_at.get(session_id) if session_id else None
+        now = time.time()
+        warm = at is not None and now - at <= self.config.caching.ttl_seconds
+        decision = policy.decide(disclosed, figures, self._match_odds, whole_tokens, self.loop_odds, warm=warm)
+        if session_id and (decision.whole or at is not None):
+            self._whole_at.put(session_id, now if decision.whole else float("-inf"))
+        return decision
 
     def note_call(self, after_results: bool, followed: bool) -> None:
         """One call that offered tools, and whether its reply asked for them."""
@@ -154,7 +165,9 @@ class ToolPlanner:
 
     def note_matches(self, selected: DisclosedTools, called: Iterable[str]) -> None:
         """A turn that ended normally: which of the tools matched up front it called."""
-        self._match_odds.note(selected.settled, selected.ranked, selected.companions, called)
+        names = list(called)
+        self._match_odds.note(selected.settled, selected.ranked, selected.companions, names)
+        self._match_odds.note_miss(any(name not in selected for name in names))
 
     def learn(self, turn: Turn) -> None:
         """Learn which tools the turn called together, for disclosure's companions."""

@@ -98,7 +98,7 @@ class TurnPlanner:
         figures = Figures(
             messages=prompt.tokens.total, stable_system=stable, turn=prompt.turn, budget=self.ops.budget(plan.model)
         )
-        decision = self.tools.decide(plan.tools, figures, policy, whole)
+        decision = self.tools.decide(plan.tools, figures, policy, whole, plan.session_id)
         disclosed = plan.tools.without(decision.drop) if decision.drop else plan.tools
         selected = plan.tools if self.config.disclosure.cache_aware else None  # kept when every schema is sent instead
         return dataclasses.replace(plan, tools=None if decision.whole else disclosed, selected=selected,

@@ -66,10 +66,22 @@ class MatchOdds:
     def __init__(self, ranks: int = 16) -> None:
         self.ranks = ranks
         self._seen: dict[tuple[bool, int], list[int]] = {}  # (settled, rank) -> [called, offered]
+        self._missed = [1, 4]  # [turns that called a tool not sent up front, turns]
 
     def chance(self, settled: bool, rank: int) -> float:
         called, offered = self._seen.get((settled, min(rank, self.ranks - 1)), (1, 2))
         return called / offered
+
+    def misses(self) -> float:
+        """How often a turn calls a tool its first call did not carry (a loader round, where
+        tools are disclosed). Starts as if one turn in four had."""
+        missed, turns = self._missed
+        return missed / turns
+
+    def note_miss(self, missed: bool) -> None:
+        """One turn, and whether it called a tool its disclosed first call would not have carried."""
+        self._missed[0] += missed
+        self._missed[1] += 1
 
     def note(self, settled: bool, ranked: Sequence[str], companions: Sequence[str], called: Iterable[str]) -> None:
         """One turn's matched tools, best first, and companions (sent or not), and the tools it called."""
