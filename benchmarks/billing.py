@@ -1042,8 +1042,14 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
         + ", ".join(f"{model} {short(ours, model)}" for model in tenth)
         + " against the full history (with every schema and no disclosure: "
         + ", ".join(f"{model} {short(off, model)}" for model in tenth)
-        + "): a history of 1–7 turns costs little to resend from the cache, there is little to trim, and the disclosed "
-        "prompt is too short to be cached."
+        + "): a history of 1–7 turns costs little to resend from the cache, and there is little to trim. The disclosed "
+        "prompt is too short to be cached, so every schema is sent instead from the turn it pays over the disclosed prompt's "
+        "growth (on "
+        + ", ".join(
+            f"{_pct(ours['by_model'][model].whole / ours['by_model'][model].turns)} of {model}'s turns" for model in tenth
+        )
+        + "); what is left is the memory, rewritten each turn where the full history only grows, so paid in full where the "
+        "full history's is read at a tenth."
         + (
             " Not met: the middleware must never cost more than the full history."
             if any(ours["priced"][m].cost > full["priced"][m].cost for m in MODELS)

@@ -267,12 +267,12 @@ def test_every_schema_counts_the_turn_the_disclosed_prompt_pays_loader_rounds_an
     """Hand-worked, gpt-5-mini (1,024 minimum in 128-token steps; input $0.25, read $0.025 per
     million): the disclosed prompt (650 tokens, 250 stable) is never cached and costs 650 a
     call; every schema (2,700, 2,350 stable) reads 2,304 at a tenth and pays 396: 626.4, a gain
-    of 23.6 a call. Its first call pays 2,350 x 0.9 = 2,115 more than a warm one, and the
-    disclosed prefix, growing 100 tokens a turn, is cached after 8 turns: 189 < 2,115, so per
-    call the disclosed prompt stays. Per turn, with one call after tool results and a loader
-    round on 3 turns in 10: the disclosed turn costs 650 x 1.3 + 650 = 1,495 (its later call
-    reads nothing: 650 is under the minimum), every schema's 626.4 + (2,688 x 0.1 + 12) =
-    907.2 (its later call reads the first whole): 587.8 a turn, 4,702 over 8 > 2,115."""
+    of 23.6 a call. Its first call pays 2,350 x 0.9 = 2,115 more than a warm one. Per turn,
+    with one call after tool results and a loader round on 3 turns in 10: the disclosed turn
+    costs 650 x 1.3 + 650 = 1,495 (its later call reads nothing: 650 is under the minimum),
+    every schema's 626.4 + (2,688 x 0.1 + 12) = 907.2 (its later call reads the first whole):
+    587.8 a turn. With the disclosed stable part cached after one turn (growing 1,000 a turn),
+    neither repays 2,115; see the next test for a prompt that grows slower."""
     from middleware.core.policy import prefer_whole, turn_cost
 
     mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
@@ -280,9 +280,26 @@ def test_every_schema_counts_the_turn_the_disclosed_prompt_pays_loader_rounds_an
     sizes = {"disclosed": 650, "disclosed_stable": 250, "whole": 2700, "whole_stable": 2350}
     assert turn_cost(mini, total=650, stable=250, follow=1, loaders=0.3) == pytest.approx(1495)
     assert turn_cost(mini, total=2700, stable=2350, follow=1) == pytest.approx(907.2)
-    assert not prefer_whole(mini, **sizes, growth=100)
-    assert prefer_whole(mini, **sizes, growth=100, follow=1, loaders=0.3)
-    assert not prefer_whole(mini, **sizes, growth=1000, follow=1, loaders=0.3)  # cached after one turn: 588 < 2,115
+    assert not prefer_whole(mini, **sizes, growth=1000)  # 23.6 < 2,115
+    assert not prefer_whole(mini, **sizes, growth=1000, follow=1, loaders=0.3)  # 587.8 < 2,115
+    assert prefer_whole(mini, **sizes, follow=1, loaders=0.3)  # never cached: every schema repays in time
+
+
+def test_every_schema_counts_what_the_disclosed_prompt_will_grow_by_before_it_is_cached() -> None:
+    """The same prompts, the disclosed stable part growing 300 tokens a turn (tools that stay),
+    so it is cached after ceil(774 / 300) = 3 turns, and each of its calls pays what it grew by.
+    Per call: 23.6 + 323.6 + 623.6 = 970.8 < 2,115, the disclosed prompt stays. Per turn (one
+    later call, a loader round on 3 turns in 10): 587.8, then 1,277.8 (950 tokens paid 2.3
+    times), then 931.0 (1,250 tokens: the later call now reads the first, 1,152 at a tenth):
+    2,796.6 > 2,115, every schema from now. Growing 100 a turn, 8 turns: 23.6 + 123.6 + ...
+    + 723.6 = 2,988.8 > 2,115 even per call."""
+    from middleware.core.policy import prefer_whole
+
+    mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
+    sizes = {"disclosed": 650, "disclosed_stable": 250, "whole": 2700, "whole_stable": 2350}
+    assert not prefer_whole(mini, **sizes, growth=300)
+    assert prefer_whole(mini, **sizes, growth=300, follow=1, loaders=0.3)
+    assert prefer_whole(mini, **sizes, growth=100)
 
 
 def test_loop_odds_expect_the_calls_after_a_first_and_match_odds_learn_misses() -> None:
@@ -301,12 +318,13 @@ def test_loop_odds_expect_the_calls_after_a_first_and_match_odds_learn_misses() 
 def test_every_schema_already_cached_stays_while_it_costs_less_per_turn() -> None:
     """The same gpt-5-mini prompts, per call only (no loader rounds, no later calls): every
     schema gains 23.6 a call, too little to repay its first call (2,115) before the disclosed
-    prefix is cached; once the session's previous turn sent it (``warm``), nothing is to be
-    repaid and it stays, until the disclosed prefix can be cached itself."""
+    prefix, growing 300 a turn, is cached (970.8: see above); once the session's previous
+    turn sent it (``warm``), nothing is to be repaid and it stays, until the disclosed prefix
+    can be cached itself."""
     from middleware.core.policy import prefer_whole
 
     mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
     sizes = {"disclosed": 650, "disclosed_stable": 250, "whole": 2700, "whole_stable": 2350}
-    assert not prefer_whole(mini, **sizes, growth=100)
-    assert prefer_whole(mini, **sizes, growth=100, warm=True)
-    assert not prefer_whole(mini, **{**sizes, "disclosed_stable": 1100}, growth=100, warm=True)
+    assert not prefer_whole(mini, **sizes, growth=300)
+    assert prefer_whole(mini, **sizes, growth=300, warm=True)
+    assert not prefer_whole(mini, **{**sizes, "disclosed_stable": 1100}, growth=300, warm=True)

@@ -90,15 +90,20 @@ def prefer_whole(
 
     ``growth``: tokens a turn adds, on average, to the disclosed stable part (its tools stay
     while it is under the minimum: see ``Catalog.select``'s ``grows``); 0 when it does not
-    grow. Every schema then pays only if what it saves per call, over the turns the stable
-    part takes to reach the minimum, is more than its first call costs over a warm one (it
-    writes, or pays in full, what later calls read)."""
+    grow. Every schema then pays only if what it saves per turn, over the turns the stable
+    part takes to reach the minimum (the disclosed prompt growing at that pace, so each turn
+    saves more than the last), is more than its first call costs over a warm one (it writes,
+    or pays in full, what later calls read). Every schema sent sooner saves more: if it will
+    pay before the disclosed prompt is cached, it pays from now."""
     if not (disclosed_stable < rules.min_tokens <= whole_stable):
         return False
-    gain = turn_cost(rules, total=disclosed, stable=disclosed_stable, follow=follow, loaders=loaders) - turn_cost(
-        rules, total=whole, stable=whole_stable, follow=follow
-    )
-    if gain <= 0:
+    whole_turn = turn_cost(rules, total=whole, stable=whole_stable, follow=follow)
+
+    def gain(grown: float) -> float:  # per turn, once the disclosed stable part has grown ``grown`` tokens
+        size, stable = round(disclosed + grown), round(disclosed_stable + grown)
+        return turn_cost(rules, total=size, stable=stable, follow=follow, loaders=loaders) - whole_turn
+
+    if gain(0) <= 0:
         return False
     price = rules.input_price
     if growth <= 0 or not price or warm:  # warm: the session's last turn sent every schema, which the cache holds
@@ -106,7 +111,8 @@ def prefer_whole(
     turns = math.ceil((rules.min_tokens - disclosed_stable) / growth)
     read = rules.read_price if rules.read_price is not None else price
     premium = whole_stable * ((rules.write_price or price) - read) / price
-    return gain * turns > premium
+    # Until it reaches the minimum, the disclosed prompt grows, and each of its calls pays what it grew by.
+    return sum(gain(growth * turn) for turn in range(turns)) > premium
 
 
 def worth_writing(rules: Rules, chance: float) -> bool:
