@@ -74,6 +74,10 @@ def turn_cost(rules: Rules, *, total: int, stable: int, follow: float = 0.0, loa
     return first * (1 + loaders) + follow * per_call_cost(rules, total=total, stable=total)
 
 
+# Turns whose gains prefer_whole counts one by one, at most (see there).
+GAIN_TURNS = 64
+
+
 def prefer_whole(
     rules: Rules, *, disclosed: int, disclosed_stable: int, whole: int, whole_stable: int, growth: float = 0.0,
     follow: float = 0.0, loaders: float = 0.0, warm: bool = False,
@@ -111,8 +115,16 @@ def prefer_whole(
     turns = math.ceil((rules.min_tokens - disclosed_stable) / growth)
     read = rules.read_price if rules.read_price is not None else price
     premium = whole_stable * ((rules.write_price or price) - read) / price
-    # Until it reaches the minimum, the disclosed prompt grows, and each of its calls pays what it grew by.
-    return sum(gain(growth * turn) for turn in range(turns)) > premium
+    # Until it reaches the minimum, the disclosed prompt grows, and each of its calls pays what it
+    # grew by: each turn gains at least what the one before did, so past GAIN_TURNS turns the
+    # last gain counted stands for the rest (a lower bound; a slow growth costs no more work).
+    saved = 0.0
+    for turn in range(min(turns, GAIN_TURNS)):
+        last = gain(growth * turn)
+        saved += last
+        if saved > premium:
+            return True
+    return saved + last * max(turns - GAIN_TURNS, 0) > premium
 
 
 def worth_writing(rules: Rules, chance: float) -> bool:
