@@ -546,10 +546,11 @@ def test_every_schema_is_sent_when_the_system_text_follows_matched_tools(manager
 def test_matched_tools_stay_while_the_tools_that_stay_are_short_of_the_minimum(managers: ManagerFactory, log_path: Path) -> None:
     """Priced as Claude Sonnet 4.5 with breakpoints (1,024 minimum, reads at a tenth), 30 tools
     of about 370 tokens (at 6, every schema read at a tenth would cost less than disclosing
-    them, and would be sent): the tool matched on turn 1 is not called, yet turn 2 starts with it, byte for byte, before
-    turn 2's own match (the list grows at its end); once the tools that stay reach the
-    minimum, a matched tool no longer joins them. Priced as gpt-4o-mini (reads at half)
-    nothing joins: uncalled tools would be paid in full on every call until then."""
+    them, and would be sent): the tool matched on turn 1 is not called, yet turn 2 starts
+    with it, byte for byte, before turn 2's own match (the list grows at its end); once the
+    tools that stay reach the minimum, a matched tool no longer joins them. Priced as
+    gpt-4o-mini (reads at half) nothing joins: uncalled tools would be paid in full on every
+    call until then."""
     tools = _big_tools(30)
     requests = ["use tool 0", "use tool 1", "use tool 2", "use tool 3", "use tool 4"]
     model = Needs({request: [] for request in requests})

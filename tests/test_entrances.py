@@ -3,9 +3,9 @@ chatbot and the OpenAI-compatible endpoint (plain and streamed, driven by the of
 client), for the same session and input, through litellm to a mock OpenAI-compatible provider on
 loopback that records each request body.
 
-The tool set is large enough to be disclosed (40 schemas, about 10,000 tokens, in four namespaced
-groups whose descriptions share an opening sentence), and the caching rules are Anthropic's with breakpoints,
-so the requests carry the loader, shortened schemas and ``cache_control`` marks: the comparison
+The tool set is large enough to be disclosed (40 schemas, about 10,000 tokens, in four
+namespaced groups whose descriptions share an opening sentence), and the caching rules are
+Anthropic's with breakpoints, so the requests carry the loader, shortened schemas and ``cache_control`` marks: the comparison
 covers the whole tool policy, not only the composed messages. The scripted model reads only the
 request, so every entrance that sends the same requests gets the same replies.
 """
