@@ -15,6 +15,7 @@ recovered by any history strategy: they come from the tools' initial state).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import statistics
@@ -57,7 +58,9 @@ def turn_messages(turn: Turn, index: int) -> Messages:
     """A turn as a chatbot keeps it: user, assistant tool calls, tool results, final reply."""
     messages: Messages = [{"role": "user", "content": turn.user}]
     if turn.calls:
-        ids = [f"call_{index}_{i}" for i in range(len(turn.calls))]
+        # Ids as the scripted model makes them (``billing._ask``: ``call_`` and 8 hex digits), so
+        # a chatbot resending them pays what the middleware's own turns pay for theirs.
+        ids = [f"call_{hashlib.blake2b(f'{index}.{i}'.encode(), digest_size=4).hexdigest()}" for i in range(len(turn.calls))]
         messages.append({"role": "assistant", "content": None, "tool_calls": [
             {"id": call_id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
             for call_id, c in zip(ids, turn.calls, strict=True)]})  # fmt: skip
