@@ -155,8 +155,10 @@ class ToolPlanner:
         now = time.time()
         warm = at is not None and now - at <= self.config.caching.ttl_seconds
         decision = policy.decide(disclosed, figures, self._match_odds, whole_tokens, self.loop_odds, warm=warm)
-        if session_id and (decision.whole or at is not None):
-            self._whole_at.put(session_id, now if decision.whole else float("-inf"))
+        if session_id and decision.whole:
+            self._whole_at.put(session_id, now)
+        elif session_id and at is not None:  # its last turn did not send every schema: no longer warm
+            self._whole_at.pop(session_id)
         return decision
 
     def note_call(self, after_results: bool, followed: bool) -> None:
