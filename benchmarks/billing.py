@@ -718,11 +718,14 @@ def section(data: dict[str, Any], command: str = COMMAND) -> str:
         "**tool schemas included** (BFCL's schemas converted as BFCL converts them for OpenAI-style models: median "
         f"{single['schema_tokens']:,.0f} tokens per conversation's classes, {chained['schema_tokens']:,.0f} per long session), "
         "against a chatbot that resends its full history with every schema of the involved classes on every call, for the "
-        "same calls (one per turn, one more after the tool results). Effective cost prices each call under the provider's "
+        "same calls (one per turn, one more after the tool results); its tool-call ids are made as the scripted model makes "
+        "the middleware's (`call_` and 8 hex digits), so resending a tool call costs both the same (before 2026-11-26 they "
+        "were shorter, `call_<turn>_<n>`, a few tokens less per call for the baseline). Effective cost prices each call under the provider's "
         "caching rules from litellm's local price map, caching on both sides: the baseline caches its growing history "
         "(automatically for OpenAI and Gemini; with cache_control on its tools and last message for Anthropic), the middleware "
         "its stable prefix (loader, kept tools, static system text) and, for Anthropic, its last message "
-        "(`caching.anthropic_breakpoints`, on by default). Every call of a session is assumed warm (within the cache's lifetime), which "
+        "(`caching.anthropic_breakpoints`, on by default); a young session resends its own recorded turns with every schema "
+        "while the model's caching makes that cost no more per turn (`caching.resend_history`, on by default). Every call of a session is assumed warm (within the cache's lifetime), which "
         "favours the baseline, whose cache holds more.",
         "",
     ]
@@ -926,9 +929,6 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
     def saved(row: dict[str, Any], model: str) -> str:
         return _less(1 - row["priced"][model].cost / long_full["priced"][model].cost)
 
-    def short(row: dict[str, Any], model: str) -> str:  # against the full history, on the short conversations
-        return f"{row['priced'][model].cost / full['priced'][model].cost - 1:+.1%}"
-
     rules_of = data["rules"]
     tenth = [m for m in MODELS if (r := rules_of[m]).read_price and r.input_price and r.read_price * 8 <= r.input_price]
 
@@ -1038,25 +1038,36 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
         f"then sends every schema (on {_pct(long_ours['by_model']['claude-haiku-4-5'].whole / turns)} of the long sessions' turns), "
         f"which is cached: {saved(long_ours, 'claude-haiku-4-5')}. With the check off the same sessions cost "
         f"{chained['haiku_unchecked'] / long_full['priced']['claude-haiku-4-5'].cost - 1:+.1%} against the full history. "
+        + _short_tenth(single, tenth),
+        "",
+    ]
+
+
+def _short_tenth(single: dict[str, Any], tenth: Sequence[str]) -> str:
+    """The short conversations on the models that read at a tenth: which cost more than the
+    full history, and why."""
+    full, ours, off = (_row(single["rows"], name) for name in ("full", "disclosure", "every_schema"))
+
+    def short(row: dict[str, Any], model: str) -> str:
+        return f"{row['priced'][model].cost / full['priced'][model].cost - 1:+.1%}"
+
+    over = [model for model in MODELS if ours["priced"][model].cost > full["priced"][model].cost]
+    text = (
         "On the short conversations, models that read at a tenth pay "
         + ", ".join(f"{model} {short(ours, model)}" for model in tenth)
         + " against the full history (with every schema and no disclosure: "
         + ", ".join(f"{model} {short(off, model)}" for model in tenth)
-        + "): a history of 1–7 turns costs little to resend from the cache, and there is little to trim. The disclosed "
-        "prompt is too short to be cached, so every schema is sent instead from the turn it pays over the disclosed prompt's "
-        "growth (on "
-        + ", ".join(
-            f"{_pct(ours['by_model'][model].whole / ours['by_model'][model].turns)} of {model}'s turns" for model in tenth
-        )
-        + "); what is left is the memory, rewritten each turn where the full history only grows, so paid in full where the "
-        "full history's is read at a tenth."
-        + (
-            " Not met: the middleware must never cost more than the full history."
-            if any(ours["priced"][m].cost > full["priced"][m].cost for m in MODELS)
-            else ""
-        ),
-        "",
-    ]
+        + "): a history of 1–7 turns costs little to resend from the cache, and there is little to trim. So a young session "
+        "resends its own recorded turns, with every schema, while that costs no more per turn than the composed prompt "
+        "(`caching.resend_history`). A first turn resends only where every schema is sent anyway, because the policy found "
+        "that every schema pays for its first write over the disclosed prompt's growth (on "
+        + ", ".join(f"{_pct(ours['by_model'][m].whole / ours['by_model'][m].turns)} of {m}'s turns" for m in tenth)
+        + "). A session whose first turn discloses its tools composes from then on: its memory is rewritten each turn, where "
+        "the full history only grows, so it is paid in full where the full history's is read at a tenth."
+    )
+    if over:
+        text += " Not met for " + ", ".join(over) + ": the middleware must never cost more than the full history."
+    return text
 
 
 def _write(text: str) -> None:

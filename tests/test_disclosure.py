@@ -272,9 +272,12 @@ def _calls(*calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def disclosing(log_path: Path, **disclosure: Any) -> Config:
-    """A neutral config with disclosure on for any tool set (no size threshold)."""
+    """A neutral config with disclosure on for any tool set (no size threshold), and every
+    turn composed (young sessions resending their history: see test_resend.py)."""
     return Config().with_overrides(
-        usage_log={"path": str(log_path)}, disclosure={"min_tokens": 0, "match_tools": 1, **disclosure}
+        usage_log={"path": str(log_path)},
+        disclosure={"min_tokens": 0, "match_tools": 1, **disclosure},
+        caching={"resend_history": False},
     )
 
 

@@ -324,3 +324,19 @@ def test_a_slowly_growing_disclosed_prompt_counts_its_turns_in_bounded_work(monk
     assert prefer_whole(mini, **sizes, growth=0.001)
     assert len(calls) <= GAIN_TURNS + 2  # a disclosed turn per gain counted, with the first again; every schema's once
     assert not prefer_whole(mini, **{**sizes, "disclosed": 626}, growth=0.001)
+
+
+def test_a_history_is_resent_while_its_turn_costs_no_more_than_the_composed_prompts() -> None:
+    """Hand-worked, reads at a tenth (OpenAI rules, token for token): a 10,000-token history
+    9,000 of them cached costs 9,000 x 0.1 + 1,000 = 1,900 a call, the composed 4,000 with
+    2,000 cached 2,000 x 0.1 + 2,000 = 2,200: resent. With one call after tool results,
+    which reads the whole first call, the turns cost 1,900 + 1,000 = 2,900 and
+    2,200 + 400 = 2,600: composed. A model without prices never resends."""
+    from middleware.core.policy import resends
+
+    tenth = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
+    figures = {"history": 10_000, "history_stable": 9_000, "composed": 4_000, "composed_stable": 2_000}
+    assert resends(tenth, **figures)
+    assert not resends(tenth, **figures, follow=1.0)
+    assert resends(tenth, **figures, follow=0.2)  # 1,900 + 200 against 2,200 + 80
+    assert not resends(rules_for("openai", {}), **figures)

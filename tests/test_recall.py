@@ -206,8 +206,8 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
         floor, scan = rng.choice((0.0, 1.0, 3.0)), rng.choice((16, 40, 100, store_keys.POSTINGS, 1000))
         common = rng.choice((0, 1, 2, 6, 24))
         reply = raw.execute_command(
-            "eval", store_load.LOAD.text, 6, keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx,
-            archive, recent, count, len(query), store_load.query_argument(query), floor, scan, common,
+            "eval", store_load.LOAD.text, 7, keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx, keys.traces,
+            archive, recent, count, len(query), store_load.query_argument(query), floor, scan, common, 0,
         )  # fmt: skip
         rows = reply[4]
         got = [(rows[i].decode(), float(rows[i + 1]), float(rows[i + 2]), rows[i + 3].decode()) for i in range(0, len(rows), 5)]

@@ -106,7 +106,7 @@ def test_usage_lines_split_each_call_into_what_the_providers_cache_would_read(
     OpenAI's rules a client's long system text, the same on every call, is read from the cache
     from the second call on, and a 1,024-token minimum keeps a short first prompt uncached."""
     system = "You answer questions about the weather. " * 200  # about 1,600 tokens, above OpenAI's minimum
-    with serving(create_app(config.with_overrides(caching={"rules": "openai"}))) as url:
+    with serving(create_app(config.with_overrides(caching={"rules": "openai", "resend_history": False}))) as url:
         talk = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
         for text in ("one", "two"):
             talk.chat.completions.create(model="scripted/echo", extra_headers=sid("cached"),
@@ -119,13 +119,16 @@ def test_usage_lines_split_each_call_into_what_the_providers_cache_would_read(
     assert second["cache"]["full_history"]["read"] >= 1024  # the full history's prefix is cached too
 
 
-def test_the_model_is_sent_the_composed_prompt_not_the_history(client: openai.OpenAI) -> None:
-    """From the third turn on, the upstream sees the summary and the last turn, not every message."""
+def test_the_model_is_sent_the_composed_prompt_not_the_history(config: Config) -> None:
+    """From the third turn on, the upstream sees the summary and the last turn, not every
+    message (composed from the first turn: young sessions resending their history aside)."""
     history: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
-    for text in ("first thing", "second thing", "third thing"):
-        history.append({"role": "user", "content": text})
-        reply = client.chat.completions.create(model="scripted/weather", messages=history, extra_headers=sid("h"))  # type: ignore[arg-type]
-        history.append({"role": "assistant", "content": reply.choices[0].message.content})
+    with serving(create_app(config.with_overrides(caching={"resend_history": False}))) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        for text in ("first thing", "second thing", "third thing"):
+            history.append({"role": "user", "content": text})
+            reply = client.chat.completions.create(model="scripted/weather", messages=history, extra_headers=sid("h"))  # type: ignore[arg-type]
+            history.append({"role": "assistant", "content": reply.choices[0].message.content})
     sent = SEEN[-1]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert sent[0]["content"].startswith("You are terse.")  # the client's system text leads

@@ -4,6 +4,7 @@ and on a real redis-server."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -468,3 +469,30 @@ def test_a_corrupt_tool_field_is_skipped_with_a_warning(manager: Manager, raw: A
     with capture_events() as events:
         assert manager.get_state("s").tool_uses == {"navigate_to_node": (1001, 1)}
     assert any(e["event"] == "store.corrupt_record" and "t:bogus" in e["reason"] for e in events)
+
+
+def test_a_load_for_a_young_session_reads_its_turn_records_in_the_same_round_trip(
+    atlas: Config, real_redis_url: str, redis_server: RedisServer
+) -> None:
+    """With ``traces``, the load script also reads the turn records (resend_history) of a
+    session young enough to resend them, in its one round trip; not once the session is
+    marked composed, nor past traces.max_entries turns."""
+    from middleware.store.keys import Layout
+    from middleware.store.load import load
+    from middleware.store.sessions import mark_composed
+
+    with SessionManager(atlas.with_overrides(usage_log={"path": None}), redis_url=real_redis_url) as mgr:
+        layout, store, sid = Layout.of(mgr.config), mgr.store, uuid.uuid4().hex
+        for i in range(2):
+            mgr.record_turn(sid, user=f"goto shop {i}", assistant="ok", tool_calls=[nav("shop")])
+        query = [("shop", 1.0)]
+        store.execute(load(layout, sid, query=query))  # the server learns the load script
+        admin = redis_server.client()
+        found: list[Any] = []
+        assert round_trips(admin, lambda: found.append(store.execute(load(layout, sid, query=query, traces=True)))) == 1
+        assert found[0].traces is not None and len(found[0].traces) == 2
+        assert store.execute(load(layout, sid, query=query)).traces is None  # not asked
+        young = dataclasses.replace(layout, trace_entries=1)  # two turns: past the traces kept
+        assert store.execute(load(young, sid, query=query, traces=True)).traces is None
+        store.execute(mark_composed(layout, sid))
+        assert store.execute(load(layout, sid, query=query, traces=True)).traces is None

@@ -84,6 +84,12 @@ class CachingConfig(Section):
     # as this model instead of the one called: for aliases, proxies and self-hosted names
     # litellm has no price for.
     price_as: str | None = None
+    # While a session is young, resend its own history (each turn's messages, tool calls and
+    # results as traces keep them), append-only, with every schema, where the model's caching
+    # makes that cost no more per turn than the composed prompt; from the first turn it does
+    # not, the composed prompt for good. Turns the middleware calls the model for (chat(), a
+    # wrapped chatbot, the endpoint). Needs traces.max_entries above the session's turns.
+    resend_history: bool = True
 
 
 class UsageLogConfig(Section):

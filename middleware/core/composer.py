@@ -68,6 +68,8 @@ class Tokenizer(Protocol):
 
     def cut_middle(self, text: str, max_tokens: int, marker: str) -> str: ...
 
+    def count_message(self, message: Mapping[str, Any]) -> int: ...
+
 
 def render_skills(skills: Iterable[Skill], header: str) -> str:
     """The Skills section, one line per skill, or "" when there are none."""

@@ -31,6 +31,7 @@ __all__ = [
     "ToolPolicy",
     "per_call_cost",
     "prefer_whole",
+    "resends",
     "turn_cost",
     "worth_sending",
     "worth_writing",
@@ -49,12 +50,13 @@ class SchemaCounter(Protocol):
         """What each schema adds, summing to ``tokens``."""
 
 
-def per_call_cost(rules: Rules, *, total: int, stable: int) -> float:
+def per_call_cost(rules: Rules, *, total: int, stable: int, step: int | None = None) -> float:
     """What a call of ``total`` tokens costs once the cache is warm, in input-token units,
     when its first ``stable`` tokens are the same on every call: the stable part is read (if
     long enough), the rest billed in full, at Anthropic's write price when breakpoints
     cache it (it changes every call, so it is written every call)."""
-    cached = stable - stable % rules.step if stable >= rules.min_tokens and rules.kind != "none" else 0
+    step = step or rules.step  # the cache's steps; 1: token for token
+    cached = stable - stable % step if stable >= rules.min_tokens and rules.kind != "none" else 0
     price = rules.input_price or 0.0
     if not price:
         return float(total)
@@ -107,7 +109,8 @@ def prefer_whole(
         size, stable = round(disclosed + grown), round(disclosed_stable + grown)
         return turn_cost(rules, total=size, stable=stable, follow=follow, loaders=loaders) - whole_turn
 
-    if gain(0) <= 0:
+    first = gain(0)
+    if first <= 0:
         return False
     price = rules.input_price
     if growth <= 0 or not price or warm:  # warm: the session's last turn sent every schema, which the cache holds
@@ -120,11 +123,30 @@ def prefer_whole(
     # last gain counted stands for the rest (a lower bound; a slow growth costs no more work).
     saved = 0.0
     for turn in range(min(turns, GAIN_TURNS)):
-        last = gain(growth * turn)
+        last = gain(growth * turn) if turn else first
         saved += last
         if saved > premium:
             return True
     return saved + last * max(turns - GAIN_TURNS, 0) > premium
+
+
+def resends(rules: Rules, *, history: int, history_stable: int, composed: int, composed_stable: int, follow: float = 0.0) -> bool:
+    """Whether resending the session's own history (``history`` tokens with every schema,
+    ``history_stable`` of them sent by the previous call in the same order, so cached)
+    costs no more per turn than the composed prompt (``composed``, ``composed_stable``):
+    the first call, and the ``follow`` calls after tool results, which read the whole first
+    call (what they add is left out: it is the same whichever prompt the turn began with)."""
+    if not rules.input_price:
+        return False
+
+    def cost(total: int, stable: int) -> float:
+        # Token for token, not in the cache's steps: what a step leaves unread this call, the
+        # next reads (the history only grows), where the composed prompt's messages never are.
+        return per_call_cost(rules, total=total, stable=stable, step=1) + follow * per_call_cost(
+            rules, total=total, stable=total, step=1
+        )
+
+    return cost(history, history_stable) <= cost(composed, composed_stable)
 
 
 def worth_writing(rules: Rules, chance: float) -> bool:

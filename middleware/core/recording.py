@@ -117,7 +117,7 @@ def _traces(turn: Turn, final: str, cap: int, turn_cap: int) -> tuple[dict[str, 
         if room < 0:
             entries.append({"type": "omitted", "tool_calls": len(turn.tool_calls) - index})
             break
-        entries.append({"type": "tool_call", "call_id": call_id, "tool": call.name, "arguments": arguments})
+        entries.append({"type": "tool_call", "call_id": call_id, "tool": call.name, "arguments": arguments, "round": call.round})
         entries.append({"type": "tool_result", "call_id": call_id, "tool": call.name, "ok": call.ok, "result": result})
     entries.append({"type": "assistant", "content": reply})
     return tuple(entries)

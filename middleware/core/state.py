@@ -85,6 +85,7 @@ class ToolCall:
     # One line saying what the result showed (a tool's observation renderer makes it):
     # the summary's action and the archive use it instead of "Used <tool>".
     observation: str | None = None
+    round: int = 0  # the tool round of its turn that asked for it (calls of one round came in one message)
     args: dict[str, Any] | None = field(init=False, repr=False, compare=False)
     _texts: list[str | None] = field(init=False, repr=False, compare=False)
 
@@ -289,6 +290,9 @@ class SessionState:
     # Tools the session called recently (disclosure): name -> (the order in which it was
     # first sent in its current run of use, the last turn that called it).
     tool_uses: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # A turn was composed though the session's history could have been resent (caching.resend_history):
+    # from then on every turn is composed.
+    composed: bool = False
     # Set by the store's decoder: the recent window as validated (user, assistant) pairs
     # with their counts, so composing does not check and rebuild it again.
     pairs: tuple[StoredMessage, ...] | None = field(default=None, repr=False, compare=False)

@@ -9,6 +9,7 @@ calls past the round limit are not run and the turn ends with a note instead.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -103,7 +104,7 @@ class TurnLoop:
         for outcome in outcomes:
             self.messages.append(outcome.message)
             if outcome.record is not None:
-                self.calls.append(outcome.record)
+                self.calls.append(dataclasses.replace(outcome.record, round=self.rounds))
         self.rounds += 1
 
 

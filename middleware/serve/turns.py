@@ -114,7 +114,7 @@ class Turns:
         command = arrive_command(self.layout, session_id, waiting=conversation.waiting, reserve=user is not None,
                                  mark_import=bool(conversation.earlier), now=time.time(), wait=self.wait)  # fmt: skip
         # Recall looks for what the turn's user message needs, on every call of the turn alike.
-        loaded: Loaded | None = yield from engine.load_turn(session_id, user or "", ahead=[command])
+        loaded: Loaded | None = yield from engine.load_turn(session_id, user or "", model=model, ahead=[command])
         assert loaded is not None
         arrived = arrival(loaded.ahead[0])
         try:
@@ -208,7 +208,8 @@ class Turns:
         plan = calls.plan
         return {"tools": plan.tools.saved() if plan.tools is not None else None,
                 "selected": plan.selected.saved() if plan.selected is not None else None, "kept": list(plan.kept),
-                "marked": calls.marked, "extra": calls.extra, "answered": calls.answered, "first": calls.first}  # fmt: skip
+                "marked": calls.marked, "extra": calls.extra, "answered": calls.answered, "first": calls.first,
+                "resent": plan.resent, "composes": plan.composes}  # fmt: skip
 
     def _record(self, exchange: Exchange, text: str, *, ended: bool = True) -> Program[None]:
         """Record the turn in its place in the session, with the tool calls the client ran."""

@@ -152,10 +152,14 @@ class Engine:
 
     # --- turns: planned once, driven by every entrance ---------------------------------------
 
-    def load_turn(self, session_id: str, message: str, *, ahead: Sequence[Command] = ()) -> Program[Loaded]:
+    def load_turn(
+        self, session_id: str, message: str, *, model: str | None = None, ahead: Sequence[Command] = ()
+    ) -> Program[Loaded]:
         """The session and the archive's pieces for ``message``, with the replies of commands
-        sent ``ahead`` in the same round trip (the endpoint's arrival)."""
-        return self._ops.load(session_id, message, ahead=ahead)
+        sent ahead in the same round trip (the endpoint's arrival), and the turn records a
+        turn to ``model`` (None: the configured one) may resend of a young session."""
+        traces = self._planner.reads_traces(model or self._config.model)
+        return self._ops.load(session_id, message, ahead=ahead, traces=traces)
 
     def plan_turn(
         self, session_id: str, message: str, *, model: str | None, toolset: Toolset, exact: bool = False, disclose: bool = True,

@@ -40,7 +40,17 @@ from ..store.decoding import Loaded
 from ..store.keys import Layout
 from ..store.load import load
 from ..store.record import Recorded, record
-from ..store.sessions import Inspection, eviction_policy, inspect, list_sessions, ping, reset
+from ..store.sessions import (
+    Inspection,
+    decode_traces,
+    eviction_policy,
+    inspect,
+    list_sessions,
+    mark_composed,
+    ping,
+    read_traces,
+    reset,
+)
 from ..tokens import context_window
 from .embedder import Embedder
 from .held import HeldTurns
@@ -140,9 +150,10 @@ class SessionOperations:
         if self.held:
             yield from self.held.flush(session_id, tolerate=tolerate)
 
-    def load(self, session_id: str, message: str, *, ahead: Sequence[Command] = ()) -> Program[Loaded]:
+    def load(self, session_id: str, message: str, *, ahead: Sequence[Command] = (), traces: bool = False) -> Program[Loaded]:
         """The session and the archive's pieces for ``message`` (none for ""), with the replies
-        of the commands sent ``ahead`` of its reads (see ``load.load``). With
+        of the commands sent ``ahead`` of its reads and, with ``traces``, a young session's
+        turn records (see ``load.load``). With
         ``on_store_error: degrade`` an unreachable store gives an empty session (a warning),
         not an error, unless commands were sent ahead: their caller needs their replies."""
         try:
@@ -152,7 +163,7 @@ class SessionOperations:
             )  # the store selects by the message's own terms
             vector = (yield from self.embedder.message(message)) if message else ()
             loaded = yield from load(self.layout, session_id, owner=self.owners.get(session_id), query=query, vector=vector,
-                                     ahead=ahead)  # fmt: skip
+                                     ahead=ahead, traces=traces)  # fmt: skip
         except StoreError as exc:
             if not self.degrade or ahead:
                 raise
@@ -265,6 +276,17 @@ class SessionOperations:
     def list_sessions(self, *, search: str | None = None, page: int = 1, page_size: int = 20) -> Program[SessionPage]:
         """Sessions newest first, optionally those whose id contains ``search``."""
         return list_sessions(self.layout, search=search, page=page, page_size=page_size)
+
+    def traces(self, session_id: str, loaded: Loaded | None = None) -> Program[list[dict[str, Any]]]:
+        """The session's turn records, oldest first: those its load read, else read now
+        (see ``read_traces``)."""
+        if loaded is not None and loaded.traces is not None:
+            return decode_traces(loaded.traces)
+        return (yield from read_traces(self.layout, session_id))
+
+    def mark_composed(self, session_id: str) -> Program[None]:
+        """From now on the session's turns are composed (see ``SessionState.composed``)."""
+        return mark_composed(self.layout, session_id)
 
     def inspect(self, session_id: str, *, traces: int = 100) -> Program[Inspection]:
         """Everything stored for a session: state, notes, the last ``traces`` turn records

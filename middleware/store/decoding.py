@@ -184,6 +184,7 @@ class Loaded(NamedTuple):
     missing: tuple[str, ...] = ()  # parts a session with turns must have and has not (evicted under maxmemory)
     candidates: tuple[Candidate, ...] = ()  # archived pieces the recall query found, best first
     ahead: tuple[Any, ...] = ()  # the replies of the commands sent ahead of the reads (see load.load)
+    traces: tuple[bytes, ...] | None = None  # the turn records, where the load read them (see load.load)
 
 
 def _missing(replies: Sequence[Any], turns: int, layout: Layout, bad: list[Corrupt]) -> tuple[str, ...]:
@@ -235,6 +236,7 @@ def decode_state(session_id: str, replies: Sequence[Any], layout: Layout) -> Loa
         created_at=_meta_number(meta, "created", float, bad),
         updated_at=_meta_number(meta, "updated", float, bad),
         owner=_owner(meta),
+        composed=meta.get(b"composed") == b"1",
         notes="",
         facts=facts,
         tool_uses=_tool_uses(meta, bad),

@@ -8,7 +8,7 @@ Redis Cluster slot::
     <prefix>:{<sid>}:recent   list   JSON {"role","content","tokens","turn"}: the recent window
     <prefix>:{<sid>}:meta     hash   turns, full_tokens, created, updated, last_turn, user, agent,
                                      and "t:<tool>" = "<order> <last turn>" for the tools called recently
-    <prefix>:{<sid>}:traces   list   JSON turn records for the inspector
+    <prefix>:{<sid>}:traces   list   JSON turn records: the inspector, and a young session resending its history
     <prefix>:{<sid>}:prompt   string JSON of the prompt sent on the last recorded turn
     <prefix>:{<sid>}:ids      zset   ids of the last turns written, score = turn number
     <prefix>:{<sid>}:arc      hash   the episodic archive: "<turn>.<n>" -> "kind\ttokens\tterms\ttext"

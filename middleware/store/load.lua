@@ -1,16 +1,22 @@
 -- A load (see load.py): the session's four reads and, for a query, the archive's best pieces.
--- KEYS: ctx sum recent meta arc idx. ARGV: LoadArguments, in its order.
-local archive_turns, recent_turns, candidates, n_terms, query, min_score, scan, common = unpack(ARGV, 1, 8)
-local ctx, sum, recent, meta, arc, idx = unpack(KEYS, 1, 6)
+-- KEYS: ctx sum recent meta arc idx traces. ARGV: LoadArguments, in its order.
+local archive_turns, recent_turns, candidates, n_terms, query, min_score, scan, common, traces = unpack(ARGV, 1, 9)
+local ctx, sum, recent, meta, arc, idx, trace_list = unpack(KEYS, 1, 7)
 local out = {redis.pcall('ZRANGE', ctx, 0, -1, 'WITHSCORES'), redis.pcall('LRANGE', sum, 0, -1),
-             redis.pcall('LRANGE', recent, 0, -1), redis.pcall('HGETALL', meta), {}}
--- part: entries (the query's index entries read)
-n_terms = tonumber(n_terms)
-if n_terms == 0 or out[4].err then return out end
-local turns = 0
+             redis.pcall('LRANGE', recent, 0, -1), redis.pcall('HGETALL', meta), {}, false}
+if out[4].err then return out end
+local turns, composed = 0, false
 for i = 1, #out[4], 2 do
   if out[4][i] == 'turns' then turns = tonumber(out[4][i + 1]) or 0 end
+  if out[4][i] == 'composed' then composed = true end
 end
+-- A young session's turn records, for resending its history (caching.resend_history): only
+-- while every turn is still traced and no turn composed instead. Not read: false (nil).
+traces = tonumber(traces)
+if traces > 0 and not composed and turns <= traces then out[6] = redis.pcall('LRANGE', trace_list, 0, -1) end
+-- part: entries (the query's index entries read)
+n_terms = tonumber(n_terms)
+if n_terms == 0 then return out end
 local oldest, newest = turns - tonumber(archive_turns) + 1, turns - tonumber(recent_turns)
 if newest < 1 then return out end
 local terms, weights = {}, {}

@@ -62,6 +62,7 @@ class LoadArguments(Arguments):
     min_score: float
     scan: int
     common: int
+    traces: int  # read the turn records of a session of at most this many turns, not composed (0: never)
 
 
 def load_script_until(part: str) -> str:
@@ -86,11 +87,11 @@ def load_commands(keys: SessionKeys) -> tuple[Command, ...]:
     )
 
 
-def _load_command(layout: Layout, keys: SessionKeys, query: Sequence[tuple[str, float]]) -> Command:
+def _load_command(layout: Layout, keys: SessionKeys, query: Sequence[tuple[str, float]], traces: int) -> Command:
     arguments = LoadArguments(archive_turns=layout.archive_turns, recent_turns=layout.recent_messages // 2,
                               candidates=CANDIDATES, n_terms=len(query), query=query_argument(query), min_score=MIN_SCORE,
-                              scan=POSTINGS, common=COMMON_TERMS)  # fmt: skip
-    return LOAD.by_sha((keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx), arguments)
+                              scan=POSTINGS, common=COMMON_TERMS, traces=traces)  # fmt: skip
+    return LOAD.by_sha((keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx, keys.traces), arguments)
 
 
 def query_argument(query: Sequence[tuple[str, float]]) -> str:
@@ -144,6 +145,7 @@ def load(
     query: Sequence[tuple[str, float]] = (),
     vector: Sequence[float] = (),
     ahead: Sequence[Command] = (),
+    traces: bool = False,
 ) -> Plan[Loaded]:
     """A session's state in one round trip. Its notes join the reads when ``owner`` (the
     owner the caller last saw) is given; a session whose owner turns out different
@@ -152,10 +154,12 @@ def load(
     ``vector`` (the current message's embedding) the nearest pieces, from the server's
     vector index, in the same round trip. Commands given ``ahead`` go first in that round
     trip (their replies in ``Loaded.ahead``; on a cluster, which sends a script by its SHA
-    only alone, in a round trip of their own)."""
+    only alone, in a round trip of their own). With ``traces``, a recall's script also
+    reads the turn records of a session young enough to resend its history
+    (``Loaded.traces``; ``caching.resend_history``)."""
     notes_shown, keys = layout.notes_shown, layout.session(session_id)
     recall = bool(query) and layout.recall
-    commands = (_load_command(layout, keys, query),) if recall else load_commands(keys)
+    commands = (_load_command(layout, keys, query, layout.trace_entries if traces else 0),) if recall else load_commands(keys)
     if owner is not None and notes_shown:
         commands = (*commands, ("get", layout.pair(*owner).notes))
     if vector:
@@ -169,20 +173,23 @@ def load(
     if vector:
         near, replies = nearest(replies[-1]), replies[:-1]
     candidates: tuple[Candidate, ...] = ()
+    records: Any = None
     if recall:
         if no_script(replies[0]):
             replies = yield Batch([LOAD.by_text(commands[0]), *commands[1 : len(replies)]])
         script, *rest = replies
         if isinstance(script, Exception):
             raise refused(script)
-        ctx, summary, recent, meta, found = script
+        ctx, summary, recent, meta, found, records = script
         replies = [_pairs(ctx), summary, recent, _mapping(meta), *rest]
         candidates = _candidates(found)
     loaded = decode_state(session_id, replies, layout)
     if vector:  # the index may still hold vectors of turns out of the archive: they are not recalled
         oldest = loaded.state.turns - layout.archive_turns + 1
         candidates = _merged(candidates, [c for c in near if c.turn >= oldest])
-    loaded = loaded._replace(candidates=candidates, ahead=tuple(before))
+    if isinstance(records, Exception):
+        raise refused(records)
+    loaded = loaded._replace(candidates=candidates, ahead=tuple(before), traces=tuple(records) if records is not None else None)
     if "meta" in loaded.missing:  # the ids of the last turns carry the count the meta hash lost
         (last,) = yield Batch([("zrange", keys.ids, -1, -1, False, True)])
         counted = int(last[0][1]) if isinstance(last, list) and last else 0

@@ -4,8 +4,11 @@ listing index, inspection, and what the server says about itself."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from ..core.effects import Batch, Command, Plan
 from ..core.state import SessionPage, SessionState, SessionSummary
@@ -148,6 +151,35 @@ def inspect(layout: Layout, session_id: str, *, traces: int = 100) -> Plan[Inspe
     if state.owner:
         state = dataclasses.replace(state, notes=(yield from read_notes(layout, *state.owner)))
     return Inspection(state, replies[LOAD_REPLIES], replies[LOAD_REPLIES + 1], corrupt)
+
+
+def read_traces(layout: Layout, session_id: str) -> Plan[list[dict[str, Any]]]:
+    """The session's turn records, oldest first (see ``decode_traces``)."""
+    keys = layout.session(session_id)
+    (reply,) = yield Batch([("lrange", keys.traces, 0, -1)])
+    if isinstance(reply, Exception):
+        raise refused(reply)
+    return decode_traces(reply)
+
+
+def decode_traces(records: Sequence[bytes]) -> list[dict[str, Any]]:
+    """Turn records as read, decoded, oldest first; [] where one is not a JSON object (a
+    history with a hole is not resent)."""
+    out = []
+    for raw in records:
+        try:
+            trace = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return []
+        if not isinstance(trace, dict):
+            return []
+        out.append(trace)
+    return out
+
+
+def mark_composed(layout: Layout, session_id: str) -> Plan[None]:
+    """Mark the session as composed from now on (see ``SessionState.composed``)."""
+    checked((yield Batch([("hset", layout.session(session_id).meta, "composed", "1")])))
 
 
 def eviction_policy(layout: Layout) -> Plan[str | None]:

@@ -62,6 +62,8 @@ class TurnPlan:
     selected: DisclosedTools | None = None  # what was matched up front, before the policy left any out
     kept: tuple[str, ...] = ()  # tools the turn keeps from now on as if it had called them
     max_rounds: int = 8  # tool rounds a turn may run (config max_tool_rounds)
+    composes: bool = False  # the session's history could have been resent, and this turn composes instead
+    resent: bool = False  # the prompt resends the session's history: the next turn reads all of it
     # How often this process has seen a call followed by another of its turn: where breakpoints end.
     loop_odds: LoopOdds = dataclasses.field(default_factory=LoopOdds)
 
@@ -85,7 +87,8 @@ class TurnPlan:
             return Request(sent, schemas, None)
         stable = self.tools.stable_tools if self.tools is not None else len(schemas or ())
         chance = self.loop_odds.chance(len(sent) > len(self.prompt.messages)) if schemas else 0.0
-        tail = self.policy.tail(chance, marked=marked, last=len(sent) - 1)
+        # A resent history is read by the next turn as well: its calls end their breakpoints at their last message.
+        tail = len(sent) - 1 if self.resent else self.policy.tail(chance, marked=marked, last=len(sent) - 1)
         sent, schemas = with_breakpoints(sent, schemas, static_prefix=self.static_prefix, stable_tools=stable,
                                          stable_system=self.prompt.stable_system_chars, tail=tail)  # fmt: skip
         return Request(sent, schemas, tail)
@@ -124,6 +127,8 @@ class TurnPlan:
         line: dict[str, Any] = {"sent": len(schemas or ()), "of": len(self.every), "full_tokens": self.full_tools_tokens}
         if self.tools is not None:
             line["loaded"] = len(self.tools.loaded)
+        if self.resent:
+            line["resent"] = True  # the prompt resent the session's history (caching.resend_history)
         return line
 
     def sent_names(self) -> tuple[str, ...]:

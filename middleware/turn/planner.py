@@ -12,7 +12,8 @@ from ..config.schema import Config
 from ..core.archive import Candidate
 from ..core.disclosure import DisclosedTools
 from ..core.effects import Program
-from ..core.policy import Figures
+from ..core.policy import Figures, resends
+from ..core.resend import resent_prompt
 from ..core.state import Prompt, SessionState, Turn, TurnUpdate
 from ..session.embedder import Embedder
 from ..session.operations import SessionOperations, prompt_json
@@ -55,7 +56,7 @@ class TurnPlanner:
         catalog, policy = tools.catalog(toolset) if disclose else None, tools.policy(model)
         vector = yield from self.embedder.meaning(catalog, message)
         if loaded is None:
-            loaded = yield from ops.load(session_id, message)
+            loaded = yield from ops.load(session_id, message, traces=self.reads_traces(model))
         state, candidates = loaded.state, loaded.candidates
         every, count = toolset.schemas, tools.counter.tokens
         whole = count(every)
@@ -70,10 +71,58 @@ class TurnPlanner:
                         every=tuple(every), full_tools_tokens=whole, tools=disclosed,
                         max_rounds=self.config.max_tool_rounds, loop_odds=tools.loop_odds)  # fmt: skip
         if saved:
+            if saved.get("resent"):  # a turn that resent its history goes on resending it
+                return (yield from self._resent(plan, loaded, message, whole, system, chosen=True))
             selected = saved.get("selected")
-            return dataclasses.replace(plan, kept=tuple(saved.get("kept") or ()),
+            return dataclasses.replace(plan, kept=tuple(saved.get("kept") or ()), composes=bool(saved.get("composes")),
                                        selected=DisclosedTools.restored(catalog, selected) if catalog and selected else None)  # fmt: skip
-        return self._decided(plan, whole) if disclosed is not None else plan
+        plan = self._decided(plan, whole) if disclosed is not None else plan
+        if not (self.reads_traces(model) and state.turns <= self.config.traces.max_entries and not state.composed):
+            return plan
+        if (not state.turns and plan.tools is not None) or plan.prompt.tokens.state:
+            # Resending sends every schema: a first turn does only where the policy found that
+            # every schema pays for its first write (``prefer_whole``). And the history holds
+            # no connector's current state, which the composed prompt shows. Else the turn
+            # composes, and so does every later one.
+            return dataclasses.replace(plan, composes=True)
+        return (yield from self._resent(plan, loaded, message, whole, system))
+
+    def reads_traces(self, model: str) -> bool:
+        """Whether a turn to ``model`` may resend a young session's history
+        (``caching.resend_history``, for a model whose prices the policy knows)."""
+        return self.config.caching.resend_history and bool(self.tools.policy(model).rules.input_price)
+
+    def _resent(
+        self, plan: TurnPlan, loaded: Loaded, message: str, whole: int, system: str | None, *, chosen: bool = False
+    ) -> Program[TurnPlan]:
+        """The plan resending the session's history with every schema (after the client's
+        own ``system`` text, if any), where that costs no more per call than the composed
+        prompt (``resends``), or where it was ``chosen`` by the turn's first request."""
+        state = loaded.state
+        traces = (yield from self.ops.traces(plan.session_id, loaded)) if state.turns else []
+        if len(traces) != state.turns:
+            return plan
+        composer = self.ops.composer
+        resent = resent_prompt(composer, state, traces, message, system=system)
+        if chosen:
+            return dataclasses.replace(plan, prompt=resent, tools=None, selected=None, kept=(), resent=True)
+        count = composer.tokenizer.count_message
+        last = count(resent.messages[-2]) if len(resent.messages) > 2 else 0
+        history = whole + resent.tokens.total
+        history_stable = history - resent.tokens.current - resent.tokens.priming - last
+        schemas = plan.schemas()
+        composed = self.tools.counter.tokens(schemas) + plan.prompt.tokens.total
+        # What the cache holds of the composed prompt: every schema and the system text the
+        # resent prompts began with too (its memory sections were never sent yet), or the
+        # disclosed tools that stay from call to call (what follows them changes).
+        if plan.tools is None:
+            composed_stable = whole + resent.tokens.system + resent.tokens.notes
+        else:
+            composed_stable = self.tools.counter.tokens(plan.tools.schemas()[: plan.tools.stable_tools])
+        if not resends(plan.policy.rules, history=history, history_stable=history_stable, composed=composed,
+                       composed_stable=composed_stable, follow=plan.loop_odds.follow()):  # fmt: skip
+            return dataclasses.replace(plan, composes=True)
+        return dataclasses.replace(plan, prompt=resent, tools=None, selected=None, kept=(), resent=True)
 
     def _prompt(
         self, state: SessionState, message: str, model: str, extra: int, candidates: Sequence[Candidate], system: str | None
@@ -124,7 +173,9 @@ class TurnPlanner:
         """Learn from the turn (``finish``) and record it with what its first call carried
         (``billed``) and the tools it keeps."""
         self.finish(plan, turn, ended=ended)
-        return self.ops.record(plan.session_id, turn, prompt=plan.prompt, billed=billed, kept=plan.kept, sent=sent)
+        if plan.composes:
+            yield from self.ops.mark_composed(plan.session_id)
+        return (yield from self.ops.record(plan.session_id, turn, prompt=plan.prompt, billed=billed, kept=plan.kept, sent=sent))
 
     def update(
         self, plan: TurnPlan, turn: Turn, *, ended: bool, billed: Mapping[str, Any] | None, turn_id: str,
@@ -134,6 +185,8 @@ class TurnPlanner:
         (semantic recall), for an entrance that records it itself (the endpoint queues it in
         the session's arrival order)."""
         self.finish(plan, turn, ended=ended)
+        if plan.composes:
+            yield from self.ops.mark_composed(plan.session_id)
         self.tools.learn(turn)
         update = self.ops.update(turn, prompt=prompt_json(plan.prompt, billed, sent), kept=plan.kept, turn_id=turn_id)
         vectors = yield from self.embedder.encoded(update)
