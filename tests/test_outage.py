@@ -193,3 +193,30 @@ def test_a_held_turn_that_did_reach_redis_is_not_written_twice(connect: Any, ser
         assert mgr.record_turn("dup", user="third", assistant="ok") == 3  # not 4
         assert mgr.pending_turns == []
         assert [m["content"] for m in mgr.get_state("dup").recent] == ["third", "ok"]
+
+
+def test_degrade_mode_holds_a_chat_turn_that_marks_its_session_composed(
+    server: RedisServer, atlas: Config, tmp_path: Path, face: str, loop: asyncio.AbstractEventLoop
+) -> None:
+    """With the store stopped, a chat() turn priced as Sonnet with 40 tools discloses them,
+    so it composes and marks its session so; the mark rides on its record, which degrade
+    mode holds: the turn is answered and kept, not lost, and written, mark and all, once
+    the store is back."""
+    from tests.test_disclosure import Needs
+    from tests.test_entrances import tools_for_chat
+
+    config = atlas.with_overrides(
+        store={"url": url(server), "timeout_seconds": TIMEOUT, "on_store_error": "degrade"},
+        usage_log={"path": str(tmp_path / "usage.jsonl")}, caching={"price_as": "claude-sonnet-4-5"},
+    )  # fmt: skip
+    model = Needs({"goto shop": []})
+    with open_manager(face, config, loop) as mgr:
+        mgr.record_turn("s", user="navigate to watchlist on google_tv", assistant="ok", tool_calls=[NAV])
+        server.stop()
+        result = mgr.chat("s", "goto shop", model=model.model, tools=tools_for_chat())
+        assert result.text == "nothing to do" and [sid for sid, _ in mgr.pending_turns] == ["s"]
+        assert "load_tools" in model.requests[0]  # disclosed: the turn composed
+        server.start()
+        assert mgr.flush_pending() == 1
+        state = mgr.get_state("s")
+    assert state.turns == 2 and state.composed

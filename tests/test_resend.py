@@ -123,3 +123,93 @@ def test_a_turn_that_shows_a_connectors_state_composes(managers: ManagerFactory,
     assert len(firsts) == 3 and all(not any(m["role"] == "tool" for m in sent) for sent in firsts)
     assert all("target 21.0 °C" in _text(sent[0]["content"]) for sent in firsts)
     assert mgr.get_state("s").composed
+
+
+def test_a_trace_gives_each_round_its_own_message_and_ids_unique_over_the_history() -> None:
+    """Two rounds of one turn are two assistant messages, each followed by its results; an
+    id an earlier turn used (a caller's calls without ids are call_0, call_1... in every
+    turn) gets the turn's suffix, its result too; empty arguments are sent as {}."""
+    from middleware.core.resend import trace_messages
+
+    def turn(user: str, *rounds: list[str]) -> dict[str, Any]:
+        events: list[dict[str, Any]] = [{"type": "user", "content": user}]
+        for number, ids in enumerate(rounds):
+            for call_id in ids:
+                events.append({"type": "tool_call", "call_id": call_id, "tool": "t", "arguments": "", "round": number})
+                events.append({"type": "tool_result", "call_id": call_id, "tool": "t", "ok": True, "result": call_id})
+        return {"events": [*events, {"type": "assistant", "content": "done"}]}
+
+    taken: set[str] = set()
+    first = trace_messages(turn("one", ["call_0", "call_1"], ["call_2"]), taken=taken, suffix="_0")
+    assert [m["role"] for m in first] == ["user", "assistant", "tool", "tool", "assistant", "tool", "assistant"]
+    assert [c["id"] for c in first[1]["tool_calls"]] == ["call_0", "call_1"] and first[1]["tool_calls"][0]["function"][
+        "arguments"
+    ] == "{}"
+    second = trace_messages(turn("two", ["call_0", "c9"]), taken=taken, suffix="_1")
+    assert [c["id"] for c in second[1]["tool_calls"]] == ["call_0_1", "c9"]
+    assert [m["tool_call_id"] for m in second[2:4]] == ["call_0_1", "c9"]
+
+
+def test_a_history_that_cannot_be_resent_whole_is_not() -> None:
+    """Calls left out of a trace (omitted), or arguments a trace cut in the middle (no
+    longer JSON): not resendable."""
+    from middleware.core.resend import resendable
+
+    call = {"type": "tool_call", "call_id": "a", "tool": "t", "round": 0}
+    assert resendable([{"events": [{**call, "arguments": '{"x": 1}'}]}])
+    assert not resendable([{"events": [{**call, "arguments": '{"x": "aaa […cut…] aa'}]}])
+    assert not resendable([{"events": [{"type": "omitted", "tool_calls": 3}]}])
+
+
+def test_long_tool_arguments_cut_by_the_trace_make_the_session_compose(managers: ManagerFactory, log_path: Path) -> None:
+    """A call whose arguments pass traces.max_entry_chars is traced cut, which is not JSON:
+    the next turn composes (and marks the session) instead of resending a call a provider
+    would refuse."""
+    needs = {"use tool 0": [("tool_0", {"text": "x" * 3_000})], "use tool 1": [("tool_1", {})]}
+    model = Needs(needs)
+    mgr = managers(_config(log_path, "gpt-5-mini"))
+    for request in needs:
+        mgr.chat("s", request, model=model.model, tools=_tools(8))
+    firsts = [sent for sent in model.sent if sent[-1]["role"] == "user"]
+    assert not any(m["role"] == "tool" for m in firsts[1]) and mgr.get_state("s").composed
+
+
+def test_turns_recorded_without_call_ids_are_resent_with_unique_ids(managers: ManagerFactory, log_path: Path) -> None:
+    """Two turns recorded by record_turn() with calls that carry no id (traced as call_0 in
+    both): the resent history holds every id once."""
+    model = Needs({"use tool 0": [("tool_0", {})]})
+    mgr = managers(_config(log_path, "gpt-5-mini"))
+    for n in range(2):
+        mgr.record_turn("s", user=f"earlier {n}", assistant="ok", tool_calls=[{"name": "tool_1", "arguments": {"n": n}}])
+    mgr.chat("s", "use tool 0", model=model.model, tools=_tools(8))
+    ids = [c["id"] for m in model.sent[0] for c in m.get("tool_calls") or ()]
+    assert len(ids) == 2 and len(set(ids)) == 2
+
+
+def test_a_history_over_the_prompt_cap_is_not_resent(managers: ManagerFactory, log_path: Path) -> None:
+    """With tokens.budget under the history with every schema, the turn composes."""
+    model = Needs({"use tool 0": [("tool_0", {})], "use tool 1": [("tool_1", {})]})
+    mgr = managers(_config(log_path, "gpt-5-mini").with_overrides(tokens={"budget": 1_600}))
+    for request in ("use tool 0", "use tool 1"):
+        mgr.chat("s", request, model=model.model, tools=_tools(8))
+    firsts = [sent for sent in model.sent if sent[-1]["role"] == "user"]
+    assert not any(m["role"] == "tool" for m in firsts[1]) and mgr.get_state("s").composed
+
+
+def test_a_traces_key_of_another_type_is_reported_and_the_turn_composes(
+    managers: ManagerFactory, log_path: Path, raw: Any
+) -> None:
+    """A corrupt traces key (a string) does not fail the load: it is reported as corrupt,
+    the turn composes, and recording the turn replaces the key."""
+    from middleware.store.keys import session_keys
+    from middleware.testing import capture_events
+
+    model = Needs({"use tool 0": [("tool_0", {})], "use tool 1": [("tool_1", {})]})
+    mgr = managers(_config(log_path, "gpt-5-mini"))
+    mgr.chat("s", "use tool 0", model=model.model, tools=_tools(8))
+    raw.set(session_keys(mgr.config.store.key_prefix, "s").traces, "not a list")
+    with capture_events() as events:
+        mgr.chat("s", "use tool 1", model=model.model, tools=_tools(8))
+    assert [e["key"] for e in events if e["event"] == "store.corrupt_record"] == ["traces"]
+    firsts = [sent for sent in model.sent if sent[-1]["role"] == "user"]
+    assert not any(m["role"] == "tool" for m in firsts[1]) and mgr.get_state("s").composed

@@ -479,7 +479,6 @@ def test_a_load_for_a_young_session_reads_its_turn_records_in_the_same_round_tri
     marked composed, nor past traces.max_entries turns."""
     from middleware.store.keys import Layout
     from middleware.store.load import load
-    from middleware.store.sessions import mark_composed
 
     with SessionManager(atlas.with_overrides(usage_log={"path": None}), redis_url=real_redis_url) as mgr:
         layout, store, sid = Layout.of(mgr.config), mgr.store, uuid.uuid4().hex
@@ -494,5 +493,5 @@ def test_a_load_for_a_young_session_reads_its_turn_records_in_the_same_round_tri
         assert store.execute(load(layout, sid, query=query)).traces is None  # not asked
         young = dataclasses.replace(layout, trace_entries=1)  # two turns: past the traces kept
         assert store.execute(load(young, sid, query=query, traces=True)).traces is None
-        store.execute(mark_composed(layout, sid))
+        admin.hset(layout.session(sid).meta, "composed", "1")
         assert store.execute(load(layout, sid, query=query, traces=True)).traces is None

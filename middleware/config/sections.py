@@ -222,7 +222,8 @@ class NotesConfig(Section):
 
 
 class TracesConfig(Section):
-    """Raw traces: each turn's messages, tool calls and results, for inspection only."""
+    """Raw traces: each turn's messages, tool calls and results, for inspection, and resent
+    while a session is young (``caching.resend_history``)."""
 
     max_entries: int = Field(default=100, ge=0, le=100_000)  # turns kept; 0 keeps none
     max_entry_chars: int = Field(default=2_000, ge=100, le=1_000_000)  # per message, argument or result

@@ -58,6 +58,7 @@ def turn_update(
         prompt=prompt,
         pieces=pieces_of(turn, turn.assistant, tokenizer, observed) if config.memory.archive_turns else (),
         tools=tuple(dict.fromkeys(call.name for call in turn.tool_calls))[:MAX_TOOLS_RECORDED],
+        composed=False,
     )
 
 

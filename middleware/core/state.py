@@ -315,7 +315,7 @@ class TurnUpdate:
     # first attempt did reach Redis but the reply was lost. Set by the session manager.
     turn_id: str = ""
     # Raw trace entries of the turn (user message, tool calls, results, reply), kept for
-    # the inspector only; never sent to the model.
+    # the inspector and for a young session resending its history (caching.resend_history).
     traces: tuple[dict[str, Any], ...] = ()
     # The prompt the model was sent for this turn (JSON), when the manager composed it.
     prompt: str = ""
@@ -323,6 +323,9 @@ class TurnUpdate:
     pieces: tuple[Piece, ...] = ()
     # The names of the tools the turn called, in order, once each (disclosure keeps them sent).
     tools: tuple[str, ...] = ()
+    # The turn composed its prompt where the session's history could have been resent: the
+    # session composes from now on (``SessionState.composed``).
+    composed: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

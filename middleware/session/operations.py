@@ -46,7 +46,6 @@ from ..store.sessions import (
     eviction_policy,
     inspect,
     list_sessions,
-    mark_composed,
     ping,
     read_traces,
     reset,
@@ -205,27 +204,29 @@ class SessionOperations:
         return self.record(session_id, self.turn(user, assistant, tool_calls), prompt=self._prompts.pop(session_id))
 
     def update(
-        self, turn: Turn, *, prompt: str, observed: Sequence[str] = (), kept: Sequence[str] = (), turn_id: str | None = None
-    ) -> TurnUpdate:
+        self, turn: Turn, *, prompt: str, observed: Sequence[str] = (), kept: Sequence[str] = (), turn_id: str | None = None,
+        composed: bool = False,
+    ) -> TurnUpdate:  # fmt: skip
         """What recording ``turn`` writes (``prompt``: its JSON for the inspector; ``kept``:
-        tools it keeps as if it had called them, before those it called)."""
+        tools it keeps as if it had called them, before those it called; ``composed``: the
+        session composes from now on)."""
         # 128 random bits as 32 hex digits (what uuid4().hex gives, without the UUID object).
         update = self.composer.apply_turn(turn, turn_id=turn_id or os.urandom(16).hex(), prompt=prompt, observed=observed)
         if kept:  # before the tools it called: the order they were sent in
             update = dataclasses.replace(update, tools=tuple(dict.fromkeys([*kept, *update.tools]))[:MAX_TOOLS_RECORDED])
-        return update
+        return dataclasses.replace(update, composed=True) if composed else update
 
     def record(
         self, session_id: str, turn: Turn, *, prompt: Prompt | None, billed: Mapping[str, Any] | None = None,
-        kept: Sequence[str] = (), sent: Sequence[Mapping[str, Any]] | None = None,
+        kept: Sequence[str] = (), sent: Sequence[Mapping[str, Any]] | None = None, composed: bool = False,
     ) -> Program[int]:  # fmt: skip
-        """Remember ``turn``; returns the session's turn count after it. With
+        """Remember ``turn`` (``composed``: see ``update``); returns the session's turn count after it. With
         ``on_store_error: degrade`` an unreachable store does not raise: the turn is held,
         a warning is logged, 0 is returned, and the turn is written before anything else
         once the store answers again."""
         observed = (yield from connector_observations(self.connectors, session_id, turn)) if self.connectors else ()
         shown = prompt_json(prompt, billed, sent) if prompt else ""
-        update = self.update(turn, prompt=shown, observed=observed, kept=kept)
+        update = self.update(turn, prompt=shown, observed=observed, kept=kept, composed=composed)
         encoded: tuple[bytes, ...] | None = None
         try:
             yield from self.before_store(session_id, tolerate=False)
@@ -283,10 +284,6 @@ class SessionOperations:
         if loaded is not None and loaded.traces is not None:
             return decode_traces(loaded.traces)
         return (yield from read_traces(self.layout, session_id))
-
-    def mark_composed(self, session_id: str) -> Program[None]:
-        """From now on the session's turns are composed (see ``SessionState.composed``)."""
-        return mark_composed(self.layout, session_id)
 
     def inspect(self, session_id: str, *, traces: int = 100) -> Program[Inspection]:
         """Everything stored for a session: state, notes, the last ``traces`` turn records

@@ -19,7 +19,18 @@ from typing import Any
 
 from ..core.archive import MIN_SCORE, Candidate
 from ..core.effects import Batch, Command, Plan
-from .decoding import LOAD_REPLIES, Loaded, checked, decode_state, refused, text_of, text_or_empty
+from .decoding import (
+    LOAD_REPLIES,
+    Corrupt,
+    Loaded,
+    checked,
+    decode_state,
+    error_text,
+    refused,
+    text_of,
+    text_or_empty,
+    wrong_type,
+)
 from .keys import POSTINGS, Layout, SessionKeys
 from .notes import read_notes
 from .scripts import Arguments, Script, no_script
@@ -187,8 +198,11 @@ def load(
     if vector:  # the index may still hold vectors of turns out of the archive: they are not recalled
         oldest = loaded.state.turns - layout.archive_turns + 1
         candidates = _merged(candidates, [c for c in near if c.turn >= oldest])
-    if isinstance(records, Exception):
-        raise refused(records)
+    if isinstance(records, Exception):  # a traces key of another type: corrupt, so not resent (record.lua replaces it)
+        if not wrong_type(records):
+            raise refused(records)
+        loaded = loaded._replace(corrupt=(*loaded.corrupt, Corrupt("traces", f"unreadable: {error_text(records)[:80]}")))
+        records = ()
     loaded = loaded._replace(candidates=candidates, ahead=tuple(before), traces=tuple(records) if records is not None else None)
     if "meta" in loaded.missing:  # the ids of the last turns carry the count the meta hash lost
         (last,) = yield Batch([("zrange", keys.ids, -1, -1, False, True)])

@@ -3,8 +3,8 @@
 -- n_pieces (kind tokens terms facts text vector)*n_pieces, tool_window, n_tools tool*n_tools.
 -- KEYS: the session's keys in SessionKeys order (ctx sum recent meta traces prompt ids arc idx),
 -- then the listing index unless on a cluster.
-local turn_id, now, ttl_ms, full_tokens, max_keys, key_history, summary_lines, recent_messages, trace_entries, turn_ids, session_id, index_cutoff, summary_line, trace, prompt_json, archive_turns, postings, vector_prefix, vector_tag = unpack(ARGV, 1, 19)
-local at = 19 + 1  -- the variable tail follows the named arguments
+local turn_id, now, ttl_ms, full_tokens, max_keys, key_history, summary_lines, recent_messages, trace_entries, turn_ids, session_id, index_cutoff, summary_line, trace, prompt_json, archive_turns, postings, vector_prefix, vector_tag, composed = unpack(ARGV, 1, 20)
+local at = 20 + 1  -- the variable tail follows the named arguments
 local ctx, sum, recent, meta, traces, prompt, ids, arc, idx = unpack(KEYS, 1, 9)
 local repaired = {}
 -- A key holding a foreign type is replaced, a counter holding no integer is reset;
@@ -106,6 +106,7 @@ local turns = call('HINCRBY', meta, 'turns', 1)
 call('HINCRBY', meta, 'full_tokens', full_tokens)
 call('HSETNX', meta, 'created', now)
 call('HSET', meta, 'updated', now, 'last_turn', turn_id)
+if composed == '1' then call('HSET', meta, 'composed', '1') end  -- the session composes from now on
 
 local n_context = tonumber(ARGV[at])
 at = at + 1

@@ -62,6 +62,7 @@ class RecordArguments(Arguments):
     postings: int
     vector_prefix: str
     vector_tag: str
+    composed: int  # 1: the session composes from now on (TurnUpdate.composed)
     context: tuple[tuple[str, str], ...]
     recent: tuple[bytes, ...]
     pieces: tuple[tuple[str, int, str, str, str, bytes], ...]  # kind tokens terms facts text vector
@@ -100,7 +101,8 @@ def record_arguments(layout: Layout, session_id: str, update: TurnUpdate, *, now
         index_cutoff=repr(now - layout.ttl_ms / 1000) if layout.ttl_ms and not layout.cluster else "",
         summary_line=update.summary_line, trace=trace, prompt_json=update.prompt, archive_turns=layout.archive_turns,
         postings=POSTINGS, vector_prefix=vector_prefix(layout, session_id) if semantic else "",
-        vector_tag=vector_tag(session_id) if semantic else "", context=tuple(update.context), recent=recent,
+        vector_tag=vector_tag(session_id) if semantic else "", composed=int(update.composed), context=tuple(update.context),
+        recent=recent,
         pieces=tuple((p.kind, p.tokens, " ".join(p.terms), " ".join(p.facts), p.text, blob)
                      for p, blob in zip(pieces, blobs, strict=True)),
         tool_window=layout.tool_window, tools=tuple(update.tools) if layout.tool_window else (),

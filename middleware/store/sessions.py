@@ -158,6 +158,8 @@ def read_traces(layout: Layout, session_id: str) -> Plan[list[dict[str, Any]]]:
     keys = layout.session(session_id)
     (reply,) = yield Batch([("lrange", keys.traces, 0, -1)])
     if isinstance(reply, Exception):
+        if wrong_type(reply):  # corrupt: nothing to resend (record.lua replaces it)
+            return []
         raise refused(reply)
     return decode_traces(reply)
 
@@ -175,11 +177,6 @@ def decode_traces(records: Sequence[bytes]) -> list[dict[str, Any]]:
             return []
         out.append(trace)
     return out
-
-
-def mark_composed(layout: Layout, session_id: str) -> Plan[None]:
-    """Mark the session as composed from now on (see ``SessionState.composed``)."""
-    checked((yield Batch([("hset", layout.session(session_id).meta, "composed", "1")])))
 
 
 def eviction_policy(layout: Layout) -> Plan[str | None]:

@@ -13,7 +13,7 @@ from ..core.archive import Candidate
 from ..core.disclosure import DisclosedTools
 from ..core.effects import Program
 from ..core.policy import Figures, resends
-from ..core.resend import resent_prompt
+from ..core.resend import resendable, resent_prompt
 from ..core.state import Prompt, SessionState, Turn, TurnUpdate
 from ..session.embedder import Embedder
 from ..session.operations import SessionOperations, prompt_json
@@ -96,22 +96,27 @@ class TurnPlanner:
         self, plan: TurnPlan, loaded: Loaded, message: str, whole: int, system: str | None, *, chosen: bool = False
     ) -> Program[TurnPlan]:
         """The plan resending the session's history with every schema (after the client's
-        own ``system`` text, if any), where that costs no more per call than the composed
-        prompt (``resends``), or where it was ``chosen`` by the turn's first request."""
+        own ``system`` text, if any), where that costs no more per turn than the composed
+        prompt (``resends``), or where it was ``chosen`` by the turn's first request. A
+        session whose history cannot be resent whole, or would not pay, composes from now on."""
         state = loaded.state
         traces = (yield from self.ops.traces(plan.session_id, loaded)) if state.turns else []
-        if len(traces) != state.turns:
-            return plan
+        composed = dataclasses.replace(plan, composes=True)
+        if len(traces) != state.turns or not resendable(traces):  # a turn not traced, or not whole
+            return composed
         composer = self.ops.composer
         resent = resent_prompt(composer, state, traces, message, system=system)
         if chosen:
             return dataclasses.replace(plan, prompt=resent, tools=None, selected=None, kept=(), resent=True)
+        history = whole + resent.tokens.total
+        budget = self.ops.budget(plan.model)
+        if (budget is not None and history > budget) or (not plan.every and any("tool_calls" in m for m in resent.messages)):
+            return composed  # over the prompt cap; or tool calls a call without tools may not carry (Anthropic)
         count = composer.tokenizer.count_message
         last = count(resent.messages[-2]) if len(resent.messages) > 2 else 0
-        history = whole + resent.tokens.total
         history_stable = history - resent.tokens.current - resent.tokens.priming - last
         schemas = plan.schemas()
-        composed = self.tools.counter.tokens(schemas) + plan.prompt.tokens.total
+        composed_tokens = self.tools.counter.tokens(schemas) + plan.prompt.tokens.total
         # What the cache holds of the composed prompt: every schema and the system text the
         # resent prompts began with too (its memory sections were never sent yet), or the
         # disclosed tools that stay from call to call (what follows them changes).
@@ -119,9 +124,9 @@ class TurnPlanner:
             composed_stable = whole + resent.tokens.system + resent.tokens.notes
         else:
             composed_stable = self.tools.counter.tokens(plan.tools.schemas()[: plan.tools.stable_tools])
-        if not resends(plan.policy.rules, history=history, history_stable=history_stable, composed=composed,
+        if not resends(plan.policy.rules, history=history, history_stable=history_stable, composed=composed_tokens,
                        composed_stable=composed_stable, follow=plan.loop_odds.follow()):  # fmt: skip
-            return dataclasses.replace(plan, composes=True)
+            return composed
         return dataclasses.replace(plan, prompt=resent, tools=None, selected=None, kept=(), resent=True)
 
     def _prompt(
@@ -173,9 +178,8 @@ class TurnPlanner:
         """Learn from the turn (``finish``) and record it with what its first call carried
         (``billed``) and the tools it keeps."""
         self.finish(plan, turn, ended=ended)
-        if plan.composes:
-            yield from self.ops.mark_composed(plan.session_id)
-        return (yield from self.ops.record(plan.session_id, turn, prompt=plan.prompt, billed=billed, kept=plan.kept, sent=sent))
+        return self.ops.record(plan.session_id, turn, prompt=plan.prompt, billed=billed, kept=plan.kept, sent=sent,
+                               composed=plan.composes)  # fmt: skip
 
     def update(
         self, plan: TurnPlan, turn: Turn, *, ended: bool, billed: Mapping[str, Any] | None, turn_id: str,
@@ -185,9 +189,8 @@ class TurnPlanner:
         (semantic recall), for an entrance that records it itself (the endpoint queues it in
         the session's arrival order)."""
         self.finish(plan, turn, ended=ended)
-        if plan.composes:
-            yield from self.ops.mark_composed(plan.session_id)
         self.tools.learn(turn)
-        update = self.ops.update(turn, prompt=prompt_json(plan.prompt, billed, sent), kept=plan.kept, turn_id=turn_id)
+        update = self.ops.update(turn, prompt=prompt_json(plan.prompt, billed, sent), kept=plan.kept, turn_id=turn_id,
+                                 composed=plan.composes)  # fmt: skip
         vectors = yield from self.embedder.encoded(update)
         return update, vectors or ()
