@@ -542,3 +542,36 @@ def test_a_disclosed_turn_resumes_on_another_endpoint(store_url: str, tmp_path: 
         state = mgr.get_state(SESSION)
     assert state.turns == 1 and state.context["to"] == "bob@example.com"
     assert [m["content"] for m in state.recent] == [TOOL_TURNS[0], final["content"]]
+
+
+@pytest.mark.parametrize("entrance", ["chat_stream", "achat", "endpoint", "endpoint_stream"])
+def test_a_resent_history_is_what_chat_resends(perform: Callable[..., Run], entrance: str) -> None:
+    """Priced as gpt-5-mini (reads at a tenth), with every schema sent (disclosure off), the
+    young session's turns resend its history: every entrance sends chat()'s requests, and a
+    later turn's first call carries the earlier turns' tool calls and results."""
+    settings = {"caching": {"price_as": "gpt-5-mini"}, "disclosure": {"enabled": False}}
+    want = perform("chat", TOOL_TURNS, act=True, **settings)
+    firsts = [body for body in want.requests if body["messages"][-1]["role"] == "user"]
+    assert len(firsts) == len(TOOL_TURNS) and any(m["role"] == "tool" for m in firsts[-1]["messages"])
+    assert all(len(tool_names(body)) == len(SCHEMAS) for body in firsts)  # every schema, no loader
+    got = perform(entrance, TOOL_TURNS, act=True, **settings)
+    assert sent(got.requests) == sent(want.requests), difference(entrance, sent(got.requests), sent(want.requests))
+
+
+def test_the_endpoint_marks_a_session_whose_first_turn_disclosed_as_composed(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the endpoint, a first turn that discloses the 40 tools (Sonnet's prices)
+    composes, and its record, queued in the session's arrival order, marks the session so:
+    no later turn resends its history."""
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    requests: list[dict[str, Any]] = []
+    with serving(mock_openai_app(responder=functools.partial(respond, act=False), requests=requests)) as url:
+        config = Config().with_overrides(
+            store={"url": store_url, "key_prefix": f"mw-{uuid.uuid4().hex[:12]}"}, usage_log={"path": None},
+            caching=BREAKPOINTS, serve={"models": {"mock": {"model": MODEL, "api_base": f"{url}/v1"}}},
+        )  # fmt: skip
+        run_endpoint(config, f"{url}/v1", LOADER_TURNS[:1])
+    assert LOADER in tool_names(requests[0])
+    with SessionManager(config) as mgr:
+        assert mgr.get_state(SESSION).composed
