@@ -22,6 +22,7 @@ from middleware.core.summary import summary_line
 from middleware.store import keys as store_keys
 from middleware.store import load as store_load
 from middleware.store.keys import Layout, session_keys
+from middleware.store.load import CANDIDATES
 from middleware.store.vectors import vector_prefix
 from middleware.testing import RedisCluster, RedisServer, capture_events
 from middleware.testing.scripted import _hashed, register_embedder
@@ -360,6 +361,23 @@ def test_semantic_recall_finds_a_piece_by_its_vector_on_a_server_with_the_query_
     client = search_server.client()
     vector_keys = client.keys(vector_prefix(Layout.of(config), "s") + "*")
     assert vector_keys and all(3_600_000 < client.pttl(key) <= 5_400_000 for key in vector_keys)  # half a TTL past the session's
+
+
+def test_a_phrase_repeated_word_for_word_takes_one_place_of_the_vector_search(
+    face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Found: the vector search's CANDIDATES places all went to one phrase a user repeated
+    turn after turn, nearer the question than the answer, so the answer was never a
+    candidate. Repeats now take one place (the newest), and the answer is recalled."""
+    search_server.client().flushall()
+    config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(store={"url": search_server.url})
+    repeated = "Where does the blue kayak stay, I keep asking myself."
+    with open_manager(face, config, loop) as mgr:
+        say(mgr, "s", "The blue kayak stays at the boathouse on pier 9.", *([repeated] * (CANDIDATES + 4)), FILLER, FILLER)
+        prompt = mgr.prepare("s", "where does the blue kayak stay?")
+    texts = [r.text for r in prompt.recalled]
+    assert any("pier 9" in text for text in texts)
+    assert texts.count(repeated) == 1
 
 
 def test_the_vectors_of_archived_pieces_live_as_long_as_the_pieces(

@@ -55,6 +55,10 @@ __all__ = [
 COMMON_TERMS = 6
 # Pieces a recall sends back at most, best first: the bytes read per call do not grow with the archive.
 CANDIDATES = 10
+# The vector search reads this many nearest, so that CANDIDATES are left once pieces of the
+# turns the recent window shows, of turns out of the archive and repeated texts are dropped
+# (a phrase a user repeats turn after turn would otherwise fill every place).
+NEAREST = 3 * CANDIDATES
 
 LOAD = Script.named("load")
 
@@ -135,6 +139,22 @@ def _merged(lexical: Sequence[Candidate], near: Sequence[Candidate]) -> tuple[Ca
     return (*merged, *(c for c in near if (c.turn, c.text) in similar))
 
 
+def _distinct(near: Sequence[Candidate], oldest: int, newest: int) -> list[Candidate]:
+    """The nearest CANDIDATES pieces of archived turns out of the recent window, one of
+    each text (its newest: the search gives equal texts equal distances)."""
+    kept: dict[str, Candidate] = {}
+    for c in near:
+        if oldest <= c.turn <= newest:
+            held = kept.get(c.text)
+            if held is None:
+                if len(kept) == CANDIDATES:
+                    continue
+                kept[c.text] = c
+            elif c.turn > held.turn:
+                kept[c.text] = c
+    return list(kept.values())
+
+
 def _candidates(flat: Any) -> tuple[Candidate, ...]:
     found = []
     for i in range(0, len(flat) - 4, 5):
@@ -174,7 +194,7 @@ def load(
     if owner is not None and notes_shown:
         commands = (*commands, ("get", layout.pair(*owner).notes))
     if vector:
-        commands = (*commands, vector_search(layout, session_id, vector, count=CANDIDATES))
+        commands = (*commands, vector_search(layout, session_id, vector, count=NEAREST))
     if ahead and layout.cluster:
         before: Sequence[Any] = yield Batch(list(ahead))
         replies = yield Batch(commands)
@@ -196,8 +216,9 @@ def load(
         candidates = _candidates(found)
     loaded = decode_state(session_id, replies, layout)
     if vector:  # the index may still hold vectors of turns out of the archive: they are not recalled
-        oldest = loaded.state.turns - layout.archive_turns + 1
-        candidates = _merged(candidates, [c for c in near if c.turn >= oldest])
+        turns = loaded.state.turns
+        shown = turns - layout.recent_messages // 2  # the recent window's turns are shown whole
+        candidates = _merged(candidates, _distinct(near, turns - layout.archive_turns + 1, shown))
     if isinstance(records, Exception):  # a traces key of another type: corrupt, so not resent (record.lua replaces it)
         if not wrong_type(records):
             raise refused(records)
