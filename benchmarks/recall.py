@@ -34,9 +34,9 @@ import redis
 
 from benchmarks import growth, write_section
 from benchmarks.stamps import at_commit
-from middleware.core.archive import MIN_SIMILARITY
+from middleware.core.archive import MIN_SIMILARITY, RRF_K
 from middleware.store.keys import POSTINGS
-from middleware.store.load import CANDIDATES, COMMON_TERMS
+from middleware.store.load import CANDIDATES, COMMON_TERMS, NEAREST
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "BENCHMARKS.md"
@@ -428,7 +428,7 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
         "",
         'Tried and not adopted: rules that pick out what a user states about themselves (a first-person sentence, not a request or a question, with a clause holding a name, a number, a code, an amount or a word such as "allergic"), archived as pieces of their own and sent with every call, newest first, within a budget of their own. In side runs (not part of this run, so their figures are not quoted) they raised the first set\'s answers by half or more at every budget tried, and left the held-out set\'s where they were while adding a third or more to the tokens sent: there the rules found twenty times more clauses holding chatter ("I\'m out Monday and Wednesday for work") than holding an answer, and the newest chatter filled the budget. Rules of this kind fit the wordings they were written against; telling a fact worth keeping from chatter needs a model (an extraction call through litellm at record time, as other memory libraries do, or a stronger embedding model for semantic recall), which this machine cannot run offline to measure.',
         "",
-        f'Why the targets are missed: lexical recall finds the questions that share a word with the statement and no others; semantic recall with a small local model (all-MiniLM-L6-v2, 384 dimensions) finds most paraphrases but not all ("based" against "moved to Tampere" scores below filler such as "Still working on renovating our kitchen."). The pieces its vector search returns, the {CANDIDATES} nearest, fill what the room leaves when they are at least {MIN_SIMILARITY} similar (chosen on the first set); in side runs, admitting only the nearest or a higher threshold answered fewer questions of both earlier sets, and reading the 20 nearest answered more of the first set and fewer of the held-out set, where more filler near the questions crowds the answers out. A larger general-purpose embedding model (all-mpnet-base-v2, 768 dimensions) answered more of both in an earlier side run; `python -m benchmarks.recall --embedding DIR` (DIR the folder of a sentence-transformers model) measures any model on all three sets. '
+        f'Why the targets are missed: lexical recall finds the questions that share a word with the statement and no others; semantic recall with a small local model (all-MiniLM-L6-v2, 384 dimensions) finds most paraphrases but not all ("based" against "moved to Tampere" scores below filler such as "Still working on renovating our kitchen."). The vector search reads the {NEAREST} nearest pieces and keeps the {CANDIDATES} nearest distinct texts of archived turns the recent window does not show (filler a user repeats word for word would otherwise take every place); those at least {MIN_SIMILARITY} similar (chosen on the first set) are ranked by similarity and fused with the lexical ranking by reciprocal rank fusion (each place scores 1 / ({RRF_K} + place)), and a line that repeats one already chosen with a word changed waits until the others have had the room. In earlier side runs, before the fusion, admitting only the nearest or a higher threshold answered fewer questions of both earlier sets. A larger general-purpose embedding model (all-mpnet-base-v2, 768 dimensions) answered more of both in an earlier side run; `python -m benchmarks.recall --embedding DIR` (DIR the folder of a sentence-transformers model) measures any model on all three sets. '
         + _window_text(facts),
         "",
         "### 5.5 What recall costs per call",

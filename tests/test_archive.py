@@ -142,9 +142,9 @@ def test_a_similar_piece_is_admitted_by_similarity_alone() -> None:
 
 
 def test_similar_pieces_fill_the_budget_however_far_below_the_best_they_score() -> None:
-    """Semantic recall: pieces at MIN_SIMILARITY or above are kept below RELATIVE of a
-    strong lexical match, best first, until the budget is spent; a lexical match as weak
-    is not, and nor is a piece under MIN_SIMILARITY."""
+    """Semantic recall: pieces at MIN_SIMILARITY or above are kept beside a strong lexical
+    match, however far below its score their similarity is, until the budget is spent; a
+    lexical match far weaker than the best is not, and nor is a piece under MIN_SIMILARITY."""
     best = candidate("Invoice INV-7 went to Acme.", turn=30, score=40.0, matched=("invoic",))
     weak_lexical = candidate("Invoice INV-9 went to Cole.", turn=30, score=4.0, matched=("invoic",))
     near = [Candidate(10 + i, "user", f"We moved to Tampere in {2015 + i}.", 9, 0.0, (), ("mov", "tamper", str(2015 + i)), s)
@@ -154,11 +154,48 @@ def test_similar_pieces_fill_the_budget_however_far_below_the_best_they_score() 
     )
     ranked = rank([best, weak_lexical, *near, under], {}, query=[("invoic", 1.0)], **RANK)
     assert [r.text for r in ranked] == [best.text, *(c.text for c in near)]
-    assert all(r.score < ranked[0].score * archive.RELATIVE for r in ranked[1:])
     # With room for the best and one more, the nearest of them takes it.
     room = best.tokens + near[0].tokens + 12
     assert [r.text for r in rank([best, *near, under], {}, query=[("invoic", 1.0)], **{**RANK, "budget": room})] == [
         best.text, near[0].text]  # fmt: skip
+
+
+def test_the_two_rankings_are_fused_by_place_not_by_score() -> None:
+    """Reciprocal rank fusion: a piece both rankings hold comes first; then the first of
+    each ranking before the second of either, however the two kinds of score compare (a
+    lexical score of 40 against a similarity of 0.3); the newer turn breaks a tie. (The
+    second invoice line repeats the first, one word changed: it waits for the others, then
+    fills the room left.)"""
+    strong = [candidate(f"Invoice INV-{i} went to Acme.", turn=30 + i, score=40.0 - i, matched=("invoic",)) for i in range(2)]
+    near = [Candidate(10 + i, "user", f"We moved to Tampere in {2015 + i}.", 9, 0.0, (), ("mov", "tamper", str(2015 + i)), s)
+            for i, s in enumerate((0.30, 0.25))]  # fmt: skip
+    both = candidate("Invoice INV-5 went to Tampere.", turn=3, score=36.0, matched=("invoic",))._replace(similarity=0.22)
+    ranked = rank([*strong, *near, both], {}, query=[("invoic", 1.0)], **RANK)
+    # both: lexical place 3 and semantic place 3, 2/63, above any single first place (1/61)
+    assert [r.text for r in ranked] == [both.text, strong[0].text, near[0].text, strong[1].text, near[1].text]
+    assert ranked[0].score == pytest.approx(2 / (archive.RRF_K + 3))
+    assert ranked[1].score == ranked[2].score == pytest.approx(1 / (archive.RRF_K + 1))
+    assert "shares invoic" in ranked[0].why and "similar (0.22)" in ranked[0].why
+
+
+def test_an_older_piece_nearer_in_meaning_is_not_outranked_by_recency() -> None:
+    """Found: similarity was weighed by recency too, so a newer piece less near (0.30 at
+    the last turns) took the place of the answer (0.40, fifty turns back)."""
+    answer = Candidate(14, "user", "The delivery was booked under INV-30982.", 12, 0.0, (), ("deliveri", "book", "inv"), 0.40)
+    newer = Candidate(58, "user", "Costco had a deal on shelves, 2 for $35.", 14, 0.0, (), ("costco", "deal", "shelv"), 0.30)
+    ranked = rank([newer, answer], {}, query=[("referenc", 1.0)], **{**RANK, "turns": 73, "budget": 30})
+    assert [r.text for r in ranked] == [answer.text]
+
+
+def test_a_line_repeating_a_chosen_one_with_one_word_changed_gives_way() -> None:
+    """Of pieces that say mostly what a line already chosen says (fewer than one term in
+    REDUNDANT new), none is kept; the next that says something new takes the room."""
+    repeats = [Candidate(20 + i, "user", f"Costco had a deal on stuff for {thing}, 2 for $35, but I did not trust it.", 20,
+                         0.0, (), tuple(terms(f"Costco had a deal on stuff for {thing}, 2 for $35, but I did not trust it.")),
+                         0.40 - i / 100) for i, thing in enumerate(("soil", "beds", "seeds"))]  # fmt: skip
+    answer = Candidate(4, "user", "The bank approved 15,000 zl.", 9, 0.0, (), tuple(terms("The bank approved 15,000 zl.")), 0.26)
+    ranked = rank([*repeats, answer], {}, query=[("money", 1.0)], **{**RANK, "budget": 60})
+    assert [r.text for r in ranked] == [repeats[0].text, answer.text]
 
 
 @pytest.mark.parametrize(
@@ -198,3 +235,13 @@ def test_injection_payloads_stay_quoted_inside_one_line() -> None:
     (item,) = rank([Candidate(3, "user", payload, 20, 6.0, ("x",))], {}, query=[("x", 1.0)], **RANK)
     block = render_recall([item], HEADER)
     assert block.count("\n") == 1 and "\n## Skills" not in block and '"fine. ## Skills - evil' in block
+
+
+def test_a_sentence_ends_at_a_closing_bracket_or_quote_after_its_stop() -> None:
+    """Found: "(... a bed.) My brother ..." stayed one piece, so a fact in brackets was
+    archived joined to the next sentence and ranked by both."""
+    turn = Turn(user="(Sorry if I'm slow, Mr. Noodles the cat is on my keyboard.) My brother in Glasgow did it himself. "
+                '"We are done with the whole flat now." Then the movers left at noon.')  # fmt: skip
+    assert [p.text for p in pieces_of(turn, "", TOKENIZER)] == [
+        "(Sorry if I'm slow, Mr. Noodles the cat is on my keyboard.)", "My brother in Glasgow did it himself.",
+        '"We are done with the whole flat now."', "Then the movers left at noon."]  # fmt: skip

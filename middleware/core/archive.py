@@ -40,7 +40,13 @@ RELATIVE = 0.6  # a lexical match or an earlier value: at least this share of th
 # 0.35, answered 73.7% of the questions; all the search returns (load.CANDIDATES) at 0.2,
 # 86.2%, for 0.5% of the full history's tokens (`python -m benchmarks.recall`).
 MIN_SIMILARITY = 0.2
-SEMANTIC_WEIGHT = 12.0  # a similarity of 0.5 weighs about as much as one rare shared term
+# Reciprocal rank fusion's constant (Cormack, Clarke and Büttcher, 2009): a place in either
+# ranking scores 1 / (RRF_K + place), so the first few places of each differ little.
+RRF_K = 60
+# A candidate of which fewer than one term in REDUNDANT is new (neither in the prompt nor in
+# a line already chosen) repeats a line, one word changed: it waits until every other
+# candidate has had its turn, then fills what room is left.
+REDUNDANT = 4
 _PIECE_CHARS = 240
 _SENTENCES = 12
 _RESULT_CHUNKS = 4  # observation pieces of one large result at most
@@ -52,10 +58,11 @@ KINDS = {"user": "user said", "call": "tool call", "obs": "tool result", "reply"
 
 # Something specific: a number, a capitalised word after the first, a code or an amount.
 _SPECIFIC = re.compile(r"\d|(?<![.!?]\s)(?<=\s)[A-Z][a-z]|[A-Z]{2,}|[$€£¥]")
-# A sentence ends at . ! or ? and a space, but not after a title or an initial ("Mr. Noodles",
-# "J. Smith", "e.g. this"): those would cut a name in two.
+# A sentence ends at . ! or ? (or one closing a bracket or quote: '...a bed.) My') and a
+# space, but not after a title or an initial ("Mr. Noodles", "J. Smith", "e.g. this"):
+# those would cut a name in two.
 _SENTENCE_END = re.compile(
-    r"(?<=[.!?])(?<!\b[A-Z]\.)(?<!\b(?:Mr|Ms|Dr|St|Jr|Sr|Mt|vs)\.)(?<!\b(?:Mrs|Rev|Gen|Col|Sgt)\.)(?<!\b(?:Capt|Prof)\.)"
+    r"(?:(?<=[.!?])|(?<=[.!?][)\]\"'”’]))(?<!\b[A-Z]\.)(?<!\b(?:Mr|Ms|Dr|St|Jr|Sr|Mt|vs)\.)(?<!\b(?:Mrs|Rev|Gen|Col|Sgt)\.)(?<!\b(?:Capt|Prof)\.)"
     r"(?<!\be\.g\.)(?<!\bi\.e\.)\s+|\n+"
 )
 
@@ -201,6 +208,11 @@ class Candidate(NamedTuple):
     asked: float = 0.0  # the part of ``score`` the current message's own terms gave
 
 
+# A candidate as rank scores it: (lexical, semantic, turn, text, kind, tokens, why), each
+# ranking's score None where it is not in that ranking.
+_Scored = tuple[float | None, float | None, int, str, str, int, str | tuple[Candidate, bool, bool]]
+
+
 def rank(
     candidates: Sequence[Candidate],
     facts: Mapping[str, Sequence[tuple[str, int]]],
@@ -232,8 +244,8 @@ def rank(
     parts = [shown] if isinstance(shown, str) else list(shown)
     known = set().union(*map(terms, parts))
     values = {value.lower() for value in context.values() if len(value) >= 3}
-    # (score, turn, text, kind, tokens, why, similar): a candidate's why is made only if it is kept.
-    scored: list[tuple[float, int, str, str, int, str | tuple[Candidate, bool, bool], bool]] = []
+    # A candidate's why is made only if it is kept.
+    scored: list[_Scored] = []
     for c in candidates:
         if c.turn > turns - recent_turns:
             continue  # shown in full
@@ -249,41 +261,67 @@ def rank(
         recency = 1.0 + math.exp(-max(turns - c.turn, 0) / 40)
         lowered = c.text.lower() if values else ""
         overlap = 1.25 if any(value in lowered for value in values) else 1.0
+        weight = overlap * (1.0 if c.kind != "user" or _specific(c.text) else 0.5)  # memory is for specifics
         # BM25's length normalisation: a long sentence shares words by its length alone.
         length = saturation(1, len(c.terms or c.matched), _AVERAGE_TERMS)
         # The recent window's words rank what the message selected (the store sees only the message's).
         # fsum: the same total whatever order the set yields the terms in.
         window = math.fsum(window_weights[term] for term in window_weights.keys() & c.terms) if window_weights else 0.0
-        score = ((c.score + window) * length if lexical else 0.0) + (SEMANTIC_WEIGHT * c.similarity if semantic else 0.0)
-        score *= 1.0 if c.kind != "user" or _specific(c.text) else 0.5  # memory is for specifics
-        scored.append((score * recency * overlap, c.turn, c.text, c.kind, c.tokens, (c, lexical, semantic), semantic))
+        scored.append((
+            (c.score + window) * length * weight * recency if lexical else None, c.similarity * weight if semantic else None,
+            c.turn, c.text, c.kind, c.tokens, (c, lexical, semantic),
+        ))  # fmt: skip
     for key, history in facts.items():
         key_terms = set(terms(key))
         for value, turn in history:
             shared = {*key_terms, *terms(value)}.intersection(wanted)
             if asked.isdisjoint(shared):
                 continue
-            score = sum(2.0 * wanted[t] for t in shared)
             text = f"{key} = {value}"
             why = f"earlier value of {key}; shares {', '.join(sorted(shared)[:3])}"
-            scored.append((score, turn, text, "fact", count.count(text) + 4, why, False))
-    scored.sort(key=lambda r: (-r[0], -r[1]))
-    floor = scored[0][0] * RELATIVE if scored else 0.0
-    chosen, used, seen = [], 0, set()
+            scored.append((sum(2.0 * wanted[t] for t in shared), None, turn, text, "fact", count.count(text) + 4, why))
+    fused = _fused(scored)
+    chosen: list[Recalled] = []
+    later: list[tuple[float, _Scored]] = []
+    used, seen, said = 0, set(), set(known)
     shown_lower = "\n".join(parts).lower()
-    for score, turn, text, kind, tokens, reason, similar in scored:
-        if score < floor and not similar:
-            continue  # a lexical match far weaker than the best: noise, not memory
-        key = text.lower()
-        if key in seen or key in shown_lower:
-            continue
-        cost = tokens + 6  # the line's prefix: "- [turn 12, tool call] "
-        if used + cost > budget:
-            continue
-        chosen.append(Recalled(text, kind, turn, score, reason if isinstance(reason, str) else _why(*reason), tokens))
-        seen.add(key)
-        used += cost
+    for repeats, rows in ((False, fused), (True, later)):
+        for score, (_, _, turn, text, kind, tokens, reason) in rows:
+            key = text.lower()
+            if key in seen or key in shown_lower:
+                continue
+            cost = tokens + 6  # the line's prefix: "- [turn 12, tool call] "
+            if used + cost > budget:
+                continue
+            says = set(reason[0].terms or terms(text)) if not isinstance(reason, str) else set()
+            if not repeats and says and len(says - said) * REDUNDANT < len(says):
+                later.append((score, (None, None, turn, text, kind, tokens, reason)))
+                continue  # mostly what a chosen line says (a phrase repeated, a word changed): if room is left
+            chosen.append(Recalled(text, kind, turn, score, reason if isinstance(reason, str) else _why(*reason), tokens))
+            seen.add(key)
+            said |= says
+            used += cost
+    chosen.sort(key=lambda r: (-r.score, -r.turn))
     return chosen
+
+
+def _fused(scored: Sequence[_Scored]) -> list[tuple[float, _Scored]]:
+    """The candidates in the order both rankings give together (reciprocal rank fusion):
+    each scores the sum, over the lexical ranking and the ranking by meaning, of 1 / (RRF_K
+    + its place in it), so neither kind of score has to be weighed against the other. A
+    lexical match far weaker than the best (under RELATIVE of its score) has no place in
+    the lexical ranking: noise, not memory. Ties go to the newer turn."""
+    best = max((row[0] for row in scored if row[0] is not None), default=0.0)
+    lexical = sorted(
+        (row for row in scored if row[0] is not None and row[0] >= best * RELATIVE), key=lambda r: (-(r[0] or 0.0), -r[2])
+    )
+    semantic = sorted((row for row in scored if row[1] is not None), key=lambda r: (-(r[1] or 0.0), -r[2]))
+    total: dict[int, float] = {}
+    for ranking in (lexical, semantic):
+        for place, row in enumerate(ranking, start=1):
+            total[id(row)] = total.get(id(row), 0.0) + 1.0 / (RRF_K + place)
+    rows = {id(row): row for row in scored}
+    return sorted(((score, rows[key]) for key, score in total.items()), key=lambda item: (-item[0], -item[1][2]))
 
 
 def _why(c: Candidate, lexical: bool, semantic: bool) -> str:
