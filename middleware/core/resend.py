@@ -10,12 +10,12 @@ turn that composes instead, every later turn composes (``SessionState.composed``
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .composer import REPLY_PRIMING, Composer
 from .state import Prompt, SessionState, TokenBreakdown, built
+from .text import parse_json
 
 __all__ = ["resendable", "resent_prompt", "trace_messages"]
 
@@ -23,7 +23,8 @@ __all__ = ["resendable", "resent_prompt", "trace_messages"]
 def resendable(traces: Sequence[Mapping[str, Any]]) -> bool:
     """Whether recorded turns can be sent as they are: none left tool calls out (an
     ``omitted`` event: the turn ran past traces.max_turn_chars), and every call's arguments
-    are JSON (a trace cuts long arguments in the middle, which providers refuse)."""
+    are JSON within the nesting limit (a trace cuts long arguments in the middle, which
+    providers refuse)."""
     for trace in traces:
         for event in trace.get("events") or ():
             kind = event.get("type")
@@ -36,7 +37,7 @@ def resendable(traces: Sequence[Mapping[str, Any]]) -> bool:
 
 def _json(text: str) -> bool:
     try:
-        json.loads(text)
+        parse_json(text)
     except ValueError:
         return False
     return True
