@@ -245,3 +245,23 @@ def test_a_sentence_ends_at_a_closing_bracket_or_quote_after_its_stop() -> None:
     assert [p.text for p in pieces_of(turn, "", TOKENIZER)] == [
         "(Sorry if I'm slow, Mr. Noodles the cat is on my keyboard.)", "My brother in Glasgow did it himself.",
         '"We are done with the whole flat now."', "Then the movers left at noon."]  # fmt: skip
+
+
+def test_a_repeat_is_kept_for_a_new_name_number_or_code_and_left_out_otherwise() -> None:
+    """With room for all, a reply that only restates a chosen tool result, or a request
+    with one plain word changed, is left out (written to the cache every turn for nothing);
+    a repeat that adds a number, a code or a name still fills the room left."""
+    result = candidate('wc → {"count": 2, "type": "words"}', turn=12, score=20.0, matched=("count",), kind="obs")
+    restated = candidate('Done (wc). {"count": 2, "type": "words"}', turn=12, score=19.0, matched=("count",), kind="reply")
+    request = candidate("Also create a file named Q3 notes and write the count to it.", turn=9, score=18.0, matched=("count",))
+    reworded = candidate("Also create a file named Q3 notes and put the count in it.", turn=10, score=17.0, matched=("count",))
+    other_invoice = candidate("Invoice INV-1 went to Acme with a count.", turn=8, score=16.0, matched=("count",))
+    invoice = candidate("Invoice INV-0 went to Acme with a count.", turn=7, score=16.5, matched=("count",))
+    other_name = candidate("Invoice INV-0 went to Globex with a count.", turn=6, score=15.0, matched=("count",))
+    pieces = [result, restated, request, reworded, invoice, other_invoice, other_name]
+    ranked = rank(pieces, {}, query=[("count", 1.0)], **{**RANK, "budget": 1000})
+    assert {r.text for r in ranked} == {result.text, request.text, invoice.text, other_invoice.text, other_name.text}
+    # Each is a repeat (under a quarter of its terms new), yet the specific ones stay.
+    for piece, before in ((other_invoice, invoice), (other_name, invoice), (restated, result), (reworded, request)):
+        new = set(piece.terms) - set(before.terms)
+        assert len(new) * archive.REDUNDANT < len(piece.terms), piece.text

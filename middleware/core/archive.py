@@ -36,16 +36,18 @@ MIN_SCORE = 3.0  # a candidate's lexical score must reach this: about one term t
 RELATIVE = 0.6  # a lexical match or an earlier value: at least this share of the best candidate's final score
 # Semantic recall: the cosine similarity that admits a piece the vector search found. Such
 # pieces are not held to RELATIVE: the nearest fill what the budget leaves, best first. On the
-# tool-free conversations (all-MiniLM-L6-v2) admitting only the nearest, or only pieces at
-# 0.35, answered 73.7% of the questions; all the search returns (load.CANDIDATES) at 0.2,
-# 86.2%, for 0.5% of the full history's tokens (`python -m benchmarks.recall`).
+# tool-free conversations' first wordings (all-MiniLM-L6-v2), admitting only the nearest, or
+# only pieces at 0.35, answered fewer questions than all the search returns at 0.2
+# (`python -m benchmarks.recall` publishes what this default answers).
 MIN_SIMILARITY = 0.2
 # Reciprocal rank fusion's constant (Cormack, Clarke and Büttcher, 2009): a place in either
 # ranking scores 1 / (RRF_K + place), so the first few places of each differ little.
 RRF_K = 60
 # A candidate of which fewer than one term in REDUNDANT is new (neither in the prompt nor in
 # a line already chosen) repeats a line, one word changed: it waits until every other
-# candidate has had its turn, then fills what room is left.
+# candidate has had its turn, then fills what room is left if what it adds is specific (a
+# name, a number or a code: "INV-0" and "INV-1" may both matter), and is left out if not
+# ("Done (wc). 2 words" after "wc -> 2 words" says nothing the model lacks).
 REDUNDANT = 4
 _PIECE_CHARS = 240
 _SENTENCES = 12
@@ -191,7 +193,7 @@ class Recalled:
     tokens: int
 
     def as_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "kind": self.kind, "turn": self.turn, "score": round(self.score, 3), "why": self.why}
+        return {"text": self.text, "kind": self.kind, "turn": self.turn, "score": round(self.score, 5), "why": self.why}
 
 
 class Candidate(NamedTuple):
@@ -227,15 +229,18 @@ def rank(
 ) -> list[Recalled]:
     """The recall block's lines, best first, within ``budget`` tokens.
 
-    A candidate's score is its lexical score from the store, raised by recency (a piece
-    of the last turns counts up to twice one from long ago) and by naming a current
+    Two rankings are fused by place (`_fused`). The lexical one: a candidate's lexical
+    score from the store, raised by recency (a piece of the last turns counts up to twice
+    one from long ago), by the recent window's terms it shares and by naming a current
     context value; older values of context keys (``facts``) score by the query terms of
-    their key and value they share. Left out: weak matches, matches on the recent
-    window's terms alone (they rank, the current message selects), and pieces that say
-    nothing the prompt does not already say (every term of theirs is in ``shown``).
-    A candidate a vector search found near the current message (``similarity``, semantic
-    recall) is admitted on that alone, scores by it too, and is kept however far below
-    the best it scores, as long as it fits."""
+    their key and value they share. The ranking by meaning (semantic recall): the
+    ``similarity`` a vector search found to the current message, not weighed by recency.
+    A user's sentence that names nothing specific counts half in both. Left out: weak
+    lexical matches, matches on the recent window's terms alone (they rank, the current
+    message selects), and pieces that say nothing the prompt does not already say (every
+    term of theirs is in ``shown``). A candidate that adds few terms to the prompt and the
+    lines already chosen waits until every other has had its room, and is left out unless
+    what it adds is specific (``REDUNDANT``)."""
     if budget <= 0:
         return []
     wanted = dict(query)
@@ -280,23 +285,23 @@ def rank(
             text = f"{key} = {value}"
             why = f"earlier value of {key}; shares {', '.join(sorted(shared)[:3])}"
             scored.append((sum(2.0 * wanted[t] for t in shared), None, turn, text, "fact", count.count(text) + 4, why))
-    fused = _fused(scored)
     chosen: list[Recalled] = []
-    later: list[tuple[float, _Scored]] = []
+    later: list[tuple[float, _Scored]] = []  # repeats: they wait for every other candidate
     used, seen, said = 0, set(), set(known)
     shown_lower = "\n".join(parts).lower()
-    for repeats, rows in ((False, fused), (True, later)):
-        for score, (_, _, turn, text, kind, tokens, reason) in rows:
+    for repeats, rows in ((False, _fused(scored)), (True, later)):
+        for score, row in rows:
+            _, _, turn, text, kind, tokens, reason = row
             key = text.lower()
-            if key in seen or key in shown_lower:
-                continue
             cost = tokens + 6  # the line's prefix: "- [turn 12, tool call] "
-            if used + cost > budget:
+            if used + cost > budget or key in seen or key in shown_lower:
                 continue
             says = set(reason[0].terms or terms(text)) if not isinstance(reason, str) else set()
             if not repeats and says and len(says - said) * REDUNDANT < len(says):
-                later.append((score, (None, None, turn, text, kind, tokens, reason)))
-                continue  # mostly what a chosen line says (a phrase repeated, a word changed): if room is left
+                later.append((score, row))  # mostly what a chosen line says: a phrase repeated, a word changed
+                continue
+            if repeats and (says - said).isdisjoint(_specific_terms(text)):
+                continue  # it rewords what is chosen: no name, number or code of its own
             chosen.append(Recalled(text, kind, turn, score, reason if isinstance(reason, str) else _why(*reason), tokens))
             seen.add(key)
             said |= says
@@ -312,16 +317,17 @@ def _fused(scored: Sequence[_Scored]) -> list[tuple[float, _Scored]]:
     lexical match far weaker than the best (under RELATIVE of its score) has no place in
     the lexical ranking: noise, not memory. Ties go to the newer turn."""
     best = max((row[0] for row in scored if row[0] is not None), default=0.0)
-    lexical = sorted(
-        (row for row in scored if row[0] is not None and row[0] >= best * RELATIVE), key=lambda r: (-(r[0] or 0.0), -r[2])
-    )
-    semantic = sorted((row for row in scored if row[1] is not None), key=lambda r: (-(r[1] or 0.0), -r[2]))
-    total: dict[int, float] = {}
+    lexical = [i for i, row in enumerate(scored) if row[0] is not None and row[0] >= best * RELATIVE]
+    semantic = [i for i, row in enumerate(scored) if row[1] is not None]
+    lexical.sort(key=lambda i: (-(scored[i][0] or 0.0), -scored[i][2]))
+    semantic.sort(key=lambda i: (-(scored[i][1] or 0.0), -scored[i][2]))
+    if not semantic or not lexical:  # one ranking: its own order
+        return [(1.0 / (RRF_K + place), scored[i]) for place, i in enumerate(lexical or semantic, start=1)]
+    total = dict.fromkeys(lexical + semantic, 0.0)
     for ranking in (lexical, semantic):
-        for place, row in enumerate(ranking, start=1):
-            total[id(row)] = total.get(id(row), 0.0) + 1.0 / (RRF_K + place)
-    rows = {id(row): row for row in scored}
-    return sorted(((score, rows[key]) for key, score in total.items()), key=lambda item: (-item[0], -item[1][2]))
+        for place, i in enumerate(ranking, start=1):
+            total[i] += 1.0 / (RRF_K + place)
+    return sorted(((score, scored[i]) for i, score in total.items()), key=lambda item: (-item[0], -item[1][2]))
 
 
 def _why(c: Candidate, lexical: bool, semantic: bool) -> str:
@@ -329,6 +335,16 @@ def _why(c: Candidate, lexical: bool, semantic: bool) -> str:
         [f"similar ({c.similarity:.2f})"] if semantic else []
     )
     return "; ".join(reasons)
+
+
+# A word that names something: capitalised after the text's first word (not opening a
+# sentence), or holding a digit.
+_SPECIFIC_WORD = re.compile(r"(?<![.!?]\s)(?<=\W)[A-Z][\w-]*|[\w-]*\d[\w-]*")
+
+
+def _specific_terms(text: str) -> set[str]:
+    """The terms of ``text``'s specific words (see ``_SPECIFIC_WORD``)."""
+    return set(terms(" ".join(_SPECIFIC_WORD.findall(text))))
 
 
 @functools.lru_cache(maxsize=4096)
