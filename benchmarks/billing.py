@@ -23,7 +23,6 @@ cache holds more.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -47,7 +46,7 @@ from middleware.testing.scripted import register, register_embedder
 from middleware.tokens import get_tokenizer
 
 from .dataset import Conversation, Turn, chains, load
-from .savings import bench_config, needed_values, prompt_text, turn_messages
+from .savings import bench_config, call_id, needed_values, prompt_text, turn_messages
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "BENCHMARKS.md"
@@ -149,7 +148,9 @@ class Played:
     needed: int = 0  # needed values the conversation's earlier turns hold
     kept: int = 0  # of those, present in the turn's first prompt
     schemas_sent: list[int] = field(default_factory=list)  # schemas per call
-    whole: int = 0  # turns whose first call carried every schema and no loader (disclosure.cache_aware)
+    whole: int = 0  # turns whose first call carried every schema and no loader (cache_aware, or a history resent)
+    first_turns: int = 0  # sessions' first turns
+    first_whole: int = 0  # of those, how many carried every schema and no loader (the policy's choice alone)
     schema_tokens: int = 0  # the schemas' tokens, over every call
     loader_tokens: int = 0  # of which the loader's (with its index)
     embedded_tokens: int = 0  # texts embedded to match tools by meaning (disclosure.embedding_model)
@@ -301,7 +302,7 @@ def _ask(calls: Sequence[tuple[str, dict[str, Any]]], made_before: Iterator[int]
     8 hex digits) but hash the model's running count, so a rerun counts the same tokens:
     random ids tokenize to 1-4 tokens each and moved the long-session figures by a few
     tenths of a point from run to run."""
-    made = [{"id": f"call_{hashlib.blake2b(str(next(made_before)).encode(), digest_size=4).hexdigest()}",
+    made = [{"id": call_id(str(next(made_before))),
              "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
             for n, a in calls]  # fmt: skip
     return {"role": "assistant", "content": None, "tool_calls": made}
@@ -400,7 +401,11 @@ def count_turn(
     played.turns += 1
     first_names = [t["function"]["name"] for t in requests[0][1]]
     played.sent_up_front += all(c.name in first_names for c in turn.calls)
-    played.whole += LOADER not in first_names and len(first_names) == every
+    whole = LOADER not in first_names and len(first_names) == every
+    played.whole += whole
+    if not own_calls:  # the session's first turn: nothing recorded yet, so nothing resent
+        played.first_turns += 1
+        played.first_whole += whole
     for index, (messages, schemas_sent) in enumerate(requests):
         own_calls.append(Call(schemas_sent, messages, index == 0, counterpart=not extra[index]))
         played.schemas_sent.append(len(schemas_sent))
@@ -765,7 +770,8 @@ def section(data: dict[str, Any], command: str = COMMAND) -> str:
             lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
         lines += [
             "",
-            "Turns on which `disclosure.cache_aware` sent every schema instead (it is cheaper with that model's caching):",
+            "Turns whose first call carried every schema and no loader (`disclosure.cache_aware` found it cheaper with "
+            "that model's caching, or a young session resent its history):",
             "",
         ]
         lines += ["| strategy | " + " | ".join(MODELS) + " |", "|---|" + "---:|" * len(MODELS)]
@@ -1059,9 +1065,11 @@ def _short_tenth(single: dict[str, Any], tenth: Sequence[str]) -> str:
         + ", ".join(f"{model} {short(off, model)}" for model in tenth)
         + "): a history of 1–7 turns costs little to resend from the cache, and there is little to trim. So a young session "
         "resends its own recorded turns, with every schema, while that costs no more per turn than the composed prompt "
-        "(`caching.resend_history`). A first turn resends only where every schema is sent anyway, because the policy found "
-        "that every schema pays for its first write over the disclosed prompt's growth (on "
-        + ", ".join(f"{_pct(ours['by_model'][m].whole / ours['by_model'][m].turns)} of {m}'s turns" for m in tenth)
+        "(`caching.resend_history`). A session resends only where its first turn sends every schema anyway, because the "
+        "policy found that every schema pays for its first write over the disclosed prompt's growth (in "
+        + ", ".join(
+            f"{_pct(ours['by_model'][m].first_whole / max(ours['by_model'][m].first_turns, 1))} of {m}'s sessions" for m in tenth
+        )
         + "). A session whose first turn discloses its tools composes from then on: its memory is rewritten each turn, where "
         "the full history only grows, so it is paid in full where the full history's is read at a tenth."
     )

@@ -54,13 +54,18 @@ def bench_config(*, auto: bool, memory: dict[str, Any] | None = None, **context:
     return base.with_overrides(**overrides)
 
 
+def call_id(seed: str) -> str:
+    """A tool-call id shaped as a provider makes one (``call_`` and 8 hex digits), made from
+    ``seed`` so that a rerun tokenizes the same: the scripted model's and the full-history
+    chatbot's calls cost the same to resend."""
+    return f"call_{hashlib.blake2b(seed.encode(), digest_size=4).hexdigest()}"
+
+
 def turn_messages(turn: Turn, index: int) -> Messages:
     """A turn as a chatbot keeps it: user, assistant tool calls, tool results, final reply."""
     messages: Messages = [{"role": "user", "content": turn.user}]
     if turn.calls:
-        # Ids as the scripted model makes them (``billing._ask``: ``call_`` and 8 hex digits), so
-        # a chatbot resending them pays what the middleware's own turns pay for theirs.
-        ids = [f"call_{hashlib.blake2b(f'{index}.{i}'.encode(), digest_size=4).hexdigest()}" for i in range(len(turn.calls))]
+        ids = [call_id(f"{index}.{i}") for i in range(len(turn.calls))]
         messages.append({"role": "assistant", "content": None, "tool_calls": [
             {"id": call_id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
             for call_id, c in zip(ids, turn.calls, strict=True)]})  # fmt: skip
