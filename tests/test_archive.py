@@ -225,7 +225,7 @@ def test_archived_text_cannot_add_a_line_or_section_outside_the_recall_block(tex
         return
     lines = block.split("\n")
     assert lines[0] == HEADER and len(lines) == 1 + len(items)
-    labels = tuple(f"- [turn {i}, {label}] " for i in range(1, 7) for label in KINDS.values())
+    labels = tuple(f"- turn {i} {label}: " for i in range(1, 7) for label in KINDS.values())
     assert all(line.startswith(labels) and line.isprintable() for line in lines[1:])
 
 

@@ -53,9 +53,11 @@ _PIECE_CHARS = 240
 _SENTENCES = 12
 _RESULT_CHUNKS = 4  # observation pieces of one large result at most
 _QUERY_TERMS = 24
+# What a recalled line takes besides its text, about: "- turn 12 user: " and the quotes.
+LINE_TOKENS = 6
 
-# Kinds, and the label a recalled line carries.
-KINDS = {"user": "user said", "call": "tool call", "obs": "tool result", "reply": "assistant said", "state": "observed",
+# Kinds, and the label a recalled line carries after its turn ("- turn 12 tool result: ").
+KINDS = {"user": "user", "call": "tool call", "obs": "tool result", "reply": "assistant", "state": "observed",
          "fact": "earlier value"}  # fmt: skip
 
 # Something specific: a number, a capitalised word after the first, a code or an amount.
@@ -293,7 +295,7 @@ def rank(
         for score, row in rows:
             _, _, turn, text, kind, tokens, reason = row
             key = text.lower()
-            cost = tokens + 6  # the line's prefix: "- [turn 12, tool call] "
+            cost = tokens + LINE_TOKENS
             if used + cost > budget or key in seen or key in shown_lower:
                 continue
             says = set(reason[0].terms or terms(text)) if not isinstance(reason, str) else set()
@@ -342,9 +344,10 @@ def _why(c: Candidate, lexical: bool, semantic: bool) -> str:
 _SPECIFIC_WORD = re.compile(r"(?<![.!?]\s)(?<=\W)[A-Z][\w-]*|[\w-]*\d[\w-]*")
 
 
-def _specific_terms(text: str) -> set[str]:
-    """The terms of ``text``'s specific words (see ``_SPECIFIC_WORD``)."""
-    return set(terms(" ".join(_SPECIFIC_WORD.findall(text))))
+@functools.lru_cache(maxsize=4096)
+def _specific_terms(text: str) -> frozenset[str]:
+    """The terms of ``text``'s specific words (see ``_SPECIFIC_WORD``; cached as ``_specific`` is)."""
+    return frozenset(terms(" ".join(_SPECIFIC_WORD.findall(text))))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -352,6 +355,11 @@ def _specific(text: str) -> bool:
     """Whether a sentence names something specific after its first letter (cached: the
     same pieces come back as candidates call after call, and the search is slow)."""
     return _SPECIFIC.search(text[1:]) is not None
+
+
+def line_prefix(turn: int, kind: str) -> str:
+    """What a recalled line starts with: its turn and who said it ("- turn 12, tool result: ")."""
+    return f"- turn {turn} {KINDS.get(kind, kind)}: "
 
 
 def render_recall(items: Sequence[Recalled], header: str) -> str:
@@ -362,5 +370,5 @@ def render_recall(items: Sequence[Recalled], header: str) -> str:
         return ""
     lines = [header]
     for item in sorted(items, key=lambda r: (r.turn, r.kind)):
-        lines.append(f"- [turn {item.turn}, {KINDS.get(item.kind, item.kind)}] {compact_json(one_line(item.text))}")
+        lines.append(f"{line_prefix(item.turn, item.kind)}{compact_json(one_line(item.text))}")
     return "\n".join(lines)
