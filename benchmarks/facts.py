@@ -22,11 +22,13 @@ import importlib
 import random
 import statistics
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from middleware import Config, SessionManager
+from middleware.core.composer import Composer
 
 __all__ = ["Conversation", "conversations", "measure"]
 
@@ -220,7 +222,27 @@ class Result:
     tokens: list[int] = field(default_factory=list)
     questions: int = 0
     answered: int = 0
+    reached: int = 0  # the answer in the prompt or among the candidates the store sent back
     by_position: dict[int, list[int]] = field(default_factory=dict)
+
+
+@contextmanager
+def candidate_texts() -> Iterator[list[str]]:
+    """The text of every archived piece the store hands the composer to rank while this is
+    open: whatever ranking and budget then keep, an answer outside them cannot be recalled
+    (the candidate ceiling)."""
+    found: list[str] = []
+    recall = Composer.recall
+
+    def seen(self: Composer, state: Any, current: str, candidates: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
+        found.extend(c.text for c in candidates)
+        return recall(self, state, current, candidates, *args, **kwargs)
+
+    Composer.recall = seen  # type: ignore[method-assign]
+    try:
+        yield found
+    finally:
+        Composer.recall = recall  # type: ignore[method-assign]
 
 
 def measure(
@@ -239,14 +261,33 @@ def measure(
     managers = {name: SessionManager(config.with_overrides(memory=settings, store={"key_prefix": f"f{uuid.uuid4().hex[:10]}"}))
                 for name, settings in variants.items()}  # fmt: skip
     system = {"role": "system", "content": "You are a helpful assistant."}
+    with candidate_texts() as found:
+        _play(sets, managers, results, counter, system, found, progress)
+    for mgr in managers.values():
+        mgr.close()
+    return results
+
+
+def _play(
+    sets: Sequence[Conversation],
+    managers: dict[str, SessionManager],
+    results: dict[str, Result],
+    counter: Callable[[list[dict[str, str]]], int],
+    system: dict[str, str],
+    found: list[str],
+    progress: Callable[[int], None],
+) -> None:
     for conversation in sets:
         history: list[dict[str, str]] = []
         for position, turn in enumerate(conversation.turns, start=1):
             current = {"role": "user", "content": turn.user}
             prompts = {"full history": [system, *history, current], "last 10 messages": [system, *history[-10:], current],
                        "last exchange only": [system, *history[-2:], current]}  # fmt: skip
+            candidates: dict[str, list[str]] = {}
             for name, mgr in managers.items():
+                found.clear()
                 prompts[name] = mgr.build_messages(conversation.id, turn.user)
+                candidates[name] = list(found)
             for name, messages in prompts.items():
                 result = results[name]
                 tokens = counter(messages)
@@ -254,14 +295,13 @@ def measure(
                 result.by_position.setdefault(position, []).append(tokens)
                 if turn.answer:
                     result.questions += 1
-                    result.answered += any(turn.answer in m["content"] for m in messages)
+                    answered = any(turn.answer in m["content"] for m in messages)
+                    result.answered += answered
+                    result.reached += answered or any(turn.answer in text for text in candidates.get(name, ()))
             for mgr in managers.values():
                 mgr.record_turn(conversation.id, user=turn.user, assistant=turn.reply)
             history += [current, {"role": "assistant", "content": turn.reply}]
             progress(1)
-    for mgr in managers.values():
-        mgr.close()
-    return results
 
 
 def rows(results: dict[str, Result]) -> list[dict[str, Any]]:
@@ -272,6 +312,7 @@ def rows(results: dict[str, Result]) -> list[dict[str, Any]]:
         out.append({
             "strategy": name, "tokens": sum(result.tokens), "median": statistics.median(result.tokens),
             "reduction": 1 - sum(result.tokens) / full, "answered": result.answered / result.questions,
+            "reached": result.reached / result.questions,
             "questions": result.questions, "turn20": at.get(20, 0.0), "turn100": at.get(100, 0.0),
         })  # fmt: skip
     return out

@@ -312,13 +312,19 @@ def _bfcl_table(scope: dict[str, Any]) -> list[str]:
 
 def _facts_table(rows: list[dict[str, Any]]) -> list[str]:
     return [
-        "| strategy | tokens, all turns | vs full history | answer in the prompt | mean tokens at turn 20 | at turn 100 |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| strategy | tokens, all turns | vs full history | answer in the prompt | in the prompt or a candidate | mean tokens at turn 20 | at turn 100 |",
+        "|---|---:|---:|---:|---:|---:|---:|",
         *(
-            f"| {r['strategy']} | {r['tokens']:,} | {_saved(r)} | {_pct(r['answered'])} of {r['questions']} | {r['turn20']:,.0f} | {r['turn100']:,.0f} |"
+            f"| {r['strategy']} | {r['tokens']:,} | {_saved(r)} | {_pct(r['answered'])} of {r['questions']} | {_reached(r)} | {r['turn20']:,.0f} | {r['turn100']:,.0f} |"
             for r in rows
         ),
     ]
+
+
+def _reached(row: dict[str, Any]) -> str:
+    """The candidate ceiling: the share of questions whose answer the prompt held or the
+    store sent back to be ranked (the same as answered where nothing is recalled)."""
+    return _pct(row["reached"]) if row["strategy"].startswith("middleware") and "recall off" not in row["strategy"] else "—"
 
 
 def _recall_rows(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -426,6 +432,8 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
         "",
         *_facts_table(facts["heldout"]["rows"]),
         "",
+        _ceiling_text(facts),
+        "",
         'Tried and not adopted: rules that pick out what a user states about themselves (a first-person sentence, not a request or a question, with a clause holding a name, a number, a code, an amount or a word such as "allergic"), archived as pieces of their own and sent with every call, newest first, within a budget of their own. In side runs (not part of this run, so their figures are not quoted) they raised the first set\'s answers by half or more at every budget tried, and left the held-out set\'s where they were while adding a third or more to the tokens sent: there the rules found twenty times more clauses holding chatter ("I\'m out Monday and Wednesday for work") than holding an answer, and the newest chatter filled the budget. Rules of this kind fit the wordings they were written against; telling a fact worth keeping from chatter needs a model (an extraction call through litellm at record time, as other memory libraries do, or a stronger embedding model for semantic recall), which this machine cannot run offline to measure.',
         "",
         f'Why the targets are missed: lexical recall finds the questions that share a word with the statement and no others; semantic recall with a small local model (all-MiniLM-L6-v2, 384 dimensions) finds most paraphrases but not all ("based" against "moved to Tampere" scores below filler such as "Still working on renovating our kitchen."). The vector search reads the {NEAREST} nearest pieces and keeps the {CANDIDATES} nearest distinct texts of archived turns the recent window does not show (filler a user repeats word for word would otherwise take every place); those at least {MIN_SIMILARITY} similar (chosen on the first set) are ranked by similarity and fused with the lexical ranking by reciprocal rank fusion (each place scores 1 / ({RRF_K} + place)), and a line that repeats one already chosen with a word changed waits until the others have had the room. In earlier side runs, before the fusion, admitting only the nearest or a higher threshold answered fewer questions of both earlier sets. A larger general-purpose embedding model (all-mpnet-base-v2, 768 dimensions) answered more of both in an earlier side run; `python -m benchmarks.recall --embedding DIR` (DIR the folder of a sentence-transformers model) measures any model on all three sets. '
@@ -462,6 +470,23 @@ def _reach_text(bfcl: dict[str, Any]) -> str:
         f"the history's tokens ({_pct(long['ledger_tokens'])}) before any other part of the prompt. Reaching 97% at −94% needs to know which earlier values a request will use: "
         "a model reading the history (an extraction or a recall call through litellm), which this offline, scripted "
         "benchmark cannot measure."
+    )
+
+
+def _ceiling_text(facts: dict[str, Any]) -> str:
+    """Where the answers are lost: not found by the store, or found and not kept."""
+    parts = []
+    for name, rows in (("unseen", facts["unseen"]["rows"]), ("first", facts["rows"]), ("held-out", facts["heldout"]["rows"])):
+        lexical, semantic = _recall_rows(rows)
+        recalls = [("lexical", lexical)] + ([("semantic", semantic)] if semantic else [])
+        parts.append(
+            f"{name}: " + ", ".join(f"{kind} {_pct(row['reached'])} (answered {_pct(row['answered'])})" for kind, row in recalls)
+        )
+    return (
+        "The candidate ceiling, the share of questions whose answer was in the prompt or among the archived pieces the "
+        "store sent back to be ranked (whatever the ranking and the budget then kept): " + "; ".join(parts) + ". "
+        "An answer outside the candidates is lost to the search (its words or its meaning did not reach it); one inside "
+        "them and not answered is lost to the ranking or to the budget."
     )
 
 
