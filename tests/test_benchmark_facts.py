@@ -12,8 +12,7 @@ def test_the_candidate_ceiling_counts_answers_the_budget_left_out() -> None:
     budget what is answered is within reach too, and the ceiling is no lower."""
     config = Config().with_overrides(usage_log={"path": None})
     found = {
-        row["strategy"]: row
-        for row in rows(measure(conversations(2), config, {"default": {}, "no room": {"recall_tokens": 1}}))
+        row["strategy"]: row for row in rows(measure(conversations(2), config, {"default": {}, "no room": {"recall_tokens": 1}}))
     }
     assert found["no room"]["answered"] == found["last exchange only"]["answered"] == 0.0
     assert found["no room"]["reached"] > 0.0
