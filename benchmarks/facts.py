@@ -262,46 +262,34 @@ def measure(
                 for name, settings in variants.items()}  # fmt: skip
     system = {"role": "system", "content": "You are a helpful assistant."}
     with candidate_texts() as found:
-        _play(sets, managers, results, counter, system, found, progress)
+        for conversation in sets:
+            history: list[dict[str, str]] = []
+            for position, turn in enumerate(conversation.turns, start=1):
+                current = {"role": "user", "content": turn.user}
+                prompts = {"full history": [system, *history, current], "last 10 messages": [system, *history[-10:], current],
+                           "last exchange only": [system, *history[-2:], current]}  # fmt: skip
+                candidates: dict[str, list[str]] = {}
+                for name, mgr in managers.items():
+                    found.clear()
+                    prompts[name] = mgr.build_messages(conversation.id, turn.user)
+                    candidates[name] = list(found)
+                for name, messages in prompts.items():
+                    result = results[name]
+                    tokens = counter(messages)
+                    result.tokens.append(tokens)
+                    result.by_position.setdefault(position, []).append(tokens)
+                    if turn.answer:
+                        result.questions += 1
+                        answered = any(turn.answer in m["content"] for m in messages)
+                        result.answered += answered
+                        result.reached += answered or any(turn.answer in text for text in candidates.get(name, ()))
+                for mgr in managers.values():
+                    mgr.record_turn(conversation.id, user=turn.user, assistant=turn.reply)
+                history += [current, {"role": "assistant", "content": turn.reply}]
+                progress(1)
     for mgr in managers.values():
         mgr.close()
     return results
-
-
-def _play(
-    sets: Sequence[Conversation],
-    managers: dict[str, SessionManager],
-    results: dict[str, Result],
-    counter: Callable[[list[dict[str, str]]], int],
-    system: dict[str, str],
-    found: list[str],
-    progress: Callable[[int], None],
-) -> None:
-    for conversation in sets:
-        history: list[dict[str, str]] = []
-        for position, turn in enumerate(conversation.turns, start=1):
-            current = {"role": "user", "content": turn.user}
-            prompts = {"full history": [system, *history, current], "last 10 messages": [system, *history[-10:], current],
-                       "last exchange only": [system, *history[-2:], current]}  # fmt: skip
-            candidates: dict[str, list[str]] = {}
-            for name, mgr in managers.items():
-                found.clear()
-                prompts[name] = mgr.build_messages(conversation.id, turn.user)
-                candidates[name] = list(found)
-            for name, messages in prompts.items():
-                result = results[name]
-                tokens = counter(messages)
-                result.tokens.append(tokens)
-                result.by_position.setdefault(position, []).append(tokens)
-                if turn.answer:
-                    result.questions += 1
-                    answered = any(turn.answer in m["content"] for m in messages)
-                    result.answered += answered
-                    result.reached += answered or any(turn.answer in text for text in candidates.get(name, ()))
-            for mgr in managers.values():
-                mgr.record_turn(conversation.id, user=turn.user, assistant=turn.reply)
-            history += [current, {"role": "assistant", "content": turn.reply}]
-            progress(1)
 
 
 def rows(results: dict[str, Result]) -> list[dict[str, Any]]:
