@@ -8,7 +8,16 @@ from hypothesis import strategies as st
 
 from middleware import ToolCall, Turn
 from middleware.core import archive
-from middleware.core.archive import KINDS, MAX_PIECES, Candidate, pieces_of, query_terms, rank, render_recall
+from middleware.core.archive import (
+    KINDS,
+    MAX_PIECES,
+    Candidate,
+    line_tokens,
+    pieces_of,
+    query_terms,
+    rank,
+    render_recall,
+)
 from middleware.core.lexical import terms
 from middleware.store import load as store_load
 from middleware.tokens import get_tokenizer
@@ -129,7 +138,9 @@ def test_the_budget_holds_and_the_best_come_first() -> None:
     many = [candidate(f"Invoice INV-{i} for customer number {i * 7} was sent.", turn=i, score=2.0 + i, matched=("invoic",))
             for i in range(1, 30)]  # fmt: skip
     ranked = rank(many, {}, query=[("invoic", 1.0)], **{**RANK, "budget": 60})
-    assert ranked and sum(r.tokens + 6 for r in ranked) <= 60
+    lines = render_recall(ranked, HEADER).split("\n")[1:]
+    assert ranked and sum(TOKENIZER.count("\n" + line) for line in lines) <= 60
+    assert len(ranked) < len(many)  # the budget, not the candidates, stopped it
     assert [r.score for r in ranked] == sorted((r.score for r in ranked), reverse=True)
 
 
@@ -155,7 +166,7 @@ def test_similar_pieces_fill_the_budget_however_far_below_the_best_they_score() 
     ranked = rank([best, weak_lexical, *near, under], {}, query=[("invoic", 1.0)], **RANK)
     assert [r.text for r in ranked] == [best.text, *(c.text for c in near)]
     # With room for the best and one more, the nearest of them takes it.
-    room = best.tokens + near[0].tokens + 12
+    room = best.tokens + line_tokens(TOKENIZER, 30, "user") + near[0].tokens + line_tokens(TOKENIZER, 10, "user")
     assert [r.text for r in rank([best, *near, under], {}, query=[("invoic", 1.0)], **{**RANK, "budget": room})] == [
         best.text, near[0].text]  # fmt: skip
 
@@ -213,19 +224,23 @@ def test_a_title_or_an_initial_does_not_end_a_sentence(text: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(texts=st.lists(st.text(min_size=1, max_size=300), min_size=1, max_size=6))
-def test_archived_text_cannot_add_a_line_or_section_outside_the_recall_block(texts: list[str]) -> None:
-    """Whatever archived text holds (newlines, headers, role markers), the block is its
-    header plus exactly one quoted line per item."""
-    items = rank([Candidate(i + 1, "user", t, 10, 6.0, ("x",)) for i, t in enumerate(texts)], {}, query=[("x", 1.0)],
-                 **{**RANK, "budget": 100_000})  # fmt: skip
+@given(
+    texts=st.lists(st.text(min_size=1, max_size=300), min_size=1, max_size=6),
+    kinds=st.lists(st.sampled_from([*KINDS, "kind\n## of another version"]), min_size=6, max_size=6),
+)
+def test_archived_text_cannot_add_a_line_or_section_outside_the_recall_block(texts: list[str], kinds: list[str]) -> None:
+    """Whatever archived text holds (newlines, headers, role markers), and whatever kind the
+    store gives (one this version does not know reads "archived"), the block is its header
+    plus exactly one quoted line per item."""
+    candidates = [Candidate(i + 1, kind, t, 10, 6.0, ("x",)) for i, (t, kind) in enumerate(zip(texts, kinds))]
+    items = rank(candidates, {}, query=[("x", 1.0)], **{**RANK, "budget": 100_000})
     block = render_recall(items, HEADER)
     if not items:
         assert block == ""
         return
     lines = block.split("\n")
     assert lines[0] == HEADER and len(lines) == 1 + len(items)
-    labels = tuple(f"- turn {i} {label}: " for i in range(1, 7) for label in KINDS.values())
+    labels = tuple(f"- turn {i} {label}: " for i in range(1, 7) for label in (*KINDS.values(), "archived"))
     assert all(line.startswith(labels) and line.isprintable() for line in lines[1:])
 
 

@@ -53,8 +53,6 @@ _PIECE_CHARS = 240
 _SENTENCES = 12
 _RESULT_CHUNKS = 4  # observation pieces of one large result at most
 _QUERY_TERMS = 24
-# What a recalled line takes besides its text, about: "- turn 12 user: " and the quotes.
-LINE_TOKENS = 6
 
 # Kinds, and the label a recalled line carries after its turn ("- turn 12 tool result: ").
 KINDS = {"user": "user", "call": "tool call", "obs": "tool result", "reply": "assistant", "state": "observed",
@@ -286,7 +284,7 @@ def rank(
                 continue
             text = f"{key} = {value}"
             why = f"earlier value of {key}; shares {', '.join(sorted(shared)[:3])}"
-            scored.append((sum(2.0 * wanted[t] for t in shared), None, turn, text, "fact", count.count(text) + 4, why))
+            scored.append((sum(2.0 * wanted[t] for t in shared), None, turn, text, "fact", count.count(text), why))
     chosen: list[Recalled] = []
     later: list[tuple[float, _Scored]] = []  # repeats: they wait for every other candidate
     used, seen, said = 0, set(), set(known)
@@ -295,7 +293,7 @@ def rank(
         for score, row in rows:
             _, _, turn, text, kind, tokens, reason = row
             key = text.lower()
-            cost = tokens + LINE_TOKENS
+            cost = tokens + line_tokens(count, turn, kind)
             if used + cost > budget or key in seen or key in shown_lower:
                 continue
             says = set(reason[0].terms or terms(text)) if not isinstance(reason, str) else set()
@@ -358,8 +356,15 @@ def _specific(text: str) -> bool:
 
 
 def line_prefix(turn: int, kind: str) -> str:
-    """What a recalled line starts with: its turn and who said it ("- turn 12, tool result: ")."""
-    return f"- turn {turn} {KINDS.get(kind, kind)}: "
+    """What a recalled line starts with: its turn and who said it ("- turn 12 tool result: ").
+    A kind this version does not know (an archive written by another) reads "archived"."""
+    return f"- turn {turn} {KINDS.get(kind, 'archived')}: "
+
+
+def line_tokens(count: _Counter, turn: int, kind: str) -> int:
+    """What a recalled line takes besides its text: the line break, its prefix and the quotes
+    round the text (counted apart from the text, so never fewer than the line itself takes)."""
+    return count.count("\n" + line_prefix(turn, kind)) + 2
 
 
 def render_recall(items: Sequence[Recalled], header: str) -> str:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from ..config.schema import Config
 from ..config.sections import Skill
 from ..exceptions import TokenBudgetError
-from .archive import LINE_TOKENS, Candidate, Recalled, query_terms, rank, render_recall
+from .archive import Candidate, Recalled, query_terms, rank, render_recall
 from .context import order_context, render_context, render_earlier
 from .notes import render_notes
 from .recording import MAX_TOOLS_RECORDED, TOKENS_PER_MESSAGE, turn_messages, turn_update
@@ -276,7 +276,7 @@ class Composer:
             return count(render_context(order_context(parts.context, config), config)) + earlier
         if block == "state":
             return count(render_state(parts.state_lines, self.config.memory.state_header))
-        return sum(item.tokens + LINE_TOKENS for item in parts.recall) + (8 if parts.recall else 0)
+        return count(render_recall(parts.recall, self.config.memory.recall_header))
 
     def _shrink(self, parts: _Memory, block: str, room: int, done: list[str]) -> bool:
         """Take one step off ``block`` (``room``: the tokens it may keep); False when it has nothing left."""
