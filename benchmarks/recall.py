@@ -138,6 +138,8 @@ def run_facts(quick: bool, tick: Callable[[int], None]) -> dict[str, Any]:
                 "recall": "semantic",
                 "embedding_model": register(),
             }
+            # The same model as the product runs it offline: an int8 ONNX file, no PyTorch.
+            variants[LOCAL_ROW] = {"recall": "semantic", "embedding_model": "local/all-MiniLM-L6-v2"}
         results = rows(measure(sets, config, variants, progress=tick))
         other = rows(measure(heldout, config, variants, progress=tick))
         frozen = rows(measure(unseen, config, variants, progress=tick))
@@ -434,6 +436,8 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
         "",
         _ceiling_text(facts),
         "",
+        _local_text(facts),
+        "",
         'Tried and not adopted: rules that pick out what a user states about themselves (a first-person sentence, not a request or a question, with a clause holding a name, a number, a code, an amount or a word such as "allergic"), archived as pieces of their own and sent with every call, newest first, within a budget of their own. In side runs (not part of this run, so their figures are not quoted) they raised the first set\'s answers by half or more at every budget tried, and left the held-out set\'s where they were while adding a third or more to the tokens sent: there the rules found twenty times more clauses holding chatter ("I\'m out Monday and Wednesday for work") than holding an answer, and the newest chatter filled the budget. Rules of this kind fit the wordings they were written against; telling a fact worth keeping from chatter needs a model (an extraction call through litellm at record time, as other memory libraries do, or a stronger embedding model for semantic recall), which this machine cannot run offline to measure.',
         "",
         f'Why the targets are missed: lexical recall finds the questions that share a word with the statement and no others; semantic recall with a small local model (all-MiniLM-L6-v2, 384 dimensions) finds most paraphrases but not all ("based" against "moved to Tampere" scores below filler such as "Still working on renovating our kitchen."). The vector search reads the {NEAREST} nearest pieces and keeps the {CANDIDATES} nearest distinct texts of archived turns the recent window does not show (filler a user repeats word for word would otherwise take every place); those at least {MIN_SIMILARITY} similar (chosen on the first set) are ranked by similarity and fused with the lexical ranking by reciprocal rank fusion (each place scores 1 / ({RRF_K} + place)), and a line that repeats one already chosen with a word changed waits until the others have had the room. In earlier side runs, before the fusion, admitting only the nearest or a higher threshold answered fewer questions of both earlier sets. A larger general-purpose embedding model (all-mpnet-base-v2, 768 dimensions) answered more of both in an earlier side run; `python -m benchmarks.recall --embedding DIR` (DIR the folder of a sentence-transformers model) measures any model on all three sets. '
@@ -470,6 +474,28 @@ def _reach_text(bfcl: dict[str, Any]) -> str:
         f"the history's tokens ({_pct(long['ledger_tokens'])}) before any other part of the prompt. Reaching 97% at −94% needs to know which earlier values a request will use: "
         "a model reading the history (an extraction or a recall call through litellm), which this offline, scripted "
         "benchmark cannot measure."
+    )
+
+
+LOCAL_ROW = "middleware, semantic recall, local/all-MiniLM-L6-v2 (int8 ONNX on onnxruntime, no PyTorch)"
+
+
+def _local_text(facts: dict[str, Any]) -> str:
+    """The offline model without PyTorch against the same model run by sentence-transformers."""
+    found = []
+    for name, rows in (("unseen", facts["unseen"]["rows"]), ("first", facts["rows"]), ("held-out", facts["heldout"]["rows"])):
+        by = {row["strategy"]: row for row in rows}
+        _, semantic = _recall_rows(rows)
+        local = by.get(LOCAL_ROW)
+        if local is None or semantic is None:
+            return ""
+        found.append(f"{name} {_pct(local['answered'])} against {_pct(semantic['answered'])} ({_saved(local)} tokens)")
+    return (
+        "`memory.embedding_model: local/all-MiniLM-L6-v2` runs the same model with no provider and no PyTorch (an int8 "
+        "ONNX file of 23 MB on onnxruntime: `pip install 'token-middleware[local]'`); its rows above answer "
+        + "; ".join(found)
+        + " with sentence-transformers' float weights. A provider's embedding model through litellm "
+        "(`text-embedding-3-small`, say) is the production path; this machine cannot call one to measure it."
     )
 
 

@@ -10,6 +10,7 @@ in a form whose repr masks them, for tracebacks that show local variables.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
@@ -19,6 +20,7 @@ import warnings
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from . import local_embedding
 from .core.caching import KINDS, Kind, Rules, rules_for
 from .provider import ProviderOptions, provider_error, status_code
 from .testing.scripted import get_embedder, get_responder
@@ -220,7 +222,10 @@ def _vectors(response: Any) -> list[list[float]]:
 
 
 def embed(model: str, texts: Sequence[str], **kwargs: Any) -> list[list[float]]:
-    """One vector per text from any litellm embedding model; LLMError when it fails."""
+    """One vector per text from any litellm embedding model, or a local one
+    (``local/<name>``, see ``middleware.local_embedding``); LLMError when it fails."""
+    if local_embedding.is_local(model):
+        return local_embedding.embed(model, texts)
     options = ProviderOptions(kwargs)
     del kwargs
     lib = _litellm()
@@ -232,6 +237,8 @@ def embed(model: str, texts: Sequence[str], **kwargs: Any) -> list[list[float]]:
 
 
 async def aembed(model: str, texts: Sequence[str], **kwargs: Any) -> list[list[float]]:
+    if local_embedding.is_local(model):  # on this machine's CPU: off the event loop
+        return await asyncio.to_thread(local_embedding.embed, model, texts)
     options = ProviderOptions(kwargs)
     del kwargs
     lib = _litellm()

@@ -232,7 +232,9 @@ def test_archived_text_cannot_add_a_line_or_section_outside_the_recall_block(tex
     """Whatever archived text holds (newlines, headers, role markers), and whatever kind the
     store gives (one this version does not know reads "archived"), the block is its header
     plus exactly one quoted line per item."""
-    candidates = [Candidate(i + 1, kind, t, 10, 6.0, ("x",)) for i, (t, kind) in enumerate(zip(texts, kinds))]
+    candidates = [
+        Candidate(i + 1, kind, t, 10, 6.0, ("x",)) for i, (t, kind) in enumerate(zip(texts, kinds[: len(texts)], strict=True))
+    ]
     items = rank(candidates, {}, query=[("x", 1.0)], **{**RANK, "budget": 100_000})
     block = render_recall(items, HEADER)
     if not items:
