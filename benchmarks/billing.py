@@ -42,6 +42,7 @@ from benchmarks import write_section
 from benchmarks.stamps import at_commit
 from middleware import Config, SessionManager, Tool, llm
 from middleware.core.caching import CacheState, Rules, request_blocks, split, with_breakpoints
+from middleware.core.policy import GrowthPace
 from middleware.testing.scripted import register, register_embedder
 from middleware.tokens import get_tokenizer
 
@@ -165,11 +166,13 @@ class Model:
         self.loaded = False
         self.requests: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
         self.name = f"bench-{uuid.uuid4().hex[:8]}"
-        self.calls_made = itertools.count()
+        self.number = 0  # the turn's number in the replay, as the full-history chatbot numbers it
+        self.loads = itertools.count()
         register(self.name, self)
 
     def start(self, turn: Turn, outputs: Outputs | None = None) -> None:
         self.turn, self.loaded, self.outputs = turn, False, outputs
+        self.number = self.played.turns + 1
 
     def __call__(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
         assert self.turn is not None
@@ -181,7 +184,7 @@ class Model:
         load = self.to_load(needed, names, tools or ())
         if load:
             self.played.loader_calls += 1
-            return _ask([(LOADER, {"names": load})], self.calls_made)
+            return _ask([(f"load.{next(self.loads)}", LOADER, {"names": load})], self.number)
         self.played.covered += all(name in names for name in needed)
         return self.answer(names)
 
@@ -199,7 +202,7 @@ class Model:
         assert self.turn is not None
         if not self.turn.calls:
             return self.reply()
-        return _ask([(call.name, call.arguments) for call in self.turn.calls], self.calls_made)
+        return _ask([(str(i), call.name, call.arguments) for i, call in enumerate(self.turn.calls)], self.number)
 
     def reply(self) -> dict[str, Any]:
         assert self.turn is not None
@@ -249,12 +252,12 @@ class ReadingModel(Model):
     def answer(self, names: Set[str]) -> dict[str, Any]:
         """The reference calls whose tools it has (their recorded outputs in order); none: the reply."""
         assert self.turn is not None
-        calls = [call for call in self.turn.calls if call.name in names]
+        calls = [(i, call) for i, call in enumerate(self.turn.calls) if call.name in names]
         if self.outputs is not None:
-            self.outputs.queue = [call.result for call in calls]
+            self.outputs.queue = [call.result for _, call in calls]
         if not calls:
             return self.reply()
-        return _ask([(call.name, call.arguments) for call in calls], self.calls_made)
+        return _ask([(str(i), call.name, call.arguments) for i, call in calls], self.number)
 
     def read(self, message: str, candidates: Sequence[str], groups: Mapping[str, str]) -> list[str]:
         """The ``PER_ROUND`` candidates most like ``message``, by all-MiniLM-L6-v2."""
@@ -297,14 +300,17 @@ def _index(tools: Sequence[Mapping[str, Any]]) -> set[str]:
     return {name.strip() for line in lines if line.startswith("- ") for name in line.split(": ", 1)[-1].split(",")}
 
 
-def _ask(calls: Sequence[tuple[str, dict[str, Any]]], made_before: Iterator[int]) -> dict[str, Any]:
-    """The assistant message making ``calls``. Call ids look like a provider's (``call_`` and
-    8 hex digits) but hash the model's running count, so a rerun counts the same tokens:
-    random ids tokenize to 1-4 tokens each and moved the long-session figures by a few
-    tenths of a point from run to run."""
-    made = [{"id": call_id(str(next(made_before))),
+def _ask(calls: Sequence[tuple[str, str, dict[str, Any]]], turn: int) -> dict[str, Any]:
+    """The assistant message making ``calls`` (each: its place in the turn, name, arguments)
+    in replay turn ``turn``. Call ids look like a provider's (``call_`` and 8 hex digits) but
+    hash the turn and the call's place in the reference, as the full-history chatbot's ids
+    do (``turn_messages``): the same call has the same id in both, so resending it costs
+    both the same tokens. Random ids tokenize to 1-4 tokens each: they moved the figures by
+    a few tenths of a point from run to run, and the short conversations' by about as much
+    from one arm to the other."""
+    made = [{"id": call_id(f"{turn}.{place}"),
              "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
-            for n, a in calls]  # fmt: skip
+            for place, n, a in calls]  # fmt: skip
     return {"role": "assistant", "content": None, "tool_calls": made}
 
 
@@ -723,9 +729,10 @@ def section(data: dict[str, Any], command: str = COMMAND) -> str:
         "**tool schemas included** (BFCL's schemas converted as BFCL converts them for OpenAI-style models: median "
         f"{single['schema_tokens']:,.0f} tokens per conversation's classes, {chained['schema_tokens']:,.0f} per long session), "
         "against a chatbot that resends its full history with every schema of the involved classes on every call, for the "
-        "same calls (one per turn, one more after the tool results); its tool-call ids are made as the scripted model makes "
-        "the middleware's (`call_` and 8 hex digits), so resending a tool call costs both the same (before 2026-11-26 they "
-        "were shorter, `call_<turn>_<n>`, a few tokens less per call for the baseline). Effective cost prices each call under the provider's "
+        "same calls (one per turn, one more after the tool results); a tool call has the same id in both (`call_` and 8 hex "
+        "digits, hashed from its turn and place), so resending it costs both the same (before 2026-11-26 the baseline's were "
+        "shorter, `call_<turn>_<n>`, a few tokens less per call; until 2026-11-27 both were made alike but differed call by "
+        "call). Effective cost prices each call under the provider's "
         "caching rules from litellm's local price map, caching on both sides: the baseline caches its growing history "
         "(automatically for OpenAI and Gemini; with cache_control on its tools and last message for Anthropic), the middleware "
         "its stable prefix (loader, kept tools, static system text) and, for Anthropic, its last message "
@@ -1066,7 +1073,10 @@ def _short_tenth(single: dict[str, Any], tenth: Sequence[str]) -> str:
         + "): a history of 1–7 turns costs little to resend from the cache, and there is little to trim. So a young session "
         "resends its own recorded turns, with every schema, while that costs no more per turn than the composed prompt "
         "(`caching.resend_history`). A session resends only where its first turn sends every schema anyway, because the "
-        "policy found that every schema pays for its first write over the disclosed prompt's growth (in "
+        "policy found that every schema pays for its first write over the disclosed prompt's growth: a first turn's "
+        "matched tools all join the tools that stay at once, and later turns mostly call tools already sent, so a first "
+        "turn counts its own tools joining, then the pace the process saw on later turns (once it saw "
+        f"{GrowthPace.MIN_SEEN}), not its own growth again and again (in "
         + ", ".join(
             f"{_pct(ours['by_model'][m].first_whole / max(ours['by_model'][m].first_turns, 1))} of {m}'s sessions" for m in tenth
         )

@@ -12,7 +12,7 @@ from middleware import Config
 from middleware.core.caching import Rules, rules_for
 from middleware.core.composer import Composer
 from middleware.core.disclosure import Catalog, DisclosedTools, MatchOdds, entry_of
-from middleware.core.policy import Decision, Figures, LoopOdds, ToolPolicy, worth_sending, worth_writing
+from middleware.core.policy import Decision, Figures, GrowthPace, LoopOdds, ToolPolicy, worth_sending, worth_writing
 from middleware.session.tools import SchemaCount
 from middleware.tokens import get_tokenizer
 from middleware.usage.pricing import Billing
@@ -340,3 +340,65 @@ def test_a_history_is_resent_while_its_turn_costs_no_more_than_the_composed_prom
     assert not resends(tenth, **figures, follow=1.0)
     assert resends(tenth, **figures, follow=0.2)  # 1,900 + 200 against 2,200 + 80
     assert not resends(rules_for("openai", {}), **figures)
+
+
+def test_a_first_turn_judges_every_schema_against_the_pace_seen_after_first_turns() -> None:
+    """A first turn's matched tools all join the ones that stay at once (here 300 tokens), but
+    later turns mostly call tools already sent: growing 300 a turn, the stable part would be
+    cached after 3 turns and the disclosed prompt stays (970.8 < 2,115, see above). Joining
+    300 now and then 100 a turn (the pace this process saw), it takes 1 + ceil(474 / 100) = 6
+    turns: 23.6 + 323.6 + 423.6 + 523.6 + 623.6 + 723.6 = 2,641.6 > 2,115, every schema pays.
+    A join that reaches the minimum at once leaves one turn's gain (23.6); a pace of 0 never
+    reaches it."""
+    from middleware.core.policy import prefer_whole
+
+    mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
+    sizes = {"disclosed": 650, "disclosed_stable": 250, "whole": 2700, "whole_stable": 2350}
+    assert not prefer_whole(mini, **sizes, growth=300)
+    assert not prefer_whole(mini, **sizes, growth=300, joined=300)  # the same, told apart
+    assert prefer_whole(mini, **sizes, growth=100, joined=300)
+    assert not prefer_whole(mini, **sizes, growth=100, joined=800)
+    assert prefer_whole(mini, **sizes, growth=0, joined=300)
+
+
+def test_the_pace_is_learned_only_after_enough_turns() -> None:
+    """No pace until GrowthPace.MIN_SEEN turns were seen; then the mean tokens joined a turn,
+    turns that joined nothing included."""
+    from middleware.core.policy import GrowthPace
+
+    pace = GrowthPace()
+    for joined in [0, 200] * (GrowthPace.MIN_SEEN // 2 - 1) + [0]:
+        pace.note(joined)
+        assert pace.pace() is None
+    pace.note(400)
+    assert pace.pace() == pytest.approx((200 * (GrowthPace.MIN_SEEN // 2 - 1) + 400) / GrowthPace.MIN_SEEN)
+
+
+def test_a_process_learns_that_tools_stop_joining_after_a_first_turn_and_sends_every_schema() -> None:
+    """Through the tool planner: a first turn whose two matched tools (600 tokens) join the
+    loader (150) would, growing 600 a turn, be cached after 2 turns, so it discloses
+    (469.2 + 1,069.2 < 2,430 that every schema's first call costs more). After
+    GrowthPace.MIN_SEEN later turns that joined nothing, a first turn alike sends every
+    schema: after its join the disclosed prompt would never be cached. A first turn's own
+    join is not counted as the pace."""
+    from middleware.session.tools import ToolPlanner
+
+    mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
+    catalog = sized_catalog({"a": 300, "b": 300, "c": 300}, loader=150)
+    policy = ToolPolicy(mini, False, Sized(), static_tokens=0)
+    planner = ToolPlanner(Config(), rules=lambda model: mini, static_tokens=0)
+
+    def turn(number: int, joined: Sequence[str]) -> bool:
+        tools = DisclosedTools(catalog, names=[*joined], stable=len(joined), grown=len(joined), growing=True,
+                               ranked=list(joined))  # fmt: skip
+        figures = Figures(messages=100, stable_system=0, turn=number, budget=None)
+        return planner.decide(tools, figures, policy, whole_tokens=2_700, session_id=f"s{number}").whole
+
+    assert not turn(1, ["a", "b"])
+    for _ in range(5):
+        assert not turn(1, ["a", "b"])  # first turns teach nothing
+    for number in range(2, 2 + GrowthPace.MIN_SEEN - 1):
+        turn(number, [])
+    assert not turn(1, ["a", "b"])
+    turn(2 + GrowthPace.MIN_SEEN, [])
+    assert turn(1, ["a", "b"])

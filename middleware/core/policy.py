@@ -26,6 +26,7 @@ from .disclosure import DisclosedTools, MatchOdds
 __all__ = [
     "Decision",
     "Figures",
+    "GrowthPace",
     "LoopOdds",
     "SchemaCounter",
     "ToolPolicy",
@@ -82,7 +83,7 @@ GAIN_TURNS = 64
 
 def prefer_whole(
     rules: Rules, *, disclosed: int, disclosed_stable: int, whole: int, whole_stable: int, growth: float = 0.0,
-    follow: float = 0.0, loaders: float = 0.0, warm: bool = False,
+    follow: float = 0.0, loaders: float = 0.0, warm: bool = False, joined: float | None = None,
 ) -> bool:  # fmt: skip
     """Whether sending every schema (``whole`` tokens, ``whole_stable`` of them the same on
     every call) beats the disclosed prompt: only when the disclosed prompt's stable part is
@@ -100,7 +101,9 @@ def prefer_whole(
     part takes to reach the minimum (the disclosed prompt growing at that pace, so each turn
     saves more than the last), is more than its first call costs over a warm one (it writes,
     or pays in full, what later calls read). Every schema sent sooner saves more: if it will
-    pay before the disclosed prompt is cached, it pays from now."""
+    pay before the disclosed prompt is cached, it pays from now. ``joined``: what the stable
+    part grows by at the next turn, when it is known apart from the pace after it (a first
+    turn's matched tools all join at once; later turns mostly call tools already sent)."""
     if not (disclosed_stable < rules.min_tokens <= whole_stable):
         return False
     whole_turn = turn_cost(rules, total=whole, stable=whole_stable, follow=follow)
@@ -113,9 +116,15 @@ def prefer_whole(
     if first <= 0:
         return False
     price = rules.input_price
-    if growth <= 0 or not price or warm:  # warm: the session's last turn sent every schema, which the cache holds
+    if not price or warm:  # warm: the session's last turn sent every schema, which the cache holds
         return True
-    turns = math.ceil((rules.min_tokens - disclosed_stable) / growth)
+    step = growth if joined is None else joined  # the next turn's growth; the pace after it
+    if step >= rules.min_tokens - disclosed_stable:
+        turns = 1
+    elif growth <= 0:  # it never reaches the minimum
+        return True
+    else:
+        turns = 1 + math.ceil((rules.min_tokens - disclosed_stable - step) / growth)
     read = rules.read_price if rules.read_price is not None else price
     premium = whole_stable * ((rules.write_price or price) - read) / price
     # Until it reaches the minimum, the disclosed prompt grows, and each of its calls pays what it
@@ -123,7 +132,7 @@ def prefer_whole(
     # last gain counted stands for the rest (a lower bound; a slow growth costs no more work).
     saved = 0.0
     for turn in range(min(turns, GAIN_TURNS)):
-        last = gain(growth * turn) if turn else first
+        last = gain(step + growth * (turn - 1)) if turn else first
         saved += last
         if saved > premium:
             return True
@@ -204,6 +213,28 @@ class LoopOdds:
         counts = self._seen[after_results]
         counts[0] += followed
         counts[1] += 1
+
+
+class GrowthPace:
+    """How fast the tools that stay grow after a session's first turn (tokens a turn, over
+    the turns seen while they were short of the model's minimum cached prefix), learned
+    from the turns this process planned. A first turn's matched tools all join at once;
+    later turns mostly call tools already sent, so the list grows far slower than the first
+    turn suggests: a first turn judges every schema against the pace seen, once
+    ``MIN_SEEN`` turns were seen (else against its own growth)."""
+
+    MIN_SEEN = 10
+
+    def __init__(self) -> None:
+        self._tokens, self._turns = 0, 0
+
+    def pace(self) -> float | None:
+        return self._tokens / self._turns if self._turns >= self.MIN_SEEN else None
+
+    def note(self, joined: int) -> None:
+        """A turn after a session's first whose tools that stay grew by ``joined`` tokens."""
+        self._tokens += joined
+        self._turns += 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -290,11 +321,11 @@ class ToolPolicy:
 
     def decide(
         self, disclosed: DisclosedTools, figures: Figures, odds: MatchOdds, whole_tokens: int, loop: LoopOdds | None = None,
-        *, warm: bool = False,
+        *, warm: bool = False, pace: float | None = None,
     ) -> Decision:  # fmt: skip
         """What the turn's first call sends: the disclosed tools less the matched ones the
         model calls too seldom to pay for (``unlikely``), or every schema (``whole_tokens``
-        of them) where that costs less (``whole_is_cheaper``)."""
+        of them) where that costs less (``whole_is_cheaper``; ``pace``: see ``GrowthPace``)."""
         if not self.caches:
             return Decision()
         drop = tuple(self.unlikely(disclosed, figures, odds))
@@ -302,7 +333,12 @@ class ToolPolicy:
             disclosed = disclosed.without(drop)
         follow = loop.follow() if loop is not None else 0.0
         return Decision(drop=drop, whole=self.whole_is_cheaper(disclosed, figures, whole_tokens, follow=follow,
-                                                               loaders=odds.misses(), warm=warm))  # fmt: skip
+                                                               loaders=odds.misses(), warm=warm, pace=pace))  # fmt: skip
+
+    def joining(self, disclosed: DisclosedTools) -> int:
+        """The tokens of the tools that join the ones that stay this turn (``grown``)."""
+        schemas, count = disclosed.schemas(), self.counter.tokens
+        return count(schemas[: disclosed.stable_tools]) - count(schemas[: disclosed.stable_tools - disclosed.grown])
 
     def unlikely(self, disclosed: DisclosedTools, figures: Figures, odds: MatchOdds) -> list[str]:
         """The tools matched to the message, and their companions, that the model calls too
@@ -336,7 +372,7 @@ class ToolPolicy:
 
     def whole_is_cheaper(
         self, disclosed: DisclosedTools, figures: Figures, whole_tokens: int, *, follow: float = 0.0, loaders: float = 0.0,
-        warm: bool = False,
+        warm: bool = False, pace: float | None = None,
     ) -> bool:  # fmt: skip
         """Whether every schema costs less than the disclosed ones with this model's prompt
         caching: when the disclosed prompt's stable part is too short to be cached and every
@@ -350,17 +386,19 @@ class ToolPolicy:
         # What this call reads: the tools that stayed from the previous turn, and the static
         # system text only when no tools that changed (matched, or joining) come before it.
         kept = count(schemas[: disclosed.stable_tools - disclosed.grown])
-        growth = 0.0
+        growth, step = 0.0, None
         if disclosed.growing:  # this turn's, or the pace so far: the tools that joined (not pinned) over the turns
             stable = count(schemas[: disclosed.stable_tools])
             joined = stable - count(schemas[: 1 + disclosed.pinned])
             growth = max(stable - kept, joined / max(figures.turn, 1))
+            if figures.turn <= 1 and pace is not None:  # a first turn: its tools join now, then the pace seen
+                step, growth = stable - kept, pace
         if len(disclosed.names) == disclosed.stable and not disclosed.grown:
             kept += self.static_tokens
         whole = whole_tokens + figures.messages
         cheaper = prefer_whole(self.rules, disclosed=count(schemas) + figures.messages, disclosed_stable=kept, whole=whole,
                                whole_stable=whole_tokens + self.static_tokens, growth=growth, follow=follow,
-                               loaders=loaders, warm=warm)  # fmt: skip
+                               loaders=loaders, warm=warm, joined=step)  # fmt: skip
         return cheaper and (figures.budget is None or whole <= figures.budget)
 
     def tail(self, chance: float, *, marked: int | None, last: int) -> int | None:

@@ -18,7 +18,7 @@ from ..config.schema import Config
 from ..core.caching import Rules
 from ..core.disclosure import Catalog, CoUse, DisclosedTools, MatchOdds, auto_groups, entry_of
 from ..core.disclosure.groups import description_of
-from ..core.policy import Decision, Figures, LoopOdds, ToolPolicy
+from ..core.policy import Decision, Figures, GrowthPace, LoopOdds, ToolPolicy
 from ..core.state import SessionState, Turn
 from ..exceptions import InvalidToolCallError
 from ..lru import Lru
@@ -75,6 +75,7 @@ class ToolPlanner:
         self._co_use = _SharedCoUse()  # tools called together, for disclosure
         self.loop_odds = LoopOdds()  # how often a call's reply asks for tools: where breakpoints end
         self._match_odds = MatchOdds()  # how often a tool matched at each rank is called: which are sent
+        self._pace = GrowthPace()  # how fast the tools that stay grow after a first turn
         self._whole_at: Lru[float] = Lru(10_000)  # session -> when its last turn sent every schema (this process)
 
     def skill_tools(self) -> list[Tool]:
@@ -154,7 +155,10 @@ class ToolPlanner:
         at = self._whole_at.get(session_id) if session_id else None
         now = time.time()
         warm = at is not None and now - at <= self.config.caching.ttl_seconds
-        decision = policy.decide(disclosed, figures, self._match_odds, whole_tokens, self.loop_odds, warm=warm)
+        if disclosed.growing and figures.turn > 1:
+            self._pace.note(policy.joining(disclosed))
+        decision = policy.decide(disclosed, figures, self._match_odds, whole_tokens, self.loop_odds, warm=warm,
+                                 pace=self._pace.pace())  # fmt: skip
         if session_id and decision.whole:
             self._whole_at.put(session_id, now)
         elif session_id and at is not None:  # its last turn did not send every schema: no longer warm
