@@ -1,6 +1,7 @@
 """What providers bill: tool schemas and prompt caching, with and without tool disclosure.
 
     python -m benchmarks.billing        # about 7 minutes; rewrites its section of BENCHMARKS.md
+    python -m benchmarks.billing --workers 1   # the replays one at a time (default: one per core)
     python -m benchmarks.billing --only disclosure   # one variant against the full history, printed only
 
 The BFCL multi-turn conversations (``benchmarks.dataset``) are played through the real
@@ -23,9 +24,12 @@ cache holds more.
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import json
 import math
+import multiprocessing
+import os
 import pickle
 import statistics
 import sys
@@ -634,35 +638,81 @@ VARIANTS: list[tuple[str, str, dict[str, Any], bool]] = [
 RAW_MODEL = MODELS[0]  # whose replay the token table shows: the library's default model
 
 
+def _sessions(scope: str, quick: bool) -> list[list[Conversation]]:
+    """The sessions of ``scope``: each conversation alone ("single"), or chained into long
+    sessions ("chains")."""
+    conversations = load(limit=40 if quick else None)
+    if scope == "single":
+        return [[c] for c in conversations]
+    return chains(conversations, min_turns=30 if quick else 100)
+
+
+# One replay: (scope, variant name, its label, its disclosure settings, the model it plays as,
+# the models it is priced as: its own, or every one for a variant played once).
+Job = tuple[str, str, str, dict[str, Any], str, tuple[str, ...]]
+
+
+def _replay(job: Job, quick: bool) -> tuple[Job, Played, dict[str, Priced]]:
+    """One variant's replay of a scope as one model, priced as that model; the requests are
+    dropped once priced (run in a worker process: each replay has its own middleware, so the
+    order replays run in changes nothing)."""
+    scope, name, label, settings, model, priced_as = job
+    sessions = _sessions(scope, quick)
+    if name == "unchecked":
+        config = middleware_config(cache_aware=False).with_overrides(caching={"price_as": model})
+    else:
+        config = middleware_config(**settings).with_overrides(caching={"price_as": model})
+    if name == "served":
+        played = play_served(name, label, sessions, config, lambda n: None)
+    else:
+        played = play(name, label, sessions, config, lambda n: None, ReadingModel if name == "reading" else Model)
+    priced = {as_model: price(played, as_model) for as_model in priced_as}
+    played.sessions = []
+    return job, played, priced
+
+
 def run(
     progress: Callable[[str, int], None] = lambda scope, n: None,
     *,
     quick: bool = False,
     variants: Sequence[tuple[str, str, dict[str, Any], bool]] = VARIANTS,
     scopes: Sequence[str] = ("single", "chains"),
+    workers: int | None = None,
 ) -> dict[str, Any]:
+    """Every variant's replays, ``workers`` at a time in processes of their own (one per core
+    by default): each is played and priced alone, so the figures are the same however many."""
     conversations = load(limit=40 if quick else None)
-    every_scope = {"single": [[c] for c in conversations], "chains": chains(conversations, min_turns=30 if quick else 100)}
     data: dict[str, Any] = {"conversations": len(conversations), "turns": sum(len(c.turns) for c in conversations)}
     started = time.monotonic()
+    haiku = "claude-haiku-4-5"  # what disclosure.cache_aware is for: Claude Haiku 4.5 with the check off
+    jobs: list[Job] = [
+        (scope, name, label, settings, model, (model,) if per_model else MODELS)
+        for scope in scopes
+        for name, label, settings, per_model in variants
+        for model in (MODELS if per_model else (RAW_MODEL,))
+    ] + [(scope, "unchecked", "", {}, haiku, (haiku,)) for scope in scopes]
+    done: dict[tuple[str, str, str], tuple[Played, dict[str, Priced]]] = {}
+    count = workers or os.cpu_count() or 1
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing inherited from this one's threads
+    with concurrent.futures.ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
+        pending = [pool.submit(_replay, job, quick) for job in jobs]
+        for scope in scopes:  # the baselines meanwhile, here
+            sessions = _sessions(scope, quick)
+            data[scope] = {"baseline": full_history(sessions, lambda n, scope=scope: progress(scope, n))}
+        for future in concurrent.futures.as_completed(pending):
+            (scope, name, _, _, model, _), played, priced = future.result()
+            done[scope, name, model] = (played, priced)
+            progress(scope, played.turns)
     for scope in scopes:
-        sessions = every_scope[scope]
-        tick = lambda n, scope=scope: progress(scope, n)  # noqa: E731
-        baseline = full_history(sessions, tick)
+        sessions = _sessions(scope, quick)
+        baseline = data[scope].pop("baseline")
         rows = [{"name": "full", "label": baseline.label, "played": baseline, "by_model": {},
                  "priced": {model: price(baseline, model) for model in MODELS}}]  # fmt: skip
         baseline.sessions = []
-        for name, label, settings, per_model in variants:
-            by_model: dict[str, Played] = {}
-            for model in MODELS if per_model else (RAW_MODEL,):
-                config = middleware_config(**settings).with_overrides(caching={"price_as": model})
-                if name == "served":
-                    by_model[model] = play_served(name, label, sessions, config, tick)
-                else:
-                    by_model[model] = play(name, label, sessions, config, tick, ReadingModel if name == "reading" else Model)
-            priced = {model: price(by_model.get(model, by_model[RAW_MODEL]), model) for model in MODELS}
-            for replay in by_model.values():
-                replay.sessions = []  # priced: the requests are not needed any more
+        for name, label, _, per_model in variants:
+            played_as = MODELS if per_model else (RAW_MODEL,)
+            by_model = {model: done[scope, name, model][0] for model in played_as}
+            priced = {model: done[scope, name, model if per_model else RAW_MODEL][1][model] for model in MODELS}
             rows.append({"name": name, "label": label, "played": by_model[RAW_MODEL], "by_model": by_model, "priced": priced})
         off = next((row for row in rows if row["name"] == "every_schema"), None)
         if off is not None:  # memory's own contribution: the same tokens of messages in a plain window
@@ -670,22 +720,17 @@ def run(
             assert isinstance(prices, dict) and isinstance(played_off, Played)
             priced_off = prices[RAW_MODEL]
             messages = priced_off.tokens - played_off.schema_tokens - 3 * priced_off.calls  # less the reply priming
-            plain = window(sessions, messages, tick)
+            plain = window(sessions, messages, lambda n, scope=scope: progress(scope, n))
             rows.append({"name": "window", "label": plain.label, "played": plain, "by_model": {RAW_MODEL: plain},
                          "priced": {model: price(plain, model) for model in MODELS}})  # fmt: skip
             plain.sessions = []
-        # What disclosure.cache_aware is for: Claude Haiku 4.5 with the check off.
-        haiku = "claude-haiku-4-5"
-        unchecked = play(
-            "unchecked", "", sessions, middleware_config(cache_aware=False).with_overrides(caching={"price_as": haiku}), tick
-        )
         tools = [sum(llm.tools_tokens(COUNTING, schemas(c)) for c in session_classes(session)) for session in sessions]
         data[scope] = {
             "sessions": len(sessions),
             "session_turns": sorted(sum(len(c.turns) for c in s) for s in sessions),
             "schema_tokens": statistics.median(tools),
             "rows": rows,
-            "haiku_unchecked": price(unchecked, haiku).cost,
+            "haiku_unchecked": done[scope, "unchecked", haiku][1][haiku].cost,
         }
     data["seconds"] = time.monotonic() - started
     data["rules"] = {model: llm.cache_rules(model) for model in MODELS}
@@ -1120,9 +1165,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--only", choices=names, action="append", metavar="VARIANT",
         help=f"play only these variants ({', '.join(names)}) and print their savings (does not write the report)",
     )  # fmt: skip
+    parser.add_argument("--workers", type=int, metavar="N", help="replays played at once, each in a process of its own "
+                        "(default: one per core; the figures are the same however many)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.only:
-        _print_only(run(variants=[v for v in VARIANTS if v[0] in args.only], quick=args.quick))
+        _print_only(run(variants=[v for v in VARIANTS if v[0] in args.only], quick=args.quick, workers=args.workers))
         return
     if args.saved:  # re-render a kept run (to edit the text without replaying)
         _write(section(pickle.loads(Path(args.saved).read_bytes())))
@@ -1130,11 +1177,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     counts: dict[str, int] = {}
 
     def progress(scope: str, n: int) -> None:
-        counts[scope] = counts.get(scope, 0) + n
-        if counts[scope] % 500 == 0:
-            print(f"… {scope}: {counts[scope]} turns", file=sys.stderr)
+        before = counts.get(scope, 0)
+        counts[scope] = before + n
+        if counts[scope] // 5_000 != before // 5_000:
+            print(f"… {scope}: {counts[scope]:,} turns", file=sys.stderr)
 
-    data = run(progress, quick=args.quick)
+    data = run(progress, quick=args.quick, workers=args.workers)
     if args.keep:
         Path(args.keep).write_bytes(pickle.dumps(data))
     text = section(data, COMMAND + (" --quick" if args.quick else ""))
