@@ -72,51 +72,26 @@ def machine() -> dict[str, str]:
 
 
 def run_savings(progress: Any, quick: bool) -> dict[str, Any]:
-    from benchmarks.dataset import LONG_OUTPUTS, chains, load
-    from benchmarks.savings import (
-        FullHistory,
-        LangchainTrim,
-        LastK,
-        LitellmTrim,
-        Middleware,
-        NoMemory,
-        bench_config,
-        replay,
-        summary_rows,
-    )  # fmt: skip
-    from middleware.session.standalone import composer_for
+    """Section 1: each scope played in a process of its own, one per core (the figures do
+    not depend on how many: every scope makes its own strategies)."""
+    import concurrent.futures
+    import multiprocessing
+
+    from benchmarks.dataset import load
+    from benchmarks.savings import measure_scope
 
     conversations = load(limit=40 if quick else None)
-    long_outputs = load(limit=40 if quick else None, category=LONG_OUTPUTS)
-    min_turns = 30 if quick else 100
-    scopes = {
-        "single": [[c] for c in conversations],
-        "chains": chains(conversations, min_turns=min_turns),
-        "long": chains(long_outputs, min_turns=min_turns),
-    }
-    turns = sum(len(c.turns) for c in conversations)
-    task = progress.add_task("token savings (BFCL replay)", total=turns * 4 + sum(len(c.turns) for c in long_outputs) * 2)
-    counter = composer_for(bench_config(auto=True)).tokenizer.count_messages
-    out: dict[str, Any] = {"conversations": len(conversations), "turns": turns}
-    for scope, sessions in scopes.items():
-        ours = replay(sessions, [FullHistory(), Middleware(auto=True)], progress=lambda n: progress.advance(task, n))
-        budget = int(statistics.median(ours["middleware_auto"].tokens))
-        strategies = [
-            FullHistory(), NoMemory(), LastK(), LitellmTrim(budget), LangchainTrim(budget, counter),
-            Middleware(auto=False), Middleware(auto=True),
-            Middleware(auto=True, name="middleware_results", label="middleware, auto keys + from_results", from_results=True),
-        ]  # fmt: skip
-        results = replay(sessions, strategies, progress=lambda n: progress.advance(task, n))
-        outputs = sorted(len(c.result) for s in sessions for conv in s for t in conv.turns for c in t.calls)
-        out[scope] = {
-            "sessions": len(sessions),
-            "output_chars": {"median": statistics.median(outputs), "p90": outputs[int(len(outputs) * 0.9)], "max": outputs[-1]},
-            "session_turns": sorted(sum(len(c.turns) for c in s) for s in sessions),
-            "budget": budget,
-            "rows": summary_rows(results),
-            "misses": {n: dict(results[n].misses) for n in ("middleware", "middleware_auto", "middleware_results")},
-            "by_position": {n: {p: statistics.mean(v) for p, v in r.by_position.items()} for n, r in results.items()},
-        }
+    scopes = ("single", "chains", "long")
+    task = progress.add_task("token savings (BFCL replay)", total=len(scopes))
+    out: dict[str, Any] = {"conversations": len(conversations), "turns": sum(len(c.turns) for c in conversations)}
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing inherited from this one's threads
+    with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count() or 1, mp_context=context) as pool:
+        futures = {scope: pool.submit(measure_scope, scope, quick) for scope in scopes}
+        for future in concurrent.futures.as_completed(futures.values()):
+            future.result()
+            progress.advance(task)
+    for scope, future in futures.items():
+        out[scope] = future.result()
     return out
 
 

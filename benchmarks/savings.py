@@ -380,3 +380,37 @@ def summary_rows(results: dict[str, StrategyResult]) -> list[dict[str, Any]]:
             "turn100": result.mean_at(range(98, 103)),
         })  # fmt: skip
     return rows
+
+
+def measure_scope(scope: str, quick: bool) -> dict[str, Any]:
+    """Section 1's figures for one scope ("single": the conversations as they are; "chains":
+    sessions of 100+ turns; "long": those with large tool outputs), played in a process of
+    its own by ``python -m benchmarks`` (every strategy is made here, so the scopes share
+    nothing)."""
+    from .dataset import LONG_OUTPUTS, chains, load
+
+    min_turns = 30 if quick else 100
+    if scope == "long":
+        sessions = chains(load(limit=40 if quick else None, category=LONG_OUTPUTS), min_turns=min_turns)
+    else:
+        conversations = load(limit=40 if quick else None)
+        sessions = [[c] for c in conversations] if scope == "single" else chains(conversations, min_turns=min_turns)
+    counter = composer_for(bench_config(auto=True)).tokenizer.count_messages
+    ours = replay(sessions, [FullHistory(), Middleware(auto=True)])
+    budget = int(statistics.median(ours["middleware_auto"].tokens))
+    strategies = [
+        FullHistory(), NoMemory(), LastK(), LitellmTrim(budget), LangchainTrim(budget, counter),
+        Middleware(auto=False), Middleware(auto=True),
+        Middleware(auto=True, name="middleware_results", label="middleware, auto keys + from_results", from_results=True),
+    ]  # fmt: skip
+    results = replay(sessions, strategies)
+    outputs = sorted(len(c.result) for s in sessions for conv in s for t in conv.turns for c in t.calls)
+    return {
+        "sessions": len(sessions),
+        "output_chars": {"median": statistics.median(outputs), "p90": outputs[int(len(outputs) * 0.9)], "max": outputs[-1]},
+        "session_turns": sorted(sum(len(c.turns) for c in s) for s in sessions),
+        "budget": budget,
+        "rows": summary_rows(results),
+        "misses": {n: dict(results[n].misses) for n in ("middleware", "middleware_auto", "middleware_results")},
+        "by_position": {n: {p: statistics.mean(v) for p, v in r.by_position.items()} for n, r in results.items()},
+    }
