@@ -25,6 +25,7 @@ cache holds more.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import itertools
 import json
 import math
@@ -638,9 +639,10 @@ VARIANTS: list[tuple[str, str, dict[str, Any], bool]] = [
 RAW_MODEL = MODELS[0]  # whose replay the token table shows: the library's default model
 
 
+@functools.cache
 def _sessions(scope: str, quick: bool) -> list[list[Conversation]]:
     """The sessions of ``scope``: each conversation alone ("single"), or chained into long
-    sessions ("chains")."""
+    sessions ("chains"); read once per process, which plays several replays of them."""
     conversations = load(limit=40 if quick else None)
     if scope == "single":
         return [[c] for c in conversations]
