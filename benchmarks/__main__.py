@@ -2,7 +2,7 @@
 
     pip install -e ".[bench]"
     pip install --no-deps bfcl-eval==2026.3.23
-    python -m benchmarks                 # 25 min on a 2-core AMD EPYC, 75 on a 2-core Xeon; --quick for a smoke run
+    python -m benchmarks                 # 76 min on a 2-core AMD EPYC (BENCHMARKS.md says the last run's); --quick: a smoke run
     python -m benchmarks load            # the endpoint under load beside LiteLLM's proxy (section 8 alone)
     python -m benchmarks.newuser         # a new user's first minutes: installs, demo, tests (kept by the full run)
 
