@@ -395,6 +395,56 @@ def test_store_errors_never_quote_the_failed_command(atlas: Config, redis_manage
     assert events and not any("4111" in str(event) or "Command #" in str(event) for event in events)
 
 
+# Every command the record script runs (record.lua), each denied in turn below.
+_RECORD_COMMANDS = ("hincrby", "hset", "hsetnx", "hdel", "hget", "hgetall", "hkeys", "hmget", "hrandfield", "zadd",
+                    "zrem", "zrange", "zrevrange", "zrangebyscore", "zremrangebyrank", "zscore", "rpush", "ltrim",
+                    "set", "unlink", "del", "pexpire", "persist")  # fmt: skip
+
+
+def _snapshot(client: Any) -> dict[bytes, bytes | None]:
+    return {key: client.dump(key) for key in sorted(client.keys("mw:*"))}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("archive_turns,ttl", [(1, 3600), (0, 0)])
+def test_a_turn_is_written_whole_or_not_at_all_whatever_command_the_acl_denies(
+    atlas: Config, redis_server: RedisServer, archive_turns: int, ttl: int
+) -> None:
+    """The record script checks, before it writes, the commands the turn will run: with any
+    one of its commands denied, a turn either is recorded or fails leaving every key as it
+    was (an archive that drops a turn, expiry set or removed, the tool window)."""
+    admin = redis_server.client()
+    admin.flushdb()
+    url = f"redis://denied:pw-denied@127.0.0.1:{redis_server.port}/0"
+    config = atlas.with_overrides(
+        memory={"archive_turns": archive_turns},
+        store={"url": f"redis://127.0.0.1:{redis_server.port}/0", "ttl_seconds": ttl},
+        usage_log={"path": None},
+    )
+    turn = {"user": "navigate to watchlist on google_tv", "assistant": "done",
+            "tool_calls": [ToolCall(name="navigate_to_node", arguments={"node": "watchlist"}, ok=True)]}  # fmt: skip
+    with SessionManager(config) as mgr:
+        for _ in range(2):
+            mgr.record_turn("acl", **turn)  # type: ignore[arg-type]
+    refused = []
+    try:
+        for command in _RECORD_COMMANDS:
+            admin.acl_setuser("denied", reset=True, enabled=True, passwords=["+pw-denied"], keys=["*"],
+                              commands=["+@all", f"-{command}"])  # fmt: skip
+            before = _snapshot(admin)
+            with SessionManager(config.with_overrides(store={"url": url})) as denied:
+                try:
+                    denied.record_turn("acl", **turn)  # type: ignore[arg-type]
+                except StoreError as error:
+                    assert f"may not run {command.upper()}" in str(error) or "can't run this command" in str(error)
+                    assert _snapshot(admin) == before, command
+                    refused.append(command)
+    finally:
+        admin.acl_deluser("denied")
+    assert {"hincrby", "rpush", "zadd", "pexpire" if ttl else "persist"} <= set(refused)
+    assert ("hrandfield" in refused) == bool(archive_turns) and ("unlink" in refused) == (not archive_turns)
+
+
 def test_a_corrupt_counter_is_repaired_field_by_field(managers: ManagerFactory, raw: Any) -> None:
     """A meta field that holds no number: the next turn rewrites that field only; the
     session's owner and its other fields stay."""

@@ -52,22 +52,40 @@ end
 -- and a replay would take a half-written turn for a recorded one).
 local function permitted()
   if not redis.acl_check_cmd then return true end  -- servers before Redis 7 (and the embedded store)
+  -- The commands this turn will run, each on its key, and no others: a check costs about
+  -- what a cheap command does, and a turn runs about two thirds of the script's commands.
   local checks = {
-    {'HINCRBY', meta, 'f', '1'}, {'HSET', meta, 'f', 'v'}, {'HSETNX', meta, 'f', 'v'}, {'HDEL', meta, 'f'}, {'HGETALL', meta},
-    {'HGET', meta, 'f'}, {'ZADD', ctx, '0', 'm'}, {'ZREM', ctx, 'm'}, {'ZREVRANGE', ctx, '0', '-1'},
-    {'ZRANGEBYSCORE', ctx, '0', '1'}, {'RPUSH', sum, 'x'}, {'LTRIM', sum, '0', '1'},
-    {'RPUSH', recent, 'x'}, {'LTRIM', recent, '0', '1'}, {'RPUSH', traces, 'x'}, {'LTRIM', traces, '0', '1'},
-    {'SET', prompt, 'x'}, {'ZADD', ids, '0', 'm'}, {'ZREMRANGEBYRANK', ids, '0', '1'}, {'ZRANGE', ids, '0', '1'},
-    {'HSET', arc, 'f', 'v'}, {'HDEL', arc, 'f'}, {'HKEYS', arc}, {'HRANDFIELD', arc, '1'}, {'UNLINK', arc},
-    {'HSET', idx, 'f', 'v'}, {'HDEL', idx, 'f'}, {'HGET', idx, 'f'}, {'HMGET', idx, 'f'}, {'HRANDFIELD', idx, '1'}, {'UNLINK', idx},
+    {'HINCRBY', meta, 'f', '1'}, {'HSET', meta, 'f', 'v'}, {'HSETNX', meta, 'f', 'v'}, {'HGET', meta, 'f'},
+    {'ZRANGE', ids, '0', '1'},
   }
-  for i = 1, 9 do
-    checks[#checks + 1] = {'PEXPIRE', KEYS[i], '1'}
-    checks[#checks + 1] = {'PERSIST', KEYS[i]}
+  local function need(...) checks[#checks + 1] = {...} end
+  -- Where the variable tail's counts are (as record() walks it below).
+  local n_context = tonumber(ARGV[at])
+  local n_recent = tonumber(ARGV[at + 1 + 2 * n_context])
+  local pieces_at = at + 2 + 2 * n_context + n_recent
+  local n_pieces = tonumber(ARGV[pieces_at])
+  local window = tonumber(ARGV[pieces_at + 1 + 6 * n_pieces])
+  need('HDEL', meta, 'f')  -- a counter holding no integer is reset (see call)
+  if n_context > 0 then
+    need('ZRANGEBYSCORE', ctx, '0', '1') need('ZADD', ctx, '0', 'm') need('ZREVRANGE', ctx, '0', '-1') need('ZREM', ctx, 'm')
   end
-  if vector_prefix ~= '' then
-    checks[#checks + 1] = {'HSET', vector_prefix .. '0.0', 'f', 'v'}
-    checks[#checks + 1] = {'DEL', vector_prefix .. '0.0'}
+  if tonumber(summary_lines) > 0 then need('RPUSH', sum, 'x') need('LTRIM', sum, '0', '1') end
+  if tonumber(recent_messages) > 0 and n_recent > 0 then need('RPUSH', recent, 'x') need('LTRIM', recent, '0', '1') end
+  if tonumber(trace_entries) > 0 and trace ~= '' then need('RPUSH', traces, 'x') need('LTRIM', traces, '0', '1') end
+  if prompt_json ~= '' then need('SET', prompt, 'x') end
+  if turn_id ~= '' then need('ZADD', ids, '0', 'm') need('ZREMRANGEBYRANK', ids, '0', '1') end
+  if tonumber(archive_turns) > 0 then
+    need('HSET', arc, 'f', 'v') need('HDEL', arc, 'f') need('HKEYS', arc) need('HRANDFIELD', arc, '1')
+    need('HSET', idx, 'f', 'v') need('HDEL', idx, 'f') need('HGET', idx, 'f') need('HMGET', idx, 'f') need('HRANDFIELD', idx, '1')
+    if vector_prefix ~= '' then
+      need('HSET', vector_prefix .. '0.0', 'f', 'v') need('DEL', vector_prefix .. '0.0') need('PEXPIRE', vector_prefix .. '0.0', '1')
+    end
+  else
+    need('UNLINK', arc) need('UNLINK', idx)
+  end
+  if window > 0 then need('HGETALL', meta) end
+  for i = 1, 9 do
+    if tonumber(ttl_ms) > 0 then need('PEXPIRE', KEYS[i], '1') else need('PERSIST', KEYS[i]) end
   end
   for _, check in ipairs(checks) do
     if not redis.acl_check_cmd(unpack(check)) then
