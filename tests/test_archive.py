@@ -115,6 +115,17 @@ def test_far_weaker_matches_and_unspecific_sentences_give_way() -> None:
     assert ranked[0].score > ranked[1].score >= ranked[0].score * archive.RELATIVE
 
 
+def test_a_name_in_any_script_is_specific() -> None:
+    """A capitalised word of any script names something ("Zoë", "Łódź"), as "Oslo" does: the
+    sentence that holds one is not halved as vague, and the one that names nothing is."""
+    query = [("sister", 1.0), ("coast", 1.0)]
+    named = candidate("my sister Zoë moved to the coast", turn=30, score=10.0, matched=("sister", "coast"))
+    city = candidate("my sister moved to the coast near Łódź", turn=30, score=10.0, matched=("sister", "coast"))
+    vague = candidate("my sister moved to the coast again", turn=30, score=10.0, matched=("sister", "coast"))
+    ranked = rank([vague, named, city], {}, query=query, **RANK)
+    assert sorted(r.text for r in ranked) == sorted([named.text, city.text])
+
+
 def test_the_load_query_goes_as_one_argument_of_words() -> None:
     """The store's query is one argument, "term weight ..."; a term that is empty or holds
     whitespace (the script splits on it) is refused, not sent."""

@@ -58,8 +58,24 @@ _QUERY_TERMS = 24
 KINDS = {"user": "user", "call": "tool call", "obs": "tool result", "reply": "assistant", "state": "observed",
          "fact": "earlier value"}  # fmt: skip
 
-# Something specific: a number, a capitalised word after the first, a code or an amount.
-_SPECIFIC = re.compile(r"\d|(?<![.!?]\s)(?<=\s)[A-Z][a-z]|[A-Z]{2,}|[$€£¥]")
+
+def _letters(cased: str) -> str:
+    """A character class body of every letter (of any script, below U+10000) for which
+    ``str.isupper`` or ``str.islower`` (``cased``) holds, as ranges."""
+    test = str.isupper if cased == "upper" else str.islower
+    points = [c for c in range(0x10000) if test(chr(c)) and chr(c).isalpha()]
+    ranges, start = [], points[0]
+    for before, after in zip(points, [*points[1:], -1], strict=True):
+        if after != before + 1:
+            ranges.append(re.escape(chr(start)) + (f"-{re.escape(chr(before))}" if before > start else ""))
+            start = after
+    return "".join(ranges)
+
+
+_UPPER, _LOWER = _letters("upper"), _letters("lower")
+# Something specific: a number, a capitalised word after the first, a code or an amount
+# (capitals of any script: "Zoë", "Łódź" and "Ölberg" name something as "Oslo" does).
+_SPECIFIC = re.compile(rf"\d|(?<![.!?]\s)(?<=\s)[{_UPPER}][{_LOWER}]|[{_UPPER}]{{2,}}|[$€£¥]")
 # A sentence ends at . ! or ? (or one closing a bracket or quote: '...a bed.) My') and a
 # space, but not after a title or an initial ("Mr. Noodles", "J. Smith", "e.g. this"):
 # those would cut a name in two.
@@ -339,7 +355,7 @@ def _why(c: Candidate, lexical: bool, semantic: bool) -> str:
 
 # A word that names something: capitalised after the text's first word (not opening a
 # sentence), or holding a digit.
-_SPECIFIC_WORD = re.compile(r"(?<![.!?]\s)(?<=\W)[A-Z][\w-]*|[\w-]*\d[\w-]*")
+_SPECIFIC_WORD = re.compile(rf"(?<![.!?]\s)(?<=\W)[{_UPPER}][\w-]*|[\w-]*\d[\w-]*")
 
 
 @functools.lru_cache(maxsize=4096)
