@@ -1,6 +1,6 @@
 """What providers bill: tool schemas and prompt caching, with and without tool disclosure.
 
-    python -m benchmarks.billing        # about 7 minutes; rewrites its section of BENCHMARKS.md
+    python -m benchmarks.billing        # about 60 minutes on 2 cores; rewrites its section of BENCHMARKS.md
     python -m benchmarks.billing --workers 1   # the replays one at a time (default: one per core)
     python -m benchmarks.billing --only disclosure   # one variant against the full history, printed only
 

