@@ -198,7 +198,7 @@ def test_a_held_turn_that_did_reach_redis_is_not_written_twice(connect: Any, ser
 def test_degrade_mode_holds_a_chat_turn_that_marks_its_session_composed(
     server: RedisServer, atlas: Config, tmp_path: Path, face: str, loop: asyncio.AbstractEventLoop
 ) -> None:
-    """With the store stopped, a chat() turn priced as Sonnet with 40 tools discloses them,
+    """With the store stopped, a chat() turn priced as gpt-4o-mini with 40 tools discloses them,
     so it composes and marks its session so; the mark rides on its record, which degrade
     mode holds: the turn is answered and kept, not lost, and written, mark and all, once
     the store is back."""
@@ -207,7 +207,7 @@ def test_degrade_mode_holds_a_chat_turn_that_marks_its_session_composed(
 
     config = atlas.with_overrides(
         store={"url": url(server), "timeout_seconds": TIMEOUT, "on_store_error": "degrade"},
-        usage_log={"path": str(tmp_path / "usage.jsonl")}, caching={"price_as": "claude-sonnet-4-5"},
+        usage_log={"path": str(tmp_path / "usage.jsonl")}, caching={"price_as": "gpt-4o-mini"},
     )  # fmt: skip
     model = Needs({"goto shop": []})
     with open_manager(face, config, loop) as mgr:

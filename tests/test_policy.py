@@ -374,13 +374,13 @@ def test_the_pace_is_learned_only_after_enough_turns() -> None:
     assert pace.pace() == pytest.approx((200 * (GrowthPace.MIN_SEEN // 2 - 1) + 400) / GrowthPace.MIN_SEEN)
 
 
-def test_a_process_learns_that_tools_stop_joining_after_a_first_turn_and_sends_every_schema() -> None:
+def test_a_first_turn_sends_every_schema_until_the_process_learns_the_tools_keep_joining() -> None:
     """Through the tool planner: a first turn whose two matched tools (600 tokens) join the
-    loader (150) would, growing 600 a turn, be cached after 2 turns, so it discloses
-    (469.2 + 1,069.2 < 2,430 that every schema's first call costs more). After
-    GrowthPace.MIN_SEEN later turns that joined nothing, a first turn alike sends every
-    schema: after its join the disclosed prompt would never be cached. A first turn's own
-    join is not counted as the pace."""
+    loader (150) is judged, before GrowthPace.MIN_SEEN later turns were seen, as if no tool
+    joined after it: never cached, so it sends every schema (the choice that costs no more
+    than resending the full history). First turns teach nothing. Once the process has seen
+    later turns join 300 tokens each, the same first turn would be cached after 2 turns, so
+    it discloses (469.2 + 1,069.2 < 2,430 that every schema's first call costs more)."""
     from middleware.session.tools import ToolPlanner
 
     mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
@@ -392,13 +392,15 @@ def test_a_process_learns_that_tools_stop_joining_after_a_first_turn_and_sends_e
         tools = DisclosedTools(catalog, names=[*joined], stable=len(joined), grown=len(joined), growing=True,
                                ranked=list(joined))  # fmt: skip
         figures = Figures(messages=100, stable_system=0, turn=number, budget=None)
-        return planner.decide(tools, figures, policy, whole_tokens=2_700, session_id=f"s{number}").whole
+        sessions.append(f"s{len(sessions)}")  # a new session each: none is warm from an earlier turn
+        return planner.decide(tools, figures, policy, whole_tokens=2_700, session_id=sessions[-1]).whole
 
-    assert not turn(1, ["a", "b"])
-    for _ in range(5):
-        assert not turn(1, ["a", "b"])  # first turns teach nothing
-    for number in range(2, 2 + GrowthPace.MIN_SEEN - 1):
-        turn(number, [])
-    assert not turn(1, ["a", "b"])
-    turn(2 + GrowthPace.MIN_SEEN, [])
+    sessions: list[str] = []
     assert turn(1, ["a", "b"])
+    for _ in range(5):
+        assert turn(1, ["a", "b"])  # first turns teach nothing
+    for number in range(2, 2 + GrowthPace.MIN_SEEN - 1):
+        turn(number, ["c"])
+    assert turn(1, ["a", "b"])
+    turn(2 + GrowthPace.MIN_SEEN, ["c"])
+    assert not turn(1, ["a", "b"])

@@ -221,7 +221,10 @@ class GrowthPace:
     from the turns this process planned. A first turn's matched tools all join at once;
     later turns mostly call tools already sent, so the list grows far slower than the first
     turn suggests: a first turn judges every schema against the pace seen, once
-    ``MIN_SEEN`` turns were seen (else against its own growth)."""
+    ``MIN_SEEN`` turns were seen. Before that, as if the list grew no more after the first
+    turn's join: every schema is then sent wherever it alone can be cached, which costs no
+    more than a chatbot resending its full history; disclosing, which costs more where it
+    is never cached, waits until the pace says it will be."""
 
     MIN_SEEN = 10
 
@@ -391,8 +394,8 @@ class ToolPolicy:
             stable = count(schemas[: disclosed.stable_tools])
             joined = stable - count(schemas[: 1 + disclosed.pinned])
             growth = max(stable - kept, joined / max(figures.turn, 1))
-            if figures.turn <= 1 and pace is not None:  # a first turn: its tools join now, then the pace seen
-                step, growth = stable - kept, pace
+            if figures.turn <= 1:  # a first turn: its tools join now, then the pace seen (none yet: see GrowthPace)
+                step, growth = stable - kept, pace if pace is not None else 0.0
         if len(disclosed.names) == disclosed.stable and not disclosed.grown:
             kept += self.static_tokens
         whole = whole_tokens + figures.messages
