@@ -72,10 +72,17 @@ def _letters(cased: str) -> str:
     return "".join(ranges)
 
 
-_UPPER, _LOWER = _letters("upper"), _letters("lower")
-# Something specific: a number, a capitalised word after the first, a code or an amount
-# (capitals of any script: "Zoë", "Łódź" and "Ölberg" name something as "Oslo" does).
-_SPECIFIC = re.compile(rf"\d|(?<![.!?]\s)(?<=\s)[{_UPPER}][{_LOWER}]|[{_UPPER}]{{2,}}|[$€£¥]")
+@functools.cache
+def _specific_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """What is specific in a sentence (a number, a capitalised word after the first, a code
+    or an amount), and a specific word (see ``_specific_terms``); capitals of any script:
+    "Zoë", "Łódź" and "Ölberg" name something as "Oslo" does. Compiled on first use: their
+    classes take a scan of every code point, not import time's work."""
+    upper, lower = _letters("upper"), _letters("lower")
+    return (re.compile(rf"\d|(?<![.!?]\s)(?<=\s)[{upper}][{lower}]|[{upper}]{{2,}}|[$€£¥]"),
+            re.compile(rf"(?<![.!?]\s)(?<=\W)[{upper}][\w-]*|[\w-]*\d[\w-]*"))  # fmt: skip
+
+
 # A sentence ends at . ! or ? (or one closing a bracket or quote: '...a bed.) My') and a
 # space, but not after a title or an initial ("Mr. Noodles", "J. Smith", "e.g. this"):
 # those would cut a name in two.
@@ -353,22 +360,18 @@ def _why(c: Candidate, lexical: bool, semantic: bool) -> str:
     return "; ".join(reasons)
 
 
-# A word that names something: capitalised after the text's first word (not opening a
-# sentence), or holding a digit.
-_SPECIFIC_WORD = re.compile(rf"(?<![.!?]\s)(?<=\W)[{_UPPER}][\w-]*|[\w-]*\d[\w-]*")
-
-
 @functools.lru_cache(maxsize=4096)
 def _specific_terms(text: str) -> frozenset[str]:
-    """The terms of ``text``'s specific words (see ``_SPECIFIC_WORD``; cached as ``_specific`` is)."""
-    return frozenset(terms(" ".join(_SPECIFIC_WORD.findall(text))))
+    """The terms of ``text``'s specific words: capitalised after its first word (not opening
+    a sentence), or holding a digit (cached as ``_specific`` is)."""
+    return frozenset(terms(" ".join(_specific_patterns()[1].findall(text))))
 
 
 @functools.lru_cache(maxsize=4096)
 def _specific(text: str) -> bool:
     """Whether a sentence names something specific after its first letter (cached: the
     same pieces come back as candidates call after call, and the search is slow)."""
-    return _SPECIFIC.search(text[1:]) is not None
+    return _specific_patterns()[0].search(text[1:]) is not None
 
 
 def line_prefix(turn: int, kind: str) -> str:
