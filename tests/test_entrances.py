@@ -180,8 +180,10 @@ SCHEMAS = [_schema(name) for name in SPECS]
 
 
 def run_tool(name: str, arguments: Mapping[str, Any]) -> str:
-    """What every tool answers, wherever it runs: a plain string naming the call."""
-    return f"{name} done: " + ", ".join(f"{key}={value}" for key, value in sorted(arguments.items()))
+    """What every tool answers, wherever it runs: JSON text naming the call, spaced as
+    ``json.dumps`` spaces it (a result decoded and encoded again would be compact, and a
+    resent history holding it would no longer match what the provider cached)."""
+    return json.dumps({"done": name, **dict(sorted(arguments.items()))})
 
 
 def _function(name: str) -> Callable[..., str]:

@@ -41,21 +41,27 @@ def calls_of(message: Mapping[str, Any], results: Mapping[str, Any]) -> list[Too
     calls = []
     for call in message.get("tool_calls") or ():
         call = as_dict(call)
-        result = results.get(call.get("id") or "")
-        calls.append(ToolCall.from_openai(call, result=result, ok=succeeded(result)))
+        result, text = results.get(call.get("id") or "", (None, None))
+        calls.append(ToolCall.from_openai(call, result=result, ok=succeeded(result), result_text=text))
     return calls
 
 
-def tool_results(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The results of the tool messages among ``messages``, by call id (JSON decoded where it is JSON)."""
-    results = {}
+def tool_results(messages: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Any, str | None]]:
+    """The results of the tool messages among ``messages``, by call id: each result (JSON
+    decoded where it is JSON, for context keys and the archive) with its text as it came,
+    where it came as text (what the history resends, byte for byte: a result decoded and
+    encoded again would differ in its spacing, and a provider's cache of the history with it)."""
+    results: dict[str, tuple[Any, str | None]] = {}
     for message in messages:
         if message.get("role") == "tool":
             content = message.get("content")
+            if not isinstance(content, str):
+                results[message.get("tool_call_id") or ""] = (content, None)
+                continue
             try:
-                results[message.get("tool_call_id") or ""] = parse_json(content) if isinstance(content, str) else content
+                results[message.get("tool_call_id") or ""] = (parse_json(content), content)
             except ValueError:
-                results[message.get("tool_call_id") or ""] = content
+                results[message.get("tool_call_id") or ""] = (content, content)
     return results
 
 

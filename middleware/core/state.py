@@ -134,16 +134,18 @@ class ToolCall:
         return cls(**value)
 
     @classmethod
-    def from_openai(cls, call: Mapping[str, Any], *, result: Any = None, ok: bool = True) -> ToolCall:
-        """Build from an OpenAI ``tool_calls`` entry: ``{"id", "function": {"name", "arguments"}}``."""
+    def from_openai(
+        cls, call: Mapping[str, Any], *, result: Any = None, ok: bool = True, result_text: str | None = None
+    ) -> ToolCall:
+        """Build from an OpenAI ``tool_calls`` entry: ``{"id", "function": {"name", "arguments"}}``.
+        ``result_text``: the result as the tool message carried it, when ``result`` was decoded
+        from it; its ``result_text`` then stays that text, not the result encoded again."""
         function = call.get("function") or {}
-        return cls(
-            name=function.get("name", ""),
-            arguments=function.get("arguments") or {},
-            result=result,
-            ok=ok,
-            id=call.get("id"),
-        )
+        made = cls(name=function.get("name", ""), arguments=function.get("arguments") or {}, result=result, ok=ok,
+                   id=call.get("id"))  # fmt: skip
+        if result_text is not None:
+            made._texts[1] = clean_text(result_text)
+        return made
 
 
 def check_text_size(value: Any, *, what: str, limit: int | None) -> Any:
