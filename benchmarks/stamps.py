@@ -2,15 +2,19 @@
 
 Every section says the commit it was measured at ("at commit 1a2b3c4"). A section is
 stale when the code it measures changed between its commit and HEAD (the product,
-``CODE``, and the benchmark's own modules, ``MODULES``):
+``CODE``, and the benchmark's own modules, ``MODULES``); a Python or Lua file whose change
+is only in comments or line breaks has not changed (``_same_code``), a docstring's has (a
+docstring may be a tool's description):
 ``python -m benchmarks stale`` lists them, and the full run, which remakes every section
 but the ones with commands of their own, says in the report which of those are stale.
 """
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,7 +87,55 @@ def _changed(commit: str, title: str, root: Path) -> tuple[str, ...]:
     own = next((paths for opening, paths in MODULES.items() if title.startswith(opening)), ("benchmarks",))
     diff = subprocess.run(["git", "diff", "--name-only", commit, "HEAD", "--", *CODE, *own], cwd=root, capture_output=True,
                           text=True)  # fmt: skip
-    return tuple(line for line in diff.stdout.splitlines() if line)
+    return tuple(path for path in diff.stdout.splitlines() if path and not _same_code(path, commit, root))
+
+
+def _show(root: Path, revision: str, path: str) -> str | None:
+    """The text of ``path`` at ``revision`` (None where it is not there)."""
+    shown = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=root, capture_output=True, text=True)
+    return shown.stdout if shown.returncode == 0 else None
+
+
+def _same_code(path: str, commit: str, root: Path) -> bool:
+    """Whether ``path`` differs between ``commit`` and HEAD only in its comments and line
+    breaks: Python compared token by token, Lua with its comments taken out; any other file,
+    or one that cannot be read so, has changed."""
+    before, after = _show(root, commit, path), _show(root, "HEAD", path)
+    if before is None or after is None:
+        return False
+    try:
+        if path.endswith(".py"):
+            return _python_tokens(before) == _python_tokens(after)
+        if path.endswith(".lua"):
+            return _lua_code(before) == _lua_code(after)
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        return False
+    return False
+
+
+_LAYOUT = frozenset({tokenize.COMMENT, tokenize.NL, tokenize.ENCODING})
+
+
+def _python_tokens(text: str) -> list[tuple[int, str]]:
+    """The module's tokens without comments and the line breaks inside statements."""
+    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+    return [(token.type, token.string) for token in tokens if token.type not in _LAYOUT]
+
+
+_LUA = re.compile(r"""--\[(=*)\[.*?\]\1\]|--[^\n]*|\[(=*)\[.*?\]\2\]|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'""", re.DOTALL)
+
+
+def _lua_code(text: str) -> list[str]:
+    """A Lua script's words and its strings whole, its comments left out (a ``--`` inside a
+    string stays: what starts first is matched first)."""
+    code: list[str] = []
+    end = 0
+    for match in _LUA.finditer(text):
+        code += text[end : match.start()].split()
+        if not match.group(0).startswith("--"):
+            code.append(match.group(0))
+        end = match.end()
+    return code + text[end:].split()
 
 
 def sections(report: str, root: Path = ROOT) -> list[Section]:

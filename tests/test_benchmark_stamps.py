@@ -53,3 +53,32 @@ def test_a_commit_the_clone_does_not_hold_is_stale(tmp_path: Path) -> None:
     (part,) = sections("## 2. Overhead\n\nat commit deadbee\n", tmp_path)
     assert part.stale and "does not hold" in part.describe()
     assert notice("## 2. Overhead\n\nat commit deadbee\n", ("1. Other",), tmp_path) == ""
+
+
+def test_a_change_only_to_comments_or_line_breaks_leaves_a_section_current(tmp_path: Path) -> None:
+    """Comments and line breaks of Python and Lua files change no figure; a docstring may (a
+    tool's description is one), and so may any token of code or any other file."""
+    _git(tmp_path, "init", "-q")
+    _commit(tmp_path, "middleware/core.py", 'def f():\n    """Doc."""\n    return (1, 2)  # a pair\n')
+    first = _commit(tmp_path, "middleware/record.lua", 'local a = "x -- y" -- first\nreturn a\n')
+    report = f"## 2. Overhead\n\nat commit {first}\n"
+
+    def changed() -> tuple[str, ...]:
+        (part,) = sections(report, tmp_path)
+        return part.changed
+
+    _commit(
+        tmp_path,
+        "middleware/core.py",
+        'def f():\n    """Doc."""\n    # why a pair\n    return (\n        1,\n        2\n    )\n',
+    )
+    _commit(tmp_path, "middleware/record.lua", '--[[ a block\nof comment ]]\nlocal a = "x -- y"\nreturn a -- second\n')
+    assert changed() == ()
+    _commit(tmp_path, "middleware/record.lua", 'local a = "x -- z"\nreturn a\n')  # inside a string: code
+    assert changed() == ("middleware/record.lua",)
+    _commit(tmp_path, "middleware/record.lua", 'local a = "x -- y"\nreturn a\n')
+    _commit(tmp_path, "middleware/core.py", 'def f():\n    """Other doc."""\n    return (1, 2)\n')
+    assert changed() == ("middleware/core.py",)
+    _commit(tmp_path, "middleware/core.py", 'def f():\n    """Doc."""\n    return (1, 2)\n')
+    _commit(tmp_path, "pyproject.toml", "# only a comment\n")  # not Python or Lua: changed
+    assert changed() == ("pyproject.toml",)
