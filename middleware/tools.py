@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .core.disclosure import DisclosedTools
 from .core.effects import Inline, Io, Program
-from .core.replies import succeeded
+from .core.replies import decoded, succeeded
 from .core.state import ToolCall, to_text
 from .core.text import one_line, parse_json, quoted
 from .core.turnloop import ToolOutcome
@@ -213,9 +213,18 @@ class Toolset:
             return tool, f"invalid arguments: {problems}"
 
     @staticmethod
-    def outcome(call_id: str, name: str, arguments: Any, result: Any, ok: bool, observation: str | None = None) -> ToolOutcome:
-        record = ToolCall(name=name, arguments=arguments if arguments is not None else {}, result=result, ok=ok, id=call_id,
-                          observation=observation)  # fmt: skip
+    def outcome(
+        call_id: str, name: str, arguments: Any, result: Any, ok: bool, observation: str | None = None, *, value: Any = None
+    ) -> ToolOutcome:
+        """The tool message and the record of a call; a result returned as text is recorded
+        as the JSON it holds, if it holds any (its ``value``, when already decoded), and sent
+        as the text (``decoded``)."""
+        text = result if isinstance(result, str) else None
+        if text is not None and value is None:
+            value = decoded(text)
+        record = ToolCall(name=name, arguments=arguments if arguments is not None else {},
+                          result=value if text is not None else result, ok=ok, id=call_id, observation=observation,
+                          result_sent=text)  # fmt: skip
         content = record.result_text if ok else to_text(result)
         return ToolOutcome(message={"role": "tool", "tool_call_id": call_id, "content": content}, record=record)
 
@@ -233,9 +242,10 @@ class Toolset:
                 result = yield from result.program
         except Exception as exc:
             return self.outcome(call_id, name, arguments, {"error": _describe(exc)}, ok=False)
-        ok = succeeded(result)
+        value = decoded(result) if isinstance(result, str) else result
+        ok = succeeded(value)
         return self.outcome(
-            call_id, name, arguments, result, ok=ok, observation=tool.observation(prepared, result) if ok else None
+            call_id, name, arguments, result, ok=ok, observation=tool.observation(prepared, result) if ok else None, value=value
         )
 
 

@@ -560,6 +560,19 @@ def test_a_resent_history_is_what_chat_resends(perform: Callable[..., Run], entr
     assert sent(got.requests) == sent(want.requests), difference(entrance, sent(got.requests), sent(want.requests))
 
 
+@pytest.mark.parametrize("entrance", ["chat_stream", "achat", "endpoint", "endpoint_stream"])
+def test_a_result_given_as_json_text_is_read_alike_by_every_entrance(perform: Callable[..., Run], entrance: str) -> None:
+    """The tools answer JSON text: chat()'s Python tools return it, the endpoint's client sends
+    it in tool messages. With ``context.from_results`` its fields
+    become context keys wherever it came from, so every entrance sends chat()'s requests, and
+    the later turns' context shows a field only the results hold ("done")."""
+    settings = {"context": {"from_results": True}}
+    want = perform("chat", TOOL_TURNS, act=True, **settings)
+    assert any("- done: " in json.dumps(body["messages"][0]) for body in want.requests)
+    got = perform(entrance, TOOL_TURNS, act=True, **settings)
+    assert sent(got.requests) == sent(want.requests), difference(entrance, sent(got.requests), sent(want.requests))
+
+
 def test_the_endpoint_marks_a_session_whose_first_turn_disclosed_as_composed(
     store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -108,6 +108,28 @@ def test_tools_reporting_failure_do_not_count_as_successful() -> None:
     assert not run_call(Toolset([fails]), "c1", "fails", '{"x": "1"}').record.ok
 
 
+def test_a_result_returned_as_json_text_is_read_as_the_object_and_sent_as_the_text() -> None:
+    """A tool returning JSON text (as many wrappers do) is judged and remembered as one
+    returning the object (the endpoint reads a client's tool message so), and the model is
+    sent the text exactly as the tool returned it, spacing and all."""
+
+    def lookup(x: str) -> str:
+        """Returns JSON text."""
+        return '{"found":  "yes", "id": 7}' if x == "1" else '{"success": false, "error": "nope"}'
+
+    found = run_call(Toolset([lookup]), "c1", "lookup", '{"x": "1"}')
+    assert found.record.ok and found.record.result == {"found": "yes", "id": 7}
+    assert found.message["content"] == found.record.result_text == '{"found":  "yes", "id": 7}'
+    failed = run_call(Toolset([lookup]), "c2", "lookup", '{"x": "2"}')
+    assert not failed.record.ok and failed.message["content"] == '{"success": false, "error": "nope"}'
+    def echo(x: str) -> str:
+        """Returns plain text."""
+        return f"plain {x}"
+
+    plain = run_call(Toolset([echo]), "c3", "echo", '{"x": "1"}')
+    assert plain.record.ok and plain.record.result == "plain 1" == plain.message["content"]
+
+
 def test_async_tools_reporting_failure_fail_in_both_drivers() -> None:
     """An async tool's {"success": false} is a failure under the sync driver too."""
 

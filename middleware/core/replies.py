@@ -14,7 +14,7 @@ from ..exceptions import LLMError
 from .state import ToolCall
 from .text import parse_json
 
-__all__ = ["as_dict", "calls_of", "interpret_reply", "ran_calls", "succeeded", "tool_results"]
+__all__ = ["as_dict", "calls_of", "decoded", "interpret_reply", "ran_calls", "succeeded", "tool_results"]
 
 
 def succeeded(result: Any) -> bool:
@@ -42,7 +42,7 @@ def calls_of(message: Mapping[str, Any], results: Mapping[str, Any]) -> list[Too
     for call in message.get("tool_calls") or ():
         call = as_dict(call)
         result, text = results.get(call.get("id") or "", (None, None))
-        calls.append(ToolCall.from_openai(call, result=result, ok=succeeded(result), result_text=text))
+        calls.append(ToolCall.from_openai(call, result=result, ok=succeeded(result), result_sent=text))
     return calls
 
 
@@ -55,14 +55,19 @@ def tool_results(messages: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Any, 
     for message in messages:
         if message.get("role") == "tool":
             content = message.get("content")
-            if not isinstance(content, str):
-                results[message.get("tool_call_id") or ""] = (content, None)
-                continue
-            try:
-                results[message.get("tool_call_id") or ""] = (parse_json(content), content)
-            except ValueError:
-                results[message.get("tool_call_id") or ""] = (content, content)
+            text = content if isinstance(content, str) else None
+            results[message.get("tool_call_id") or ""] = (decoded(text) if text is not None else content, text)
     return results
+
+
+def decoded(text: str) -> Any:
+    """A tool result given as text, as its value: the JSON it holds (a chatbot's tool
+    message, or a Python tool returning JSON text, reads as a tool returning the object
+    would), else the text itself."""
+    try:
+        return parse_json(text)
+    except ValueError:
+        return text
 
 
 def ran_calls(loop: Sequence[Mapping[str, Any]], answered: Iterable[str]) -> list[ToolCall]:

@@ -86,6 +86,9 @@ class ToolCall:
     # the summary's action and the archive use it instead of "Used <tool>".
     observation: str | None = None
     round: int = 0  # the tool round of its turn that asked for it (calls of one round came in one message)
+    # The text ``result`` was decoded from (a tool's JSON text, a client's tool message): the
+    # model read it, and a resent history must carry it byte for byte, so ``result_text`` is it.
+    result_sent: str | None = field(default=None, repr=False, compare=False)
     args: dict[str, Any] | None = field(init=False, repr=False, compare=False)
     _texts: list[str | None] = field(init=False, repr=False, compare=False)
 
@@ -98,6 +101,8 @@ class ToolCall:
             raise InvalidToolCallError(f"ToolCall.ok must be a bool, got {self.ok!r}.")
         if self.observation is not None and not isinstance(self.observation, str):
             raise InvalidToolCallError(f"ToolCall.observation must be a string, got {type(self.observation).__name__}.")
+        if self.result_sent is not None and not isinstance(self.result_sent, str):
+            raise InvalidToolCallError(f"ToolCall.result_sent must be a string, got {type(self.result_sent).__name__}.")
         object.__setattr__(self, "args", _parse_arguments(self.arguments))
         object.__setattr__(self, "_texts", [None, None])
 
@@ -111,9 +116,10 @@ class ToolCall:
 
     @property
     def result_text(self) -> str:
+        """The result as text: as it was sent (``result_sent``), else encoded (computed once)."""
         text = self._texts[1]
         if text is None:
-            text = self._texts[1] = to_text(self.result)
+            text = self._texts[1] = to_text(self.result if self.result_sent is None else self.result_sent)
         return text
 
     @classmethod
@@ -135,17 +141,13 @@ class ToolCall:
 
     @classmethod
     def from_openai(
-        cls, call: Mapping[str, Any], *, result: Any = None, ok: bool = True, result_text: str | None = None
+        cls, call: Mapping[str, Any], *, result: Any = None, ok: bool = True, result_sent: str | None = None
     ) -> ToolCall:
         """Build from an OpenAI ``tool_calls`` entry: ``{"id", "function": {"name", "arguments"}}``.
-        ``result_text``: the result as the tool message carried it, when ``result`` was decoded
-        from it; its ``result_text`` then stays that text, not the result encoded again."""
+        ``result_sent``: the text of the tool message ``result`` was decoded from."""
         function = call.get("function") or {}
-        made = cls(name=function.get("name", ""), arguments=function.get("arguments") or {}, result=result, ok=ok,
-                   id=call.get("id"))  # fmt: skip
-        if result_text is not None:
-            made._texts[1] = clean_text(result_text)
-        return made
+        return cls(name=function.get("name", ""), arguments=function.get("arguments") or {}, result=result, ok=ok,
+                   id=call.get("id"), result_sent=result_sent)  # fmt: skip
 
 
 def check_text_size(value: Any, *, what: str, limit: int | None) -> Any:
