@@ -9,6 +9,7 @@ import asyncio
 import importlib.util
 import math
 import random
+import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -70,6 +71,29 @@ def test_lowering_archive_turns_sweeps_what_the_longer_archive_kept(managers: Ma
     assert {int(field.split(b".")[0]) for field in raw.hkeys(keys.arc)} == set(range(76, 81))
     say(managers(auto(tmp_path, archive_turns=0)), "s", "One more turn.")
     assert not raw.exists(keys.arc) and not raw.exists(keys.idx)
+
+
+def test_a_turn_leaves_the_archive_whole_with_its_index_entries_however_it_was_written(
+    managers: ManagerFactory, tmp_path: Path, raw: Any
+) -> None:
+    """A turn that falls out of the archive takes every piece, vector-free index entry and
+    term it alone held: by the piece count its index entry keeps, or, in an archive an
+    earlier version wrote (no count, no arc_from in meta), by the most a turn may hold, with
+    the archive's oldest turn found in it once."""
+    keys = session_keys("mw", "s")
+    long = [f"Turn {i}: the code word is Kestrel{i}. It rhymes with nothing at all." for i in range(1, 11)]
+    say(managers(auto(tmp_path, archive_turns=20)), "s", *long)
+    entries = {field: raw.hget(keys.idx, field) for field in raw.hkeys(keys.idx) if field.startswith(b"#")}
+    assert len(entries) == 10 and all(re.match(rb"^\d+\|", value) for value in entries.values())
+    for field, value in entries.items():  # as an earlier version wrote them
+        raw.hset(keys.idx, field, value.split(b"|", 1)[1])
+    raw.hdel(keys.meta, "arc_from")
+    say(managers(auto(tmp_path, archive_turns=3)), "s", *(f"Turn {i}: the code word is Osprey{i}." for i in range(11, 14)))
+    assert {int(field.split(b".")[0]) for field in raw.hkeys(keys.arc)} == {11, 12, 13}
+    left = set(raw.hkeys(keys.idx))
+    assert {field for field in left if field.startswith(b"#")} == {b"#11", b"#12", b"#13"}
+    assert not any(field.startswith(b"kestrel") for field in left) and b"osprey11" in left
+    assert int(raw.hget(keys.meta, "arc_from")) == 11
 
 
 def test_a_fact_from_thirty_turns_ago_is_recalled_when_asked_and_only_then(managers: ManagerFactory, tmp_path: Path) -> None:

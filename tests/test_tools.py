@@ -122,6 +122,7 @@ def test_a_result_returned_as_json_text_is_read_as_the_object_and_sent_as_the_te
     assert found.message["content"] == found.record.result_text == '{"found":  "yes", "id": 7}'
     failed = run_call(Toolset([lookup]), "c2", "lookup", '{"x": "2"}')
     assert not failed.record.ok and failed.message["content"] == '{"success": false, "error": "nope"}'
+
     def echo(x: str) -> str:
         """Returns plain text."""
         return f"plain {x}"

@@ -77,7 +77,7 @@ local function permitted()
   if prompt_json ~= '' then need('SET', prompt, 'x') end
   if turn_id ~= '' then need('ZADD', ids, '0', 'm') need('ZREMRANGEBYRANK', ids, '0', '1') end
   if tonumber(archive_turns) > 0 then
-    need('HSET', arc, 'f', 'v') need('HDEL', arc, 'f') need('HKEYS', arc) need('HRANDFIELD', arc, '1')
+    need('HSET', arc, 'f', 'v') need('HDEL', arc, 'f') need('HKEYS', arc)
     need('HSET', idx, 'f', 'v') need('HDEL', idx, 'f') need('HGET', idx, 'f') need('HMGET', idx, 'f') need('HRANDFIELD', idx, '1')
     if vector_prefix ~= '' then
       need('HSET', vector_prefix .. '0.0', 'f', 'v') need('DEL', vector_prefix .. '0.0') need('PEXPIRE', vector_prefix .. '0.0', '1')
@@ -210,35 +210,40 @@ if archive > 0 then
         updates[#updates + 1] = term
         updates[#updates + 1] = newest(list, cap)
       end
-      updates[#updates + 1] = '#' .. turns  -- the turn's terms, cleaned when it leaves the archive
-      updates[#updates + 1] = table.concat(terms, ' ')
+      -- The turn's piece count and terms ("3|a b c"), read when it leaves the archive.
+      updates[#updates + 1] = '#' .. turns
+      updates[#updates + 1] = n_pieces .. '|' .. table.concat(terms, ' ')
       call('HSET', idx, unpack(updates))
     end
   end
   local gone = turns - archive  -- the turn that falls out of the archive now
   if gone >= 1 then
-    -- Its pieces go, and those of older turns a few pieces picked at random belong to:
-    -- turns kept while the archive was longer (archive_turns lowered) go a few at a time.
-    local turns_gone, seen = {gone}, {[gone] = true}
-    local picked = call('HRANDFIELD', arc, 4)
-    if type(picked) ~= 'table' then picked = {} end
-    for _, id in ipairs(picked) do
-      local t = tonumber(string.match(id, '^(%d+)%.'))
-      if t and t < gone and not seen[t] then
-        seen[t] = true
-        turns_gone[#turns_gone + 1] = t
+    -- The archive's oldest turn (meta's arc_from) goes, and while it is older than `gone`
+    -- (turns kept while archive_turns was higher) the next four oldest with it. A session
+    -- archived before arc_from was kept has its oldest turn found once, in the archive.
+    local from = tonumber(call('HGET', meta, 'arc_from') or '')
+    if not from then
+      from = gone
+      for _, id in ipairs(call('HKEYS', arc)) do
+        local t = tonumber(string.match(id, '^(%d+)%.'))
+        if t and t < from then from = t end
       end
     end
-    for _, t in ipairs(turns_gone) do
-      local old, keys = {}, {}
-      for n = 0, 31 do
-        old[#old + 1] = t .. '.' .. n
-        keys[#keys + 1] = vectors .. t .. '.' .. n
-      end
-      -- The terms of its pieces lose their ids of turns gone; a term left with none goes,
+    local upto = math.min(gone, from + 4)
+    for t = from, upto do
+      -- Its pieces (as many as its index entry says; 32, the most a turn has, where it says
+      -- none), their vectors, and its terms' ids of turns gone: a term left with none goes,
       -- so the index holds the archive's terms and no more.
       local listed, terms = call('HGET', idx, '#' .. t), {}
-      for term in string.gmatch(listed or '', '%S+') do terms[#terms + 1] = term end
+      local count, names = 32, listed or ''
+      local n, rest = string.match(names, '^(%d+)|(.*)$')
+      if n then count, names = tonumber(n), rest end
+      local old, keys = {}, {}
+      for i = 0, count - 1 do
+        old[#old + 1] = t .. '.' .. i
+        keys[#keys + 1] = vectors .. t .. '.' .. i
+      end
+      for term in string.gmatch(names, '%S+') do terms[#terms + 1] = term end
       local emptied = {'#' .. t}
       if #terms > 0 then
         local lists, kept = call('HMGET', idx, unpack(terms)), {}
@@ -257,9 +262,10 @@ if archive > 0 then
         if #kept > 0 then call('HSET', idx, unpack(kept)) end
       end
       if listed then call('HDEL', idx, unpack(emptied)) end
-      call('HDEL', arc, unpack(old))
-      if vectors ~= '' then redis.call('DEL', unpack(keys)) end
+      if #old > 0 then call('HDEL', arc, unpack(old)) end
+      if vectors ~= '' and #keys > 0 then redis.call('DEL', unpack(keys)) end
     end
+    if upto >= from then call('HSET', meta, 'arc_from', upto + 1) end
   end
   -- Vectors outlive their pieces: written to expire half a TTL after the session would, and
   -- renewed every half TTL while the session is written, they are there for every piece the
@@ -281,6 +287,7 @@ if archive > 0 then
   end
 else
   call('UNLINK', arc, idx)  -- archive_turns 0 keeps none: what an earlier setting kept goes
+  call('HDEL', meta, 'arc_from')
 end
 
 at = at + 1 + 6 * n_pieces  -- past the pieces
