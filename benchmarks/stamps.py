@@ -18,7 +18,7 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CODE", "Section", "at_commit", "commit", "notice", "sections"]
+__all__ = ["CODE", "Section", "at_commit", "commit", "notice", "sections", "with_notice"]
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE = ("middleware", "pyproject.toml")  # what every figure depends on
@@ -160,3 +160,16 @@ def notice(report: str, titles: tuple[str, ...], root: Path = ROOT) -> str:
         return ""
     listed = "; ".join(s.describe() for s in stale)
     return f"**Stale sections** (kept from an earlier measurement, remade by their own commands): {listed}."
+
+
+_NOTICE = re.compile(r"^\*\*Stale sections\*\*[^\n]*\n\n", re.MULTILINE)
+_SUMMARY = "\n## Summary against the targets"
+
+
+def with_notice(report: str, titles: tuple[str, ...], root: Path = ROOT) -> str:
+    """``report`` with its paragraph on stale sections (``notice``, ahead of the summary) as
+    the sections titled ``titles`` stand now: made again, or taken out where none is stale
+    (a section remade by its own command after the full run leaves the old one wrong)."""
+    report = _NOTICE.sub("", report)
+    said = notice(report, titles, root)
+    return report.replace(_SUMMARY, f"\n{said}\n{_SUMMARY}", 1) if said else report

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from benchmarks.stamps import notice, sections
+from benchmarks.stamps import notice, sections, with_notice
 
 
 def _git(root: Path, *args: str) -> str:
@@ -82,3 +82,20 @@ def test_a_change_only_to_comments_or_line_breaks_leaves_a_section_current(tmp_p
     _commit(tmp_path, "middleware/core.py", 'def f():\n    """Doc."""\n    return (1, 2)\n')
     _commit(tmp_path, "pyproject.toml", "# only a comment\n")  # not Python or Lua: changed
     assert changed() == ("pyproject.toml",)
+
+
+def test_the_reports_note_on_stale_sections_follows_a_section_remade_on_its_own(tmp_path: Path) -> None:
+    """The note ahead of the summary names the kept sections that are stale now: an old note
+    goes when the section it named was remade, and comes back when the code changes again."""
+    _git(tmp_path, "init", "-q")
+    old = _commit(tmp_path, "middleware/core.py", "a = 1\n")
+    new = _commit(tmp_path, "middleware/core.py", "a = 2\n")
+    kept = ("8. The endpoint under load",)
+    report = (f"# Benchmarks\n\n**Stale sections** (kept ...): 8. The endpoint under load: at commit {old}.\n\n"
+              f"## Summary against the targets\n\nat commit {new}\n\n## 8. The endpoint under load\n\nat commit {new}\n")  # fmt: skip
+    current = with_notice(report, kept, tmp_path)
+    assert "Stale sections" not in current and current.count("## Summary against the targets") == 1
+    _commit(tmp_path, "middleware/core.py", "a = 3\n")
+    stale = with_notice(current, kept, tmp_path)
+    assert stale.index("**Stale sections**") < stale.index("## Summary") and stale.count("**Stale sections**") == 1
+    assert with_notice(stale, kept, tmp_path) == stale
