@@ -100,15 +100,17 @@ def _same_code(path: str, commit: str, root: Path) -> bool:
     """Whether ``path`` differs between ``commit`` and HEAD only in its comments and line
     breaks: Python compared token by token, Lua with its comments taken out; any other file,
     or one that cannot be read so, has changed."""
-    before, after = _show(root, commit, path), _show(root, "HEAD", path)
-    if before is None or after is None:
+    if not path.endswith((".py", ".lua")):
         return False
     try:
+        before, after = _show(root, commit, path), _show(root, "HEAD", path)
+        if before is None or after is None:
+            return False
         if path.endswith(".py"):
             return _python_tokens(before) == _python_tokens(after)
         if path.endswith(".lua"):
             return _lua_code(before) == _lua_code(after)
-    except (tokenize.TokenError, SyntaxError, ValueError):
+    except (tokenize.TokenError, SyntaxError, ValueError):  # UnicodeDecodeError is a ValueError
         return False
     return False
 
@@ -122,7 +124,10 @@ def _python_tokens(text: str) -> list[tuple[int, str]]:
     return [(token.type, token.string) for token in tokens if token.type not in _LAYOUT]
 
 
-_LUA = re.compile(r"""--\[(=*)\[.*?\]\1\]|--[^\n]*|\[(=*)\[.*?\]\2\]|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'""", re.DOTALL)
+# An include line ("--#include order.lua", middleware/store/scripts.py) is code, not a comment.
+_LUA = re.compile(
+    r"""--\[(=*)\[.*?\]\1\]|--(?!#include)[^\n]*|\[(=*)\[.*?\]\2\]|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'""", re.DOTALL
+)
 
 
 def _lua_code(text: str) -> list[str]:

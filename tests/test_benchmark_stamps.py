@@ -74,6 +74,8 @@ def test_a_change_only_to_comments_or_line_breaks_leaves_a_section_current(tmp_p
     )
     _commit(tmp_path, "middleware/record.lua", '--[[ a block\nof comment ]]\nlocal a = "x -- y"\nreturn a -- second\n')
     assert changed() == ()
+    _commit(tmp_path, "middleware/record.lua", '--#include order.lua\nlocal a = "x -- y"\nreturn a\n')  # an include: code
+    assert changed() == ("middleware/record.lua",)
     _commit(tmp_path, "middleware/record.lua", 'local a = "x -- z"\nreturn a\n')  # inside a string: code
     assert changed() == ("middleware/record.lua",)
     _commit(tmp_path, "middleware/record.lua", 'local a = "x -- y"\nreturn a\n')
