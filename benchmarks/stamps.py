@@ -118,10 +118,35 @@ def _same_code(path: str, commit: str, root: Path) -> bool:
 _LAYOUT = frozenset({tokenize.COMMENT, tokenize.NL, tokenize.ENCODING})
 
 
+# Python 3.12+ splits an f-string into tokens, dropping the spaces inside its braces
+# (f"{x = }" and f"{x=}" print differently): each f-string is compared as its source.
+_FSTRING_START, _FSTRING_END = getattr(tokenize, "FSTRING_START", None), getattr(tokenize, "FSTRING_END", None)
+
+
 def _python_tokens(text: str) -> list[tuple[int, str]]:
-    """The module's tokens without comments and the line breaks inside statements."""
-    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
-    return [(token.type, token.string) for token in tokens if token.type not in _LAYOUT]
+    """The module's tokens without comments and the line breaks inside statements; an
+    f-string is one token of its source text, as Python 3.11 tokenizes it."""
+    lines = text.splitlines(keepends=True)
+    kept: list[tuple[int, str]] = []
+    depth, start = 0, (0, 0)
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == _FSTRING_START:
+            depth, start = depth + 1, start if depth else token.start
+        elif depth and token.type == _FSTRING_END:
+            depth -= 1
+            if not depth:
+                kept.append((tokenize.STRING, _source(lines, start, token.end)))
+        elif not depth and token.type not in _LAYOUT:
+            kept.append((token.type, token.string))
+    return kept
+
+
+def _source(lines: list[str], start: tuple[int, int], end: tuple[int, int]) -> str:
+    """The text from ``start`` to ``end`` (tokenize's (row, column) positions, rows from 1)."""
+    (row, col), (end_row, end_col) = start, end
+    if row == end_row:
+        return lines[row - 1][col:end_col]
+    return lines[row - 1][col:] + "".join(lines[row : end_row - 1]) + lines[end_row - 1][:end_col]
 
 
 # An include line ("--#include order.lua", middleware/store/scripts.py) is code, not a comment.

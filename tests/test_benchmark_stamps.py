@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import subprocess
+import tokenize
 from pathlib import Path
 
-from benchmarks.stamps import notice, sections, with_notice
+from benchmarks.stamps import _python_tokens, notice, sections, with_notice
 
 
 def _git(root: Path, *args: str) -> str:
@@ -101,3 +102,14 @@ def test_the_reports_note_on_stale_sections_follows_a_section_remade_on_its_own(
     stale = with_notice(current, kept, tmp_path)
     assert stale.index("**Stale sections**") < stale.index("## Summary") and stale.count("**Stale sections**") == 1
     assert with_notice(stale, kept, tmp_path) == stale
+
+
+def test_an_f_string_compares_as_its_source_on_every_python() -> None:
+    """Python 3.12+ tokenizes an f-string in parts and drops the spaces in its braces;
+    ``f"{x = }"`` prints differently from ``f"{x=}"``, so the two must not compare equal."""
+    assert _python_tokens('print(f"{x = }")\n') != _python_tokens('print(f"{x=}")\n')
+    nested = "y = f\"a{f'{b}'!r}c\""
+    assert _python_tokens(nested + "  # a comment\n") == _python_tokens(nested + "\n")
+    assert _python_tokens(nested + "\n") != _python_tokens(nested.replace("!r", "!s") + "\n")
+    assert _python_tokens('y = f"""a\n{b}\n"""\n') != _python_tokens('y = f"""a\n{b }\n"""\n')
+    assert ("STRING", 'f"""a\n{b}\n"""') in [(tokenize.tok_name[t], s) for t, s in _python_tokens('y = f"""a\n{b}\n"""\n')]
