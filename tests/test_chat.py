@@ -405,10 +405,15 @@ def test_tool_results_are_cut_to_keep_the_next_call_within_the_budget(atlas: Con
 
     spy = Spy(reads)
     mgr = managers(atlas.with_overrides(tokens={"budget": 2000}))
-    assert mgr.chat("s", "read the log", model=spy.model, tools=[read_log]).text == "read it"
+    result = mgr.chat("s", "read the log", model=spy.model, tools=[read_log])
+    assert result.text == "read it"
     sent = spy.requests[-1][0][-1]["content"]
     assert sent.startswith("START") and sent.endswith("END") and "[…cut…]" in sent
     assert mgr.tokenizer.count_messages(spy.requests[-1][0]) < 2000
+    # Remembered with the text the model saw (the history resent later is what it was
+    # sent), its value whole.
+    (call,) = result.tool_calls
+    assert call.result_text == sent and call.result == read_log("x")
 
 
 def test_wrap_refuses_a_sync_function_that_returns_an_awaitable(mgr: Manager) -> None:

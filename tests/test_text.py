@@ -12,6 +12,7 @@ from middleware.core.text import (
     clean_text,
     cut_middle,
     one_line,
+    parse_json,
     printable,
     printable_json,
     quoted,
@@ -176,3 +177,14 @@ def test_redaction_reads_adversarial_text_in_one_pass(text: str) -> None:
     from middleware.core.text import redact_secrets
 
     assert redact_secrets(text) == text or "***" in redact_secrets(text)
+
+
+def test_json_integers_beyond_64_bits_are_read_whole() -> None:
+    """orjson reads an integer beyond 64 bits as a float; a tool's id or amount must not
+    become a different number (a context key set from it would be wrong)."""
+    big = 2**64 + 1
+    assert parse_json(f'{{"id": {big}, "n": -{big}}}') == {"id": big, "n": -big}
+    assert parse_json(f"[{-(2**63) - 1}]".encode()) == [-(2**63) - 1]
+    assert parse_json('{"id": "12345678901234567890123", "n": 1.5}') == {"id": "12345678901234567890123", "n": 1.5}
+    with pytest.raises(ValueError):  # read whole or not, too deep is refused
+        parse_json("[" * 900 + "1" + "0" * 30 + "]" * 900)

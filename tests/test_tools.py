@@ -130,6 +130,10 @@ def test_a_result_returned_as_json_text_is_read_as_the_object_and_sent_as_the_te
     plain = run_call(Toolset([echo]), "c3", "echo", '{"x": "1"}')
     assert plain.record.ok and plain.record.result == "plain 1" == plain.message["content"]
 
+    # Its observation template reads the fields of the object, as for one returning it.
+    observed = run_call(Toolset([Tool(lookup, observe="Found {x}: {found}, id {id}")]), "c4", "lookup", '{"x": "1"}')
+    assert observed.record.observation == "Found 1: yes, id 7"
+
 
 def test_async_tools_reporting_failure_fail_in_both_drivers() -> None:
     """An async tool's {"success": false} is a failure under the sync driver too."""

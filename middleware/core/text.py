@@ -7,6 +7,7 @@ line to the prompt.
 
 from __future__ import annotations
 
+import json
 import re
 import reprlib
 import unicodedata
@@ -147,12 +148,18 @@ def json_depth(value: Any, limit: int = JSON_DEPTH) -> int:
     return deepest
 
 
+# 19 digits or more in a row: possibly an integer orjson cannot hold (beyond 64 bits).
+_LONG_NUMBER, _LONG_NUMBER_BYTES = re.compile(r"\d{19}"), re.compile(rb"\d{19}")
+
+
 def parse_json(text: str | bytes | bytearray, limit: int = JSON_DEPTH) -> Any:
     """The JSON value ``text`` holds; ValueError when it is not JSON or nests deeper than
     ``limit`` (a decoder's own limit, or a RecursionError, never escapes)."""
     try:
         value = orjson.loads(text)
-    except orjson.JSONDecodeError:
+        if _LONG_NUMBER.search(text) if isinstance(text, str) else _LONG_NUMBER_BYTES.search(text):
+            value = json.loads(text)  # orjson reads an integer beyond 64 bits as a float: read it whole
+    except (orjson.JSONDecodeError, RecursionError):
         raise ValueError("not JSON") from None
     if json_depth(value, limit) > limit:
         raise ValueError(f"JSON nested deeper than {limit} levels")

@@ -5,6 +5,7 @@ call is made and who runs the tools the model asks for."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -87,7 +88,8 @@ class Calls:
         self.extra = all(outcome.record is None for outcome in outcomes)
 
     def fit(self) -> None:
-        """Keep the next call within the budget: cut the largest tool results in the middle."""
+        """Keep the next call within the budget: cut the largest tool results in the middle
+        (the call is remembered with the text sent)."""
         budget = self.engine.budget(self.plan.model)
         if budget is None:
             return
@@ -102,5 +104,12 @@ class Calls:
             size = tokenizer.count(largest["content"])
             if size <= 64:
                 return
-            largest["content"] = tokenizer.cut_middle(largest["content"], max(size - over, 64), CUT_MARKER)
+            cut = largest["content"] = tokenizer.cut_middle(largest["content"], max(size - over, 64), CUT_MARKER)
             results.remove(largest)
+            self._sent_as(str(largest.get("tool_call_id") or ""), cut)
+
+    def _sent_as(self, call_id: str, text: str) -> None:
+        """The call ``call_id`` is remembered with the result text the model was sent (its
+        value stays whole), so the trace and a resent history match what it saw."""
+        self.loop.calls = [dataclasses.replace(call, result_sent=text) if call.id == call_id else call
+                           for call in self.loop.calls]  # fmt: skip
