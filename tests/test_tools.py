@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 from middleware import InvalidToolCallError
+from middleware.core.replies import ran_calls
+from middleware.core.text import CUT_MARKER
 from middleware.runner import arun
 from middleware.tools import Tool, Toolset, tool_schema
 from tests.conftest import no_store as _no_store
@@ -166,3 +169,20 @@ def test_duplicate_and_non_callable_tools_are_refused() -> None:
         Toolset([navigate, navigate])
     with pytest.raises(InvalidToolCallError, match="callable"):
         Tool("not a function")  # type: ignore[arg-type]
+
+
+def test_a_result_cut_to_fit_is_remembered_as_sent_and_valued_as_it_came() -> None:
+    """The endpoint's record of a turn whose tool result was cut for the budget: the text the
+    model was sent (what a resent history must repeat), the value of the text as the client
+    sent it (what chat() keeps of a Python tool's return), so its fields still count."""
+    whole = json.dumps({"id": 7, "log": "entry " * 50})
+    cut = whole[:10] + CUT_MARKER + whole[-10:]  # no longer JSON
+    loop = [
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": cut},
+    ]  # fmt: skip
+    (call,) = ran_calls(loop, (), {"c1": whole})
+    assert call.result == {"id": 7, "log": "entry " * 50} and call.result_text == cut and call.ok
+    (unvalued,) = ran_calls(loop, ())
+    assert unvalued.result == cut == unvalued.result_text

@@ -70,10 +70,17 @@ def decoded(text: str) -> Any:
         return text
 
 
-def ran_calls(loop: Sequence[Mapping[str, Any]], answered: Iterable[str]) -> list[ToolCall]:
+def ran_calls(
+    loop: Sequence[Mapping[str, Any]], answered: Iterable[str], whole: Mapping[str, str] | None = None
+) -> list[ToolCall]:
     """The tool calls a turn's tool loop ran, with their results: those the turn ``answered``
-    itself (by call id: the disclosure loader's) left out."""
+    itself (by call id: the disclosure loader's) left out. A result cut to fit the budget is
+    remembered with the text sent, and valued by its text as it came (``whole``, by call id),
+    as ``chat()`` values a tool's return."""
     results, gone = tool_results(loop), set(answered)
+    for call_id, text in (whole or {}).items():
+        if call_id in results:
+            results[call_id] = (decoded(text), results[call_id][1])
     return [call for message in loop if message.get("role") == "assistant"
             for call in calls_of({**message, "tool_calls": [c for c in message.get("tool_calls") or () if c.get("id") not in gone]},
                                  results)]  # fmt: skip

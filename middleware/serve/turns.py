@@ -215,7 +215,7 @@ class Turns:
         """Record the turn in its place in the session, with the tool calls the client ran."""
         calls, plan = exchange.calls, exchange.plan
         sent = calls.loop.messages[len(plan.prompt.messages) :]
-        turn = Turn(user=plan.message, assistant=text, tool_calls=tuple(ran_calls(sent, calls.answered)))
+        turn = Turn(user=plan.message, assistant=text, tool_calls=tuple(ran_calls(sent, calls.answered, calls.whole)))
         update, vectors = yield from self.engine.planned_update(plan, turn, ended=ended, billed=calls.first,
                                                                 turn_id=exchange.turn.turn_id,
                                                                 sent=calls.loop.messages[: len(plan.prompt.messages)])  # fmt: skip

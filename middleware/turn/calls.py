@@ -41,6 +41,7 @@ class Calls:
         self.answered = list(answered)  # the ids of the calls the turn answered itself (the loader's)
         self.first = first  # what the turn's first call carried and cost, for the inspector
         self.lines: list[dict[str, Any]] = []  # the usage lines written, one per call
+        self.whole: dict[str, str] = {}  # the text of each tool result cut to fit, by call id, as it came
 
     def request(self) -> Request:
         """The next call's request (see ``TurnPlan.request``)."""
@@ -104,6 +105,7 @@ class Calls:
             size = tokenizer.count(largest["content"])
             if size <= 64:
                 return
+            self.whole.setdefault(str(largest.get("tool_call_id") or ""), largest["content"])
             cut = largest["content"] = tokenizer.cut_middle(largest["content"], max(size - over, 64), CUT_MARKER)
             results.remove(largest)
             self._sent_as(str(largest.get("tool_call_id") or ""), cut)
