@@ -573,6 +573,20 @@ def test_a_result_given_as_json_text_is_read_alike_by_every_entrance(perform: Ca
     assert sent(got.requests) == sent(want.requests), difference(entrance, sent(got.requests), sent(want.requests))
 
 
+@pytest.mark.parametrize("entrance", ["endpoint", "endpoint_stream"])
+@pytest.mark.parametrize("budget", [2600, 3000])
+def test_a_turn_that_loads_tools_under_a_tight_budget_composes_alike_on_every_request(
+    perform: Callable[..., Run], entrance: str, budget: int
+) -> None:
+    """Under a budget the loaded group's schemas nearly fill, chat() composes a turn's prompt
+    once, beside the tools matched up front. The endpoint composes it again on the request
+    that brings the client's tool results: alike, not beside the tools loaded since (which
+    refused the turn midway at 2,600 tokens, and dropped history chat() kept at 3,000)."""
+    want = perform("chat", TOOL_TURNS, act=True, tokens={"budget": budget})
+    got = perform(entrance, TOOL_TURNS, act=True, tokens={"budget": budget})
+    assert sent(got.requests) == sent(want.requests), difference(entrance, sent(got.requests), sent(want.requests))
+
+
 def test_the_endpoint_marks_a_session_whose_first_turn_disclosed_as_composed(
     store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

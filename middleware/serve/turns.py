@@ -209,7 +209,7 @@ class Turns:
         return {"tools": plan.tools.saved() if plan.tools is not None else None,
                 "selected": plan.selected.saved() if plan.selected is not None else None, "kept": list(plan.kept),
                 "marked": calls.marked, "extra": calls.extra, "answered": calls.answered, "first": calls.first,
-                "resent": plan.resent, "composes": plan.composes}  # fmt: skip
+                "resent": plan.resent, "composes": plan.composes, "schema_tokens": plan.schema_tokens}  # fmt: skip
 
     def _record(self, exchange: Exchange, text: str, *, ended: bool = True) -> Program[None]:
         """Record the turn in its place in the session, with the tool calls the client ran."""

@@ -62,6 +62,9 @@ class TurnPlan:
     selected: DisclosedTools | None = None  # what was matched up front, before the policy left any out
     kept: tuple[str, ...] = ()  # tools the turn keeps from now on as if it had called them
     max_rounds: int = 8  # tool rounds a turn may run (config max_tool_rounds)
+    # The schema tokens the prompt was composed beside (what the turn matched up front): a
+    # turn that spans requests composes its prompt alike on each, whatever it loaded since.
+    schema_tokens: int = 0
     composes: bool = False  # the session's history could have been resent, and this turn composes instead
     resent: bool = False  # the prompt resends the session's history: the next turn reads all of it
     # How often this process has seen a call followed by another of its turn: where breakpoints end.

@@ -66,10 +66,12 @@ class TurnPlanner:
                          else None if saved else tools.select(catalog, state, message, policy=policy, whole_tokens=whole,
                                                               exact=exact, vector=vector))  # fmt: skip
         extra = count(disclosed.schemas() if disclosed is not None else every)
+        if saved and isinstance(saved.get("schema_tokens"), int):  # as the turn's first request composed it
+            extra = saved["schema_tokens"]
         prompt, static = yield from self._prompt(state, message, model, extra, candidates, system)
         plan = TurnPlan(session_id=session_id, message=message, model=model, prompt=prompt, policy=policy, static_prefix=static,
                         every=tuple(every), full_tools_tokens=whole, tools=disclosed,
-                        max_rounds=self.config.max_tool_rounds, loop_odds=tools.loop_odds)  # fmt: skip
+                        max_rounds=self.config.max_tool_rounds, loop_odds=tools.loop_odds, schema_tokens=extra)  # fmt: skip
         if saved:
             if saved.get("resent"):  # a turn that resent its history goes on resending it
                 return (yield from self._resent(plan, loaded, message, whole, system, chosen=True))
