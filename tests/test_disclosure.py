@@ -174,6 +174,32 @@ def test_the_loader_appends_tools_and_groups_and_names_what_it_could_not_find() 
     assert "takes" in chosen.load(None) and "takes" in chosen.load({"names": 3})
 
 
+def test_the_loader_loads_only_the_schemas_the_budget_has_room_for() -> None:
+    """With the tokens the prompt's budget has left, the loader adds each requested tool whose
+    schema still fits, in order, and names those it left out; without, it loads them all."""
+
+    def count(schemas: list[dict[str, Any]]) -> int:
+        return len(json.dumps(schemas)) // 4
+
+    sizes = {}
+    for name in ("cat", "send_message", "view_inbox"):
+        alone = CATALOG.select({}, 1, "", policy(match_tools=0))
+        start = count(alone.schemas())
+        alone.load({"names": [name]})
+        sizes[name] = count(alone.schemas()) - start
+    chosen = CATALOG.select({}, 1, "", policy(match_tools=0))
+    answer = chosen.load({"names": ["cat", "Mail"]}, room=sizes["cat"] + min(sizes["send_message"], sizes["view_inbox"]) - 1,
+                         count=count)  # fmt: skip
+    assert answer.startswith("Loaded cat")
+    assert "Not loaded, the prompt's token budget has no room for them: " in answer
+    assert chosen.names == ["cat"] and chosen.loaded == ["cat"]
+    assert chosen.load({"names": ["Mail"]}, room=0, count=count) == (
+        "Not loaded, the prompt's token budget has no room for them: send_message, view_inbox."
+    )
+    assert chosen.load({"names": ["cat"]}, room=0, count=count) == "Already available: cat."
+    assert chosen.load({"names": ["Mail"]}).startswith("Loaded send_message, view_inbox")
+
+
 def test_the_index_names_every_tool_by_group() -> None:
     description = CATALOG.loader_schema["function"]["description"]
     assert "- Files: ls, cat, mv, touch\n- Mail: send_message, view_inbox" in description

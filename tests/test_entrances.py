@@ -25,7 +25,7 @@ from typing import Any
 import openai
 import pytest
 
-from middleware import AsyncSessionManager, Config, SessionManager, Tool
+from middleware import AsyncSessionManager, Config, SessionManager, Tool, llm
 from middleware.serve import create_app
 from middleware.testing import mock_openai_app, serving
 
@@ -581,10 +581,17 @@ def test_a_turn_that_loads_tools_under_a_tight_budget_composes_alike_on_every_re
     """Under a budget the loaded group's schemas nearly fill, chat() composes a turn's prompt
     once, beside the tools matched up front. The endpoint composes it again on the request
     that brings the client's tool results: alike, not beside the tools loaded since (which
-    refused the turn midway at 2,600 tokens, and dropped history chat() kept at 3,000)."""
+    refused the turn midway at 2,600 tokens, and dropped history chat() kept at 3,000). The
+    loader loads only the schemas the budget has room for: the call it answers fits."""
     want = perform("chat", TOOL_TURNS, act=True, tokens={"budget": budget})
     got = perform(entrance, TOOL_TURNS, act=True, tokens={"budget": budget})
     assert sent(got.requests) == sent(want.requests), difference(entrance, sent(got.requests), sent(want.requests))
+    loaded = [body for body in want.requests if "Loaded " in _text(body["messages"][-1]["content"])]
+    with SessionManager(Config()) as mgr:
+        sizes = [mgr.tokenizer.count_messages(body["messages"]) + llm.tools_tokens(MODEL, body.get("tools")) for body in loaded]
+    assert loaded and max(sizes) <= budget, sizes
+    answers = [m["content"] for body in want.requests for m in body["messages"] if m["role"] == "tool"]
+    assert any("token budget has no room" in answer for answer in answers)  # the budget did bind
 
 
 def test_the_endpoint_marks_a_session_whose_first_turn_disclosed_as_composed(

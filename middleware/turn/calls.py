@@ -18,6 +18,10 @@ from .plan import Request, TurnPlan
 __all__ = ["Calls", "answered"]
 
 
+# Tokens kept for the turn's own answer to a call (the loader's line), when it checks the room left.
+ANSWER_ROOM = 100
+
+
 def answered(call: PendingCall, text: str) -> ToolOutcome:
     """A tool message the turn answers itself, not remembered as a tool call."""
     return ToolOutcome(message={"role": "tool", "tool_call_id": call.id, "content": text}, record=None)
@@ -77,11 +81,20 @@ class Calls:
     def answer(self, call: PendingCall, problem: Callable[[str, Any], str | None]) -> ToolOutcome | None:
         """The turn's own answer to ``call`` (the loader, a tool whose schema was not sent),
         or None when it is to be run."""
-        text = self.plan.answer(call, problem)
+        text = self.plan.answer(call, problem, self._room)
         if text is None:
             return None
         self.answered.append(call.id)
         return answered(call, text)
+
+    def _room(self) -> int | None:
+        """The tokens the budget leaves beside the next call's messages and schemas (an answer
+        of the turn's own aside, about ``ANSWER_ROOM``); None without a budget."""
+        budget = self.engine.budget(self.plan.model)
+        if budget is None:
+            return None
+        used = self.engine.tokenizer.count_messages(self.loop.messages) + self.plan.policy.counter.tokens(self.plan.schemas())
+        return budget - used - ANSWER_ROOM
 
     def round_done(self, outcomes: Sequence[ToolOutcome]) -> None:
         """A round of tool results is in: the next call is one a full-history chatbot would

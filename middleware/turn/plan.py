@@ -96,17 +96,21 @@ class TurnPlan:
                                          stable_system=self.prompt.stable_system_chars, tail=tail)  # fmt: skip
         return Request(sent, schemas, tail)
 
-    def answer(self, call: PendingCall, problem: Callable[[str, Any], str | None]) -> str | None:
+    def answer(
+        self, call: PendingCall, problem: Callable[[str, Any], str | None], room: Callable[[], int | None] | None = None
+    ) -> str | None:
         """What the turn answers itself for ``call``, or None when the call is to be run (by
         the entrance's tools, or the client's). The loader's calls are answered with what
         they loaded; a known tool called without its schema is loaded, and run when its
         arguments fit (``problem(name, arguments)`` says what is wrong with them, or None),
-        else answered with a line that says what did not fit: never an opaque error."""
+        else answered with a line that says what did not fit: never an opaque error. With
+        ``room`` (the tokens the budget has left, asked only for the loader), the loader loads
+        only schemas that fit."""
         tools = self.tools
         if tools is None:
             return None
         if call.name == tools.catalog.loader_name:
-            return tools.load(arguments_of(call.arguments))
+            return tools.load(arguments_of(call.arguments), room() if room else None, self.policy.counter.tokens)
         if call.name in tools.catalog and call.name not in tools:
             wrong = problem(call.name, call.arguments)
             if wrong is not None:

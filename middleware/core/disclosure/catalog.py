@@ -272,24 +272,47 @@ class DisclosedTools:
         self.loaded.extend(new)
         return new
 
-    def load(self, arguments: Any) -> str:
-        """Run the loader with the model's arguments; the answer it gets (one line)."""
+    def load(self, arguments: Any, room: int | None = None, count: Callable[[list[dict[str, Any]]], int] | None = None) -> str:
+        """Run the loader with the model's arguments; the answer it gets (one line). With
+        ``room`` (the tokens the prompt's budget has left) and ``count`` (a schema counter),
+        the tools whose schemas would not fit stay unloaded, and the answer says so."""
         requested = arguments.get("names") if isinstance(arguments, Mapping) else None
         if isinstance(requested, str):
             requested = [requested]
         if not isinstance(requested, list) or not all(isinstance(n, str) for n in requested):
             return f'{self.catalog.loader_name} takes {{"names": [tool or group names]}}; see its description for the names.'
         found, unknown = self.catalog.resolve(requested)
-        new = self.add(found)
-        already = [name for name in found if name not in new]
+        already = [name for name in found if name in self.names]
+        new, over = self._fitting([name for name in found if name not in already], room, count)
         parts = []
         if new:
             parts.append(f"Loaded {_names(new)}: call them in your next step.")
+        if over:
+            parts.append(f"Not loaded, the prompt's token budget has no room for them: {_names(over)}.")
         if already:
             parts.append(f"Already available: {_names(already)}.")
         if unknown:
             parts.append(f"Not found: {_names(unknown)}; the names are in {self.catalog.loader_name}'s description.")
         return " ".join(parts) or "Nothing to load."
+
+    def _fitting(
+        self, names: Sequence[str], room: int | None, count: Callable[[list[dict[str, Any]]], int] | None
+    ) -> tuple[list[str], list[str]]:
+        """Add ``names`` in order, each whose schema still fits in ``room`` tokens (all of
+        them without a room); returns (added, left out)."""
+        if room is None or count is None:
+            return self.add(names), []
+        added, over, start = list[str](), list[str](), count(self.schemas())
+        for name in names:
+            if not self.add([name]):
+                continue
+            if count(self.schemas()) - start > room:
+                self.names.pop()
+                self.loaded.pop()
+                over.append(name)
+            else:
+                added.append(name)
+        return added, over
 
     def unsent(self, name: str, problem: str) -> str:
         """Disclose a known tool the model called without its schema, with what to tell the
