@@ -126,7 +126,7 @@ _FSTRING_START, _FSTRING_END = getattr(tokenize, "FSTRING_START", None), getattr
 def _python_tokens(text: str) -> list[tuple[int, str]]:
     """The module's tokens without comments and the line breaks inside statements; an
     f-string is one token of its source text, as Python 3.11 tokenizes it."""
-    lines = text.splitlines(keepends=True)
+    lines = io.StringIO(text).readlines()  # rows as tokenize counts them (splitlines also splits at \f, \x85, ...)
     kept: list[tuple[int, str]] = []
     depth, start = 0, (0, 0)
     for token in tokenize.generate_tokens(io.StringIO(text).readline):

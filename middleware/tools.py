@@ -245,7 +245,13 @@ class Toolset:
         value = decoded(result) if isinstance(result, str) else result
         ok = succeeded(value)
         return self.outcome(
-            call_id, name, arguments, result, ok=ok, observation=tool.observation(prepared, value) if ok else None, value=value
+            call_id,
+            name,
+            arguments,
+            result,
+            ok=ok,
+            observation=tool.observation(prepared, value if isinstance(tool.observe, str) else result) if ok else None,
+            value=value,
         )
 
 

@@ -112,4 +112,8 @@ def test_an_f_string_compares_as_its_source_on_every_python() -> None:
     assert _python_tokens(nested + "  # a comment\n") == _python_tokens(nested + "\n")
     assert _python_tokens(nested + "\n") != _python_tokens(nested.replace("!r", "!s") + "\n")
     assert _python_tokens('y = f"""a\n{b}\n"""\n') != _python_tokens('y = f"""a\n{b }\n"""\n')
+    # A form feed or U+2028 before it does not shift the rows read (str.splitlines splits there).
+    assert _python_tokens('x = 1\n\x0c\ny = f"{a}"  # \u2028\nz = f"{c}"\n') != _python_tokens(
+        'x = 1\n\x0c\ny = f"{b}"  # \u2028\nz = f"{c}"\n'
+    )
     assert ("STRING", 'f"""a\n{b}\n"""') in [(tokenize.tok_name[t], s) for t, s in _python_tokens('y = f"""a\n{b}\n"""\n')]

@@ -416,6 +416,34 @@ def test_tool_results_are_cut_to_keep_the_next_call_within_the_budget(atlas: Con
     assert call.result_text == sent and call.result == read_log("x")
 
 
+def test_a_cut_result_is_remembered_on_its_own_call_when_the_model_reuses_call_ids(
+    atlas: Config, managers: ManagerFactory
+) -> None:
+    """Some OpenAI-compatible servers number calls afresh each round (``call_0`` every time):
+    the cut text belongs to the call whose result was cut, not to every call sharing its id."""
+
+    def read_log(name: str) -> str:
+        """A huge log."""
+        return "START " + "line of the log " * 3000 + " END"
+
+    def notify(name: str) -> str:
+        """A short answer."""
+        return "notified"
+
+    def reads(messages: Any, tools: Any) -> dict[str, Any]:
+        results = sum(1 for m in messages if m["role"] == "tool")
+        if results == 2:
+            return {"role": "assistant", "content": "done"}
+        name = ("read_log", "notify")[results]
+        call = {"id": "call_0", "function": {"name": name, "arguments": '{"name": "x"}'}}
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+    mgr = managers(atlas.with_overrides(tokens={"budget": 2000}))
+    result = mgr.chat("s", "read the log, then notify", model=Spy(reads).model, tools=[read_log, notify])
+    log, note = result.tool_calls
+    assert "[…cut…]" in log.result_text and note.result_text == "notified"
+
+
 def test_wrap_refuses_a_sync_function_that_returns_an_awaitable(mgr: Manager) -> None:
     """A plain function returning a coroutine cannot be awaited by the sync face: a clear error, nothing recorded."""
 

@@ -412,3 +412,44 @@ def test_the_endpoint_recalls_from_the_archive_as_chat_does(client: openai.OpenA
                                    extra_headers=sid("rc"))  # fmt: skip
     system = SEEN[-1][0]["content"]
     assert "## Recalled from earlier" in system and "zebra42" in system
+
+
+ORDER_TOOLS = [{"type": "function", "function": {"name": name, "description": f"{name} an order.",
+                "parameters": {"type": "object", "properties": {"order": {"type": "string"}}}}}
+               for name in ("lookup", "notify")]  # fmt: skip
+
+
+def orders(messages: Sequence[Mapping[str, Any]], tools: Any) -> dict[str, Any]:
+    """Looks the order up, then notifies, then answers: two client tool rounds in one turn."""
+    start = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    results = sum(1 for m in messages[start:] if m["role"] == "tool")
+    if results == 2:
+        return {"role": "assistant", "content": "notified"}
+    name = ("lookup", "notify")[results]
+    call = {"id": f"o{results}", "function": {"name": name, "arguments": json.dumps({"order": "A123"})}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+register("orders", orders)
+
+
+def test_a_result_cut_to_fit_keeps_its_value_through_the_requests_of_its_turn(config: Config) -> None:
+    """A result too big for the budget reaches the model cut (no longer JSON); the turn goes on
+    over another request (a second client tool), and its record still values the result as
+    the client sent it: with context.from_results its fields set keys, as through chat()."""
+    with_budget = config.with_overrides(tokens={"budget": 3000}, context={"from_results": True})
+    with serving(create_app(with_budget)) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        big = json.dumps({"order_id": "A123", "items": [{"sku": f"S{i}", "qty": i % 7} for i in range(1500)]})
+        sent: list[dict[str, Any]] = [{"role": "user", "content": "look up order A123 and tell the buyer"}]
+        for _ in range(3):
+            reply = client.chat.completions.create(model="scripted/orders", messages=sent, tools=ORDER_TOOLS,  # type: ignore[arg-type]
+                                                   extra_headers=sid("cut"))  # fmt: skip
+            message = reply.choices[0].message
+            if not message.tool_calls:
+                break
+            (call,) = message.tool_calls
+            sent = [{"role": "tool", "tool_call_id": call.id,
+                     "content": big if call.function.name == "lookup" else '{"sent": true}'}]  # fmt: skip
+        assert message.content == "notified"
+    assert state_of(with_budget, "cut").context.get("order_id") == "A123"

@@ -136,6 +136,9 @@ def test_a_result_returned_as_json_text_is_read_as_the_object_and_sent_as_the_te
     # Its observation template reads the fields of the object, as for one returning it.
     observed = run_call(Toolset([Tool(lookup, observe="Found {x}: {found}, id {id}")]), "c4", "lookup", '{"x": "1"}')
     assert observed.record.observation == "Found 1: yes, id 7"
+    # A callable renderer gets what the tool returned: the text.
+    counted = run_call(Toolset([Tool(lookup, observe=lambda args, result: f"{len(result)} chars")]), "c5", "lookup", '{"x": "1"}')
+    assert counted.record.observation == f"{len(lookup('1'))} chars"
 
 
 def test_async_tools_reporting_failure_fail_in_both_drivers() -> None:

@@ -158,7 +158,9 @@ def parse_json(text: str | bytes | bytearray, limit: int = JSON_DEPTH) -> Any:
     try:
         value = orjson.loads(text)
         if _LONG_NUMBER.search(text) if isinstance(text, str) else _LONG_NUMBER_BYTES.search(text):
-            value = json.loads(text)  # orjson reads an integer beyond 64 bits as a float: read it whole
+            # orjson reads an integer beyond 64 bits as a float: read it whole. (One beyond a
+            # float's range, 309 digits or more, orjson refuses: such text stays text, whole.)
+            value = json.loads(text)
     except (orjson.JSONDecodeError, RecursionError):
         raise ValueError("not JSON") from None
     if json_depth(value, limit) > limit:

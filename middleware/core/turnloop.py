@@ -54,6 +54,8 @@ class TurnLoop:
     final: str | None = None
     stopped_early: bool = False
     calls: list[ToolCall] = field(default_factory=list)
+    # Where each remembered call's tool message is: its index in ``messages`` -> in ``calls``.
+    recorded: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.messages = list(self.messages)
@@ -104,6 +106,7 @@ class TurnLoop:
         for outcome in outcomes:
             self.messages.append(outcome.message)
             if outcome.record is not None:
+                self.recorded[len(self.messages) - 1] = len(self.calls)
                 self.calls.append(dataclasses.replace(outcome.record, round=self.rounds))
         self.rounds += 1
 

@@ -80,6 +80,14 @@ def _problem(name: str, arguments: Any) -> str | None:
     return not_an_object(call) if call.args is None else None
 
 
+def _texts(saved: Any) -> dict[str, str]:
+    """The results a turn cut to fit, as they came, from its saved plan (none when it kept
+    none, or was saved before it did)."""
+    if not isinstance(saved, Mapping):
+        return {}
+    return {str(call_id): text for call_id, text in saved.items() if isinstance(text, str)}
+
+
 class Turns:
     """The endpoint's turn programs over one engine; ``wait``: how long a turn whose process
     died holds the line; ``kind``: what usage lines call these calls."""
@@ -137,7 +145,7 @@ class Turns:
         loop.messages.extend(turn.loop)
         saved = turn.plan
         calls = Calls(engine, plan, self.kind, loop, marked=saved.get("marked"), extra=bool(saved.get("extra")), step=turn.steps,
-                      answered=saved.get("answered") or (), first=saved.get("first"))  # fmt: skip
+                      answered=saved.get("answered") or (), first=saved.get("first"), whole=_texts(saved.get("whole")))  # fmt: skip
         calls.fit()
         return Exchange(session_id=session_id, turn=turn, calls=calls, drop=drop)
 
@@ -209,7 +217,8 @@ class Turns:
         return {"tools": plan.tools.saved() if plan.tools is not None else None,
                 "selected": plan.selected.saved() if plan.selected is not None else None, "kept": list(plan.kept),
                 "marked": calls.marked, "extra": calls.extra, "answered": calls.answered, "first": calls.first,
-                "resent": plan.resent, "composes": plan.composes, "schema_tokens": plan.schema_tokens}  # fmt: skip
+                "resent": plan.resent, "composes": plan.composes, "schema_tokens": plan.schema_tokens,
+                "whole": calls.whole}  # fmt: skip
 
     def _record(self, exchange: Exchange, text: str, *, ended: bool = True) -> Program[None]:
         """Record the turn in its place in the session, with the tool calls the client ran."""

@@ -33,19 +33,19 @@ class Calls:
     ``loop`` holds the messages so far (the prompt, then the tool loop). A turn that spans
     requests (the endpoint's) resumes with the breakpoint its last call ``marked``, whether
     that call only loaded schemas (``extra``), how many calls it made (``step``), the ids
-    of the calls it answered itself (``answered``) and what its first call carried and cost
-    (``first``)."""
+    of the calls it answered itself (``answered``), what its first call carried and cost
+    (``first``) and the results it cut to fit, as they came (``whole``)."""
 
     def __init__(
         self, engine: Engine, plan: TurnPlan, kind: str, loop: TurnLoop, *, marked: int | None = None, extra: bool = False,
-        step: int = 0, answered: Sequence[str] = (), first: dict[str, Any] | None = None,
+        step: int = 0, answered: Sequence[str] = (), first: dict[str, Any] | None = None, whole: Mapping[str, str] | None = None,
     ) -> None:  # fmt: skip
         self.engine, self.plan, self.kind, self.loop = engine, plan, kind, loop
         self.marked, self.extra, self.step = marked, extra, step
         self.answered = list(answered)  # the ids of the calls the turn answered itself (the loader's)
         self.first = first  # what the turn's first call carried and cost, for the inspector
         self.lines: list[dict[str, Any]] = []  # the usage lines written, one per call
-        self.whole: dict[str, str] = {}  # the text of each tool result cut to fit, by call id, as it came
+        self.whole = dict(whole or {})  # the text of each tool result cut to fit, by call id, as it came
 
     def request(self) -> Request:
         """The next call's request (see ``TurnPlan.request``)."""
@@ -103,28 +103,25 @@ class Calls:
 
     def fit(self) -> None:
         """Keep the next call within the budget: cut the largest tool results in the middle
-        (the call is remembered with the text sent)."""
+        (the call is remembered with the text sent, and valued by the text as it came)."""
         budget = self.engine.budget(self.plan.model)
         if budget is None:
             return
-        tokenizer = self.engine.tokenizer
-        results = [m for m in self.loop.loop_messages if m.get("role") == "tool"]
+        tokenizer, loop = self.engine.tokenizer, self.loop
+        results = [i for i in range(loop.prompt_length, len(loop.messages)) if loop.messages[i].get("role") == "tool"]
         tools_tokens = self.plan.policy.counter.tokens(self.plan.schemas())
         while results:
-            over = tokenizer.count_messages(self.loop.messages) + tools_tokens - budget
+            over = tokenizer.count_messages(loop.messages) + tools_tokens - budget
             if over <= 0:
                 return
-            largest = max(results, key=lambda m: tokenizer.count(m["content"]))
+            at = max(results, key=lambda i: tokenizer.count(loop.messages[i]["content"]))
+            largest = loop.messages[at]
             size = tokenizer.count(largest["content"])
             if size <= 64:
                 return
             self.whole.setdefault(str(largest.get("tool_call_id") or ""), largest["content"])
             cut = largest["content"] = tokenizer.cut_middle(largest["content"], max(size - over, 64), CUT_MARKER)
-            results.remove(largest)
-            self._sent_as(str(largest.get("tool_call_id") or ""), cut)
-
-    def _sent_as(self, call_id: str, text: str) -> None:
-        """The call ``call_id`` is remembered with the result text the model was sent (its
-        value stays whole), so the trace and a resent history match what it saw."""
-        self.loop.calls = [dataclasses.replace(call, result_sent=text) if call.id == call_id else call
-                           for call in self.loop.calls]  # fmt: skip
+            results.remove(at)
+            if at in loop.recorded:  # by place, not call id (a model may reuse an id across rounds)
+                index = loop.recorded[at]
+                loop.calls[index] = dataclasses.replace(loop.calls[index], result_sent=cut)
