@@ -1137,3 +1137,50 @@ def test_no_embedding_call_without_tools_to_match(managers: ManagerFactory, log_
         )
     managers(disclosing(log_path, embedding_model=embeddings.model)).chat("s", "any post for me?", model=model.model)
     assert embeddings.calls == []
+
+
+def _scripted(steps: Sequence[Any]) -> tuple[str, list[list[dict[str, Any]]]]:
+    """A model that plays ``steps`` (a call, or a final text), one per request of a turn;
+    and the messages of each request it got."""
+    name, seen = f"steps-{uuid.uuid4().hex[:8]}", list[list[dict[str, Any]]]()
+
+    def respond(messages: Any, tools: Any) -> dict[str, Any]:
+        seen.append([dict(m) for m in messages])
+        start = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        step = steps[sum(1 for m in messages[start:] if m["role"] == "assistant")]
+        return {"role": "assistant", "content": step, "tool_calls": None} if isinstance(step, str) else _calls(step)
+
+    register(name, respond)
+    return f"scripted/{name}", seen
+
+
+def test_under_a_budget_a_schema_joins_only_where_it_fits_and_a_cut_result_makes_room(
+    managers: ManagerFactory, log_path: Path
+) -> None:
+    """A large result cut to fit the budget leaves room for a small schema the loader brings
+    next (results count as far as they can be cut). A schema too large for the budget is not
+    loaded, and a call of that tool without its schema does not run: the model is told why."""
+
+    def dump() -> str:
+        """Dump the whole log."""
+        return "START " + "line of the log " * 3000 + " END"
+
+    def huge(x: str) -> str:
+        return "ran"
+
+    huge.__doc__ = "A tool with a long description." + " Read this carefully." * 600
+    tools = [*toolset(), dump, huge]
+    mgr = managers(disclosing(log_path, match_tools=0).with_overrides(tokens={"budget": 1500}))
+    model, _ = _scripted([("dump", {}), ("load_tools", {"names": ["cat"]}), ("cat", {"file_name": "notes.txt"}), "ok"])
+    result = mgr.chat("s", "dump it, then show notes.txt", model=model, tools=tools)
+    assert result.loaded == ("dump", "cat") and [c.name for c in result.tool_calls] == ["dump", "cat"]
+    assert "[…cut…]" in result.tool_calls[0].result_text
+
+    model, seen = _scripted([("load_tools", {"names": ["huge"]}), ("huge", {"x": "1"}), "ok"])
+    result = mgr.chat("s2", "use huge", model=model, tools=tools)
+    assert result.loaded == () and result.tool_calls == () and result.text == "ok"
+    told = [m["content"] for m in seen[-1] if m["role"] == "tool"]
+    assert told == [
+        "Not loaded, the prompt's token budget has no room for them: huge.",
+        "The schema of huge was not sent, and the prompt's token budget has no room for it: huge did not run.",
+    ]

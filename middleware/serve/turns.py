@@ -25,7 +25,7 @@ from typing import Any, Literal
 from ..config.schema import Config
 from ..core.conversation import Conversation, OpenTurn, content_text, read_messages
 from ..core.effects import Program
-from ..core.replies import interpret_reply, ran_calls
+from ..core.replies import decoded, interpret_reply, ran_calls
 from ..core.state import ToolCall, Turn
 from ..core.turnloop import TurnLoop
 from ..exceptions import InvalidMessageError, InvalidRequestError, InvalidToolCallError
@@ -78,6 +78,21 @@ def _problem(name: str, arguments: Any) -> str | None:
     a schema (whose arguments it does not validate): only that they are not a JSON object."""
     call = ToolCall(name=name, arguments=arguments if arguments is not None else {})
     return not_an_object(call) if call.args is None else None
+
+
+# At most this many characters of cut results, as they came, wait with a turn in Redis.
+SAVED_RESULTS_CHARS = 1_000_000
+
+
+def _worth_keeping(whole: Mapping[str, str]) -> dict[str, str]:
+    """The cut results a waiting turn keeps as they came: those that hold JSON (text values
+    alike whole or cut: the cut text is kept anyway), within ``SAVED_RESULTS_CHARS``; a result
+    left out is valued by its cut text."""
+    kept, room = {}, SAVED_RESULTS_CHARS
+    for call_id, text in whole.items():
+        if len(text) <= room and not isinstance(decoded(text), str):
+            kept[call_id], room = text, room - len(text)
+    return kept
 
 
 def _texts(saved: Any) -> dict[str, str]:
@@ -218,7 +233,7 @@ class Turns:
                 "selected": plan.selected.saved() if plan.selected is not None else None, "kept": list(plan.kept),
                 "marked": calls.marked, "extra": calls.extra, "answered": calls.answered, "first": calls.first,
                 "resent": plan.resent, "composes": plan.composes, "schema_tokens": plan.schema_tokens,
-                "whole": calls.whole}  # fmt: skip
+                "whole": _worth_keeping(calls.whole)}  # fmt: skip
 
     def _record(self, exchange: Exchange, text: str, *, ended: bool = True) -> Program[None]:
         """Record the turn in its place in the session, with the tool calls the client ran."""

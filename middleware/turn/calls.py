@@ -18,6 +18,8 @@ from .plan import Request, TurnPlan
 __all__ = ["Calls", "answered"]
 
 
+# A tool result is cut to fit the budget no shorter than this many tokens.
+CUT_FLOOR = 64
 # Tokens kept for the turn's own answer to a call (the loader's line), when it checks the room left.
 ANSWER_ROOM = 100
 
@@ -88,12 +90,16 @@ class Calls:
         return answered(call, text)
 
     def _room(self) -> int | None:
-        """The tokens the budget leaves beside the next call's messages and schemas (an answer
-        of the turn's own aside, about ``ANSWER_ROOM``); None without a budget."""
+        """The tokens the budget leaves beside the next call's messages and schemas, its tool
+        results counted as far as ``fit`` may cut them (an answer of the turn's own aside,
+        about ``ANSWER_ROOM``); None without a budget."""
         budget = self.engine.budget(self.plan.model)
         if budget is None:
             return None
-        used = self.engine.tokenizer.count_messages(self.loop.messages) + self.plan.policy.counter.tokens(self.plan.schemas())
+        tokenizer, loop = self.engine.tokenizer, self.loop
+        cuttable = sum(max(tokenizer.count(m["content"]) - CUT_FLOOR, 0) for m in loop.loop_messages
+                       if m.get("role") == "tool" and isinstance(m.get("content"), str))  # fmt: skip
+        used = tokenizer.count_messages(loop.messages) - cuttable + self.plan.policy.counter.tokens(self.plan.schemas())
         return budget - used - ANSWER_ROOM
 
     def round_done(self, outcomes: Sequence[ToolOutcome]) -> None:
@@ -117,10 +123,10 @@ class Calls:
             at = max(results, key=lambda i: tokenizer.count(loop.messages[i]["content"]))
             largest = loop.messages[at]
             size = tokenizer.count(largest["content"])
-            if size <= 64:
+            if size <= CUT_FLOOR:
                 return
             self.whole.setdefault(str(largest.get("tool_call_id") or ""), largest["content"])
-            cut = largest["content"] = tokenizer.cut_middle(largest["content"], max(size - over, 64), CUT_MARKER)
+            cut = largest["content"] = tokenizer.cut_middle(largest["content"], max(size - over, CUT_FLOOR), CUT_MARKER)
             results.remove(at)
             if at in loop.recorded:  # by place, not call id (a model may reuse an id across rounds)
                 index = loop.recorded[at]

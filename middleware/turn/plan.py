@@ -104,18 +104,22 @@ class TurnPlan:
         they loaded; a known tool called without its schema is loaded, and run when its
         arguments fit (``problem(name, arguments)`` says what is wrong with them, or None),
         else answered with a line that says what did not fit: never an opaque error. With
-        ``room`` (the tokens the budget has left, asked only for the loader), the loader loads
-        only schemas that fit."""
+        ``room`` (the tokens the budget has left, asked only when a schema would join), only
+        schemas that fit join: the loader says which had no room, and a tool called without
+        its schema and without room for it does not run."""
         tools = self.tools
         if tools is None:
             return None
         if call.name == tools.catalog.loader_name:
             return tools.load(arguments_of(call.arguments), room() if room else None, self.policy.counter.tokens)
         if call.name in tools.catalog and call.name not in tools:
+            added, _ = tools.add_within([call.name], room() if room else None, self.policy.counter.tokens)
+            if not added:
+                return (f"The schema of {call.name} was not sent, and the prompt's token budget has no room for it: "
+                        f"{call.name} did not run.")  # fmt: skip
             wrong = problem(call.name, call.arguments)
             if wrong is not None:
                 return tools.unsent(call.name, wrong[:300])
-            tools.add([call.name])
         return None
 
     def full_tokens(

@@ -283,7 +283,7 @@ class DisclosedTools:
             return f'{self.catalog.loader_name} takes {{"names": [tool or group names]}}; see its description for the names.'
         found, unknown = self.catalog.resolve(requested)
         already = [name for name in found if name in self.names]
-        new, over = self._fitting([name for name in found if name not in already], room, count)
+        new, over = self.add_within([name for name in found if name not in already], room, count)
         parts = []
         if new:
             parts.append(f"Loaded {_names(new)}: call them in your next step.")
@@ -295,11 +295,11 @@ class DisclosedTools:
             parts.append(f"Not found: {_names(unknown)}; the names are in {self.catalog.loader_name}'s description.")
         return " ".join(parts) or "Nothing to load."
 
-    def _fitting(
+    def add_within(
         self, names: Sequence[str], room: int | None, count: Callable[[list[dict[str, Any]]], int] | None
     ) -> tuple[list[str], list[str]]:
-        """Add ``names`` in order, each whose schema still fits in ``room`` tokens (all of
-        them without a room); returns (added, left out)."""
+        """Add ``names`` in the order given, each whose schema still fits in ``room`` tokens
+        (all of them without a room); returns (added, left out)."""
         if room is None or count is None:
             return self.add(names), []
         added, over, start = list[str](), list[str](), count(self.schemas())
@@ -315,8 +315,9 @@ class DisclosedTools:
         return added, over
 
     def unsent(self, name: str, problem: str) -> str:
-        """Disclose a known tool the model called without its schema, with what to tell the
-        model when its arguments did not fit (``problem``)."""
+        """Disclose a known tool the model called without its schema (already added where the
+        budget had room), with what to tell the model when its arguments did not fit
+        (``problem``)."""
         self.add([name])
         return f"The schema of {name} had not been sent; it is loaded now ({problem}). Call {name} again."
 
