@@ -293,3 +293,77 @@ def test_a_repeat_is_kept_for_a_new_name_number_or_code_and_left_out_otherwise()
     for piece, before in ((other_invoice, invoice), (other_name, invoice), (restated, result), (reworded, request)):
         new = set(piece.terms) - set(before.terms)
         assert len(new) * archive.REDUNDANT < len(piece.terms), piece.text
+
+
+# --- sentence windows -----------------------------------------------------------------------
+
+DANA = ("I finally joined a bouldering gym last spring after years of putting it off. "
+        "That's how I met Dana Whitfield, who runs the place. We still train together every Tuesday. "
+        "it is a good habit and i like it a lot.")  # fmt: skip
+
+
+def test_a_user_sentence_keeps_its_specific_neighbours_nearest_it() -> None:
+    """Each user sentence carries the sentences before and after it in its message, where
+    they name something specific; a long one is cut to the end nearest the sentence."""
+    first, met, train, habit = pieces_of(Turn(user=DANA), "", TOKENIZER)[:4]
+    assert first.around == ("", met.text)  # the first sentence has none before; "That's how I met Dana" is specific
+    assert met.around == ("", train.text)  # "I finally joined..." names nothing specific after its first letter
+    assert train.around == (met.text, "")  # "it is a good habit..." names nothing either
+    assert habit.kind == "user" and habit.around == (train.text, "")
+    long = "Then " + "we walked along the river " * 8 + "to Kraków."
+    before, after = pieces_of(Turn(user=f"{long} I left the keys with Ola there. {long}"), "", TOKENIZER)[1].around
+    assert before.startswith("…") and before.endswith("to Kraków.") and len(before) <= 120
+    assert after.startswith("Then we walked") and after.endswith("…") and len(after) <= 120
+    call = ToolCall(name="book", arguments={"city": "Kraków"}, result={"ok": True, "id": "B-7"})
+    assert all(p.around == ("", "") for p in pieces_of(Turn(user="Book it.", tool_calls=(call,)), "Booked B-7.", TOKENIZER)
+               if p.kind != "user")  # fmt: skip
+
+
+def windowed(text: str, around: tuple[str, str], turn: int = 5, score: float = 6.0) -> Candidate:
+    return Candidate(turn, "user", text, TOKENIZER.count(text), score, ("train", "tuesday"), terms(text), 0.0, 0.0, around)
+
+
+def test_a_chosen_sentence_gains_its_neighbour_before_where_room_is_left() -> None:
+    """The matched sentence comes with the one before it (which names who "we" are), in the
+    order the user said them, the line's tokens counted whole."""
+    met, train = "That's how I met Dana Whitfield, who runs the place.", "We still train together every Tuesday."
+    query = [("train", 1.0), ("tuesday", 1.0)]
+    (item,) = rank([windowed(train, (met, ""))], {}, query=query, **RANK)
+    assert item.text == f"{met} {train}" and item.tokens == TOKENIZER.count(item.text)
+    assert "sentence before" in item.why
+    lines = render_recall([item], HEADER).split("\n")[1:]
+    assert lines == [f'- turn 5 user: "{met} {train}"']
+
+
+def test_a_neighbour_never_pushes_recall_past_its_budget_nor_a_match_out() -> None:
+    """Neighbours take only the room the matches leave: with room for the sentence alone, it
+    comes alone; every match chosen without windows is still chosen with them."""
+    met, train = "That's how I met Dana Whitfield, who runs the place.", "We still train together every Tuesday."
+    query = [("train", 1.0), ("tuesday", 1.0)]
+    alone = TOKENIZER.count(train) + line_tokens(TOKENIZER, 5, "user")
+    for budget in range(alone, alone + 20):
+        (item,) = rank([windowed(train, (met, ""))], {}, query=query, **{**RANK, "budget": budget})
+        cost = item.tokens + line_tokens(TOKENIZER, 5, "user")
+        assert cost <= budget and item.text in (train, f"{met} {train}")
+    many = [windowed(f"We train on Tuesday number {i} at Gym-{i}.", (f"Coach Ana-{i} comes along.", ""), turn=i, score=6.0 + i)
+            for i in range(1, 9)]  # fmt: skip
+    plain = [c._replace(around=("", "")) for c in many]
+    for budget in (40, 80, 120, 200):
+        with_windows = rank(many, {}, query=query, **{**RANK, "budget": budget})
+        without = rank(plain, {}, query=query, **{**RANK, "budget": budget})
+        assert {r.turn for r in without} <= {r.turn for r in with_windows}
+        assert sum(r.tokens + line_tokens(TOKENIZER, r.turn, r.kind) for r in with_windows) <= budget
+
+
+def test_a_neighbour_already_shown_chosen_or_saying_nothing_new_stays_out() -> None:
+    """A neighbour is left out when the prompt shows it, when it is a chosen line of its
+    own, or when it adds no name, number or code the prompt and the chosen lines lack."""
+    met, train = "That's how I met Dana Whitfield, who runs the place.", "We still train together every Tuesday."
+    query = [("train", 1.0), ("tuesday", 1.0)]
+    (shown,) = rank([windowed(train, (met, ""))], {}, query=query, **{**RANK, "shown": f"Earlier: {met}"})
+    assert shown.text == train
+    (named,) = rank([windowed(train, (met, ""))], {}, query=query, **{**RANK, "shown": "Dana Whitfield is my coach."})
+    assert named.text == train  # Dana Whitfield is in the prompt already: nothing specific is new
+    both = rank([windowed(train, (met, "")), windowed(met, ("", train), score=9.0)._replace(matched=("train", "tuesday"))],
+                {}, query=query, **RANK)  # fmt: skip
+    assert sorted(r.text for r in both) == sorted([met, train])

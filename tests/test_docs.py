@@ -184,6 +184,15 @@ def test_message_building_snippet_prints_the_injected_context(run_snippet: Calla
     assert run_snippet('build_messages("s1", "goto shop")')[0] == "- userinterface_name: google_tv"
 
 
+def test_the_sentence_window_snippet_prints_the_line_it_shows(run_snippet: Callable[[str], list[str]]) -> None:
+    """The long-range memory guide's sentence window: the recalled line holds the name the
+    question's words did not reach, and the guide shows exactly what the snippet prints."""
+    (printed,) = run_snippet('prepare("gym", "Who do I train with on Tuesdays?")')
+    (snippet,) = [s for s in SNIPPETS if 'prepare("gym"' in s.code]
+    shown = next(t for t in blocks("text") if t.page == snippet.page and t.line > snippet.line).code.strip()
+    assert printed == shown and "Dana Whitfield" in printed
+
+
 def test_wrap_snippet_remembers_both_turns_and_passes_arguments_through(run_snippet: Callable[[str], list[str]]) -> None:
     """The wrap snippet replies through the wrapped bot, passes its extra argument, records two turns."""
     assert run_snippet("mgr.wrap(my_chatbot)") == [

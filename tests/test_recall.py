@@ -108,6 +108,26 @@ def test_a_fact_from_thirty_turns_ago_is_recalled_when_asked_and_only_then(manag
     assert not any("A-48213" in m["content"] for m in mgr.build_messages("s", "Should I water the plants today?"))
 
 
+def test_a_recalled_sentence_comes_with_the_neighbour_that_names_what_it_refers_to(
+    managers: ManagerFactory, tmp_path: Path, raw: Any
+) -> None:
+    """The question shares words with "We still train together every Tuesday." only; the
+    name is in the sentence before it, which the archive keeps with it and recall hands
+    the prompt beside it. A record written before neighbours were kept still recalls."""
+    mgr = managers(auto(tmp_path))
+    say(mgr, "s", "I finally joined a bouldering gym last spring after years of putting it off. That's how I met Dana "
+                  "Whitfield, who runs the place. We still train together every Tuesday.", *([FILLER] * 30))  # fmt: skip
+    prompt = mgr.prepare("s", "Who do I train with on Tuesdays?")
+    (item,) = [r for r in prompt.recalled if "Tuesday" in r.text]
+    assert item.text == "That's how I met Dana Whitfield, who runs the place. We still train together every Tuesday."
+    assert "sentence before" in item.why and "Dana Whitfield" in prompt.messages[0]["content"]
+    keys = session_keys("mw", "s")
+    (record,) = [v for v in raw.hvals(keys.arc) if b"every Tuesday." in v.split(b"\t")[3]]
+    raw.hset(keys.arc, "1.2", b"\t".join(record.split(b"\t")[:4]))  # as the last version wrote it
+    prompt = mgr.prepare("s", "Who do I train with on Tuesdays?")
+    assert [r.text for r in prompt.recalled if "Tuesday" in r.text] == ["We still train together every Tuesday."]
+
+
 def test_two_values_of_one_key_both_survive(managers: ManagerFactory, tmp_path: Path) -> None:
     """Two accounts: the later one is the current context, the earlier one stays in the
     key's history with the turn that set it, and comes back when accounts are asked about
@@ -385,6 +405,32 @@ def test_semantic_recall_finds_a_piece_by_its_vector_on_a_server_with_the_query_
     client = search_server.client()
     vector_keys = client.keys(vector_prefix(Layout.of(config), "s") + "*")
     assert vector_keys and all(3_600_000 < client.pttl(key) <= 5_400_000 for key in vector_keys)  # half a TTL past the session's
+
+
+def test_a_piece_the_vector_search_finds_keeps_its_neighbours() -> None:
+    """The vector index returns the archive's record as written: a user sentence's
+    neighbours come with it (RESP2 and RESP3 replies alike), and an older record has none."""
+    from middleware.store.vectors import nearest
+
+    record = b"user\t7\tstill train\tWe still train together every Tuesday.\tThat's how I met Dana.\t"
+    older = b"user\t5\tblue kayak\tThe blue kayak stays in the garage."
+    resp2 = [
+        2,
+        b"v:1.2",
+        [b"rec", record, b"turn", b"1", b"dist", b"0.25"],
+        b"v:3.0",
+        [b"rec", older, b"turn", b"3", b"dist", b"0.5"],
+    ]
+    resp3 = {b"results": [{b"extra_attributes": {b"rec": record, b"turn": b"1", b"dist": b"0.25"}},
+                          {b"extra_attributes": {b"rec": older, b"turn": b"3", b"dist": b"0.5"}}]}  # fmt: skip
+    for reply in (resp2, resp3):
+        near, old = nearest(reply)
+        assert (near.text, near.around, near.similarity) == (
+            "We still train together every Tuesday.",
+            ("That's how I met Dana.", ""),
+            0.75,
+        )
+        assert (old.text, old.around, old.turn) == ("The blue kayak stays in the garage.", ("", ""), 3)
 
 
 def test_a_phrase_repeated_word_for_word_takes_one_place_of_the_vector_search(

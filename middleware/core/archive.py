@@ -17,6 +17,7 @@ quotes them, one line each, in a block the model is told is data.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -26,7 +27,7 @@ from typing import Any, NamedTuple, Protocol
 
 from .lexical import saturation, terms
 from .state import Piece, ToolCall, Turn, compact_json, to_text
-from .text import one_line
+from .text import ELLIPSIS, brief, one_line
 
 __all__ = ["MAX_PIECES", "Piece", "Recalled", "pieces_of", "query_terms", "rank", "render_recall"]
 
@@ -50,6 +51,8 @@ RRF_K = 60
 # ("Done (wc). 2 words" after "wc -> 2 words" says nothing the model lacks).
 REDUNDANT = 4
 _PIECE_CHARS = 240
+# A neighbour of a user sentence is kept to this many characters, those nearest the sentence.
+_NEIGHBOUR_CHARS = 120
 _SENTENCES = 12
 _RESULT_CHUNKS = 4  # observation pieces of one large result at most
 _QUERY_TERMS = 24
@@ -178,7 +181,8 @@ def _observations(call: ToolCall) -> list[tuple[str, str, str]]:
 def pieces_of(turn: Turn, reply: str, tokenizer: _Counter, observed: Sequence[str] = ()) -> tuple[Piece, ...]:
     """The pieces of one turn, at most ``MAX_PIECES``: sentences first, then each call
     and what it returned, then what connectors observed, then the reply."""
-    texts: list[tuple[str, str, str, str]] = [("user", s, s, s) for s in _sentences(turn.user)[:_SENTENCES]]
+    sentences = _sentences(turn.user)[:_SENTENCES]
+    texts: list[tuple[str, str, str, str]] = [("user", s, s, s) for s in sentences]
     for call in turn.tool_calls:
         texts.append(("call", *_call_text(call)))
         texts += [("obs", *parts) for parts in _observations(call)]
@@ -187,11 +191,24 @@ def pieces_of(turn: Turn, reply: str, tokenizer: _Counter, observed: Sequence[st
         line = one_line(reply, _PIECE_CHARS)
         texts.append(("reply", line, line, line))
     pieces = []
-    for kind, text, found_by, says in texts[:MAX_PIECES]:
+    for at, (kind, text, found_by, says) in enumerate(texts[:MAX_PIECES]):
         facts = terms(says)
         if facts:  # a piece that says nothing (a call without arguments) is not worth recalling
-            pieces.append(Piece(kind, text, terms(found_by), tokenizer.count(text), facts))
+            around = _around(sentences, at) if kind == "user" else ("", "")
+            pieces.append(Piece(kind, text, terms(found_by), tokenizer.count(text), facts, around))
     return tuple(pieces)
+
+
+def _around(sentences: Sequence[str], at: int) -> tuple[str, str]:
+    """The sentences before and after ``sentences[at]`` in its message, each where it names
+    something specific (memory is for specifics: "That's how I met Dana." beside "We train
+    together on Tuesdays."), kept to its ``_NEIGHBOUR_CHARS`` nearest the sentence."""
+    before = sentences[at - 1] if at > 0 and _specific(sentences[at - 1]) else ""
+    after = sentences[at + 1] if at + 1 < len(sentences) and _specific(sentences[at + 1]) else ""
+    if len(before) > _NEIGHBOUR_CHARS:  # its end, cut at a word
+        cut = before[len(before) - _NEIGHBOUR_CHARS + 1 :]
+        before = ELLIPSIS + (cut.partition(" ")[2] or cut)
+    return before, brief(after, _NEIGHBOUR_CHARS)
 
 
 def query_terms(current: str, recent: Sequence[Mapping[str, str]]) -> list[tuple[str, float]]:
@@ -231,6 +248,7 @@ class Candidate(NamedTuple):
     terms: tuple[str, ...] = ()  # the terms of what it says
     similarity: float = 0.0  # cosine similarity to the current message (semantic recall)
     asked: float = 0.0  # the part of ``score`` the current message's own terms gave
+    around: tuple[str, str] = ("", "")  # a user sentence's neighbours (``Piece.around``)
 
 
 # A candidate as rank scores it: (lexical, semantic, turn, text, kind, tokens, why), each
@@ -309,6 +327,7 @@ def rank(
             why = f"earlier value of {key}; shares {', '.join(sorted(shared)[:3])}"
             scored.append((sum(2.0 * wanted[t] for t in shared), None, turn, text, "fact", count.count(text), why))
     chosen: list[Recalled] = []
+    around: list[tuple[str, str]] = []  # each chosen line's neighbours (a user sentence's)
     later: list[tuple[float, _Scored]] = []  # repeats: they wait for every other candidate
     used, seen, said = 0, set(), set(known)
     shown_lower = "\n".join(parts).lower()
@@ -326,9 +345,34 @@ def rank(
             if repeats and (says - said).isdisjoint(_specific_terms(text)):
                 continue  # it rewords what is chosen: no name, number or code of its own
             chosen.append(Recalled(text, kind, turn, score, reason if isinstance(reason, str) else _why(*reason), tokens))
+            around.append(("", "") if isinstance(reason, str) else reason[0].around)
             seen.add(key)
             said |= says
             used += cost
+    # Sentence windows: where room is left, a chosen user sentence gains its neighbours, the
+    # best line first and the sentence before first (it often names what this one refers to:
+    # "That's how I met Dana." before "We train together on Tuesdays."). A neighbour joins
+    # only with a name, number or code the prompt and the chosen lines do not hold yet.
+    for index, neighbours in enumerate(around):
+        if used >= budget:
+            break
+        item = chosen[index]
+        for side, neighbour in zip(("before", "after"), neighbours, strict=True):
+            key = neighbour.lower()
+            if not neighbour or key in seen or key in shown_lower:
+                continue
+            adds = set(terms(neighbour)) - said
+            if adds.isdisjoint(_specific_terms(neighbour)):
+                continue
+            text = f"{neighbour} {item.text}" if side == "before" else f"{item.text} {neighbour}"
+            tokens = count.count(text)
+            if used + tokens - item.tokens > budget:
+                continue
+            used += tokens - item.tokens
+            item = dataclasses.replace(item, text=text, tokens=tokens, why=f"{item.why}; with the sentence {side}")
+            seen.add(key)
+            said |= adds
+        chosen[index] = item
     chosen.sort(key=lambda r: (-r.score, -r.turn))
     return chosen
 

@@ -197,6 +197,9 @@ class Piece(NamedTuple):
     terms: tuple[str, ...]  # what it is found by: its words, a call's tool and argument names too
     tokens: int
     facts: tuple[str, ...] = ()  # the terms of what it says (a call's values): new to the prompt or not
+    # A user sentence's neighbours in its message (before, after), where they name something
+    # specific: recall hands them beside the sentence when room is left ("" where none).
+    around: tuple[str, str] = ("", "")
 
 
 class StoredMessage(NamedTuple):

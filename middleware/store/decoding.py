@@ -24,6 +24,7 @@ __all__ = [
     "PARTS",
     "Corrupt",
     "Loaded",
+    "archived",
     "checked",
     "decode_state",
     "error_text",
@@ -34,6 +35,17 @@ __all__ = [
 ]
 
 _loads = orjson.loads  # about ten times faster than the json module on the store's own records
+
+
+def archived(record: Any) -> tuple[str, str, str, str, tuple[str, str]]:
+    """An archived piece's record (see ``record``): its kind, tokens, terms, text and a user
+    sentence's neighbours (("", "") where it has none, as in a record written before them)."""
+    kind, tokens, terms, text = [*text_of(record).split("\t", 3), "", "", ""][:4]
+    if "\t" not in text:
+        return kind, tokens, terms, text, ("", "")
+    text, _, rest = text.partition("\t")
+    before, _, after = rest.partition("\t")
+    return kind, tokens, terms, text, (before, after.replace("\t", " "))
 
 
 def text_of(value: Any) -> str:

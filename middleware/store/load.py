@@ -23,6 +23,7 @@ from .decoding import (
     LOAD_REPLIES,
     Corrupt,
     Loaded,
+    archived,
     checked,
     decode_state,
     error_text,
@@ -159,12 +160,12 @@ def _candidates(flat: Any) -> tuple[Candidate, ...]:
     found = []
     for i in range(0, len(flat) - 4, 5):
         piece_id, score, asked, matched, record = flat[i : i + 5]
-        kind, tokens, terms, text = [*text_of(record).split("\t", 3), "", "", ""][:4]
+        kind, tokens, terms, text, around = archived(record)
         if text and tokens.isdigit():
             turn = int(text_of(piece_id).partition(".")[0])
             # Positional: a NamedTuple's keyword constructor costs more.
             found.append(Candidate(turn, kind, text, int(tokens), float(score), tuple(text_of(matched).split()),
-                                   tuple(terms.split()), 0.0, float(asked)))  # fmt: skip
+                                   tuple(terms.split()), 0.0, float(asked), around))  # fmt: skip
     return tuple(found)
 
 

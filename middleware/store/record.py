@@ -6,7 +6,8 @@ no writer reads and writes back. Every write refreshes the TTL of the whole sess
 Context members are "key=value" scored turn * 1000 + position: the newest value of a key
 is its current one, and the score tells the turn that set each value. The archive holds
 pieces "<turn>.<n>" -> "kind<TAB>tokens<TAB>facts<TAB>text" (facts: the terms of what it
-says, rather than of the names it says them with); the index maps each term to the ids of
+says, rather than of the names it says them with; a user sentence with neighbours worth
+recalling beside it ends "text<TAB>before<TAB>after", see ``decoding.archived``); the index maps each term to the ids of
 the pieces holding it, newest last, at most POSTINGS bytes of them. With semantic recall
 each piece with a vector also gets a hash of its own, which the server's vector index
 covers (see ``vectors``).
@@ -81,6 +82,12 @@ class RecordArguments(Arguments):
         return argv
 
 
+def _with_around(text: str, around: tuple[str, str]) -> str:
+    """A piece's text as archived: with its neighbours after tabs, where it has any (a
+    piece's text and its neighbours are one line each, so hold no tab)."""
+    return f"{text}\t{around[0]}\t{around[1]}" if around[0] or around[1] else text
+
+
 def record_arguments(layout: Layout, session_id: str, update: TurnUpdate, *, now: float,
                      vectors: Sequence[bytes] = ()) -> RecordArguments:  # fmt: skip
     """What record.lua is given for ``update``; ``vectors``: one encoded vector per piece, for semantic recall."""
@@ -103,7 +110,7 @@ def record_arguments(layout: Layout, session_id: str, update: TurnUpdate, *, now
         postings=POSTINGS, vector_prefix=vector_prefix(layout, session_id) if semantic else "",
         vector_tag=vector_tag(session_id) if semantic else "", composed=int(update.composed), context=tuple(update.context),
         recent=recent,
-        pieces=tuple((p.kind, p.tokens, " ".join(p.terms), " ".join(p.facts), p.text, blob)
+        pieces=tuple((p.kind, p.tokens, " ".join(p.terms), " ".join(p.facts), _with_around(p.text, p.around), blob)
                      for p, blob in zip(pieces, blobs, strict=True)),
         tool_window=layout.tool_window, tools=tuple(update.tools) if layout.tool_window else (),
     )  # fmt: skip

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..core.archive import Candidate
 from ..core.effects import Batch, Command, Plan
-from .decoding import error_text, text_of
+from .decoding import archived, error_text, text_of
 from .keys import Layout, escape_tag
 
 __all__ = ["encode_vector", "nearest", "vector_index", "vector_index_name", "vector_prefix", "vector_search", "vector_tag"]
@@ -72,8 +72,9 @@ def nearest(reply: Any) -> tuple[Candidate, ...]:
     """The pieces a vector search found, their score the cosine similarity."""
     found = []
     for row in _search_rows(reply):
-        kind, tokens, terms, text = [*text_of(row.get("rec", b"")).split("\t", 3), "", "", ""][:4]
+        kind, tokens, terms, text, around = archived(row.get("rec", b""))
         turn, distance = text_of(row.get("turn", b"0")), text_of(row.get("dist", b"2"))
         if text and tokens.isdigit() and turn.isdigit():
-            found.append(Candidate(int(turn), kind, text, int(tokens), 0.0, (), tuple(terms.split()), 1.0 - float(distance)))
+            found.append(Candidate(int(turn), kind, text, int(tokens), 0.0, (), tuple(terms.split()), 1.0 - float(distance),
+                                   0.0, around))  # fmt: skip
     return tuple(found)
