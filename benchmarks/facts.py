@@ -224,19 +224,43 @@ class Result:
     answered: int = 0
     reached: int = 0  # the answer in the prompt or among the candidates the store sent back
     by_position: dict[int, list[int]] = field(default_factory=dict)
+    windows: int = 0  # recalled lines a neighbouring sentence joined (sentence windows)
+    window_tokens: int = 0  # the tokens those neighbours added
+    by_neighbour: int = 0  # questions answered, whose answer the prompt holds only in a neighbour
+
+
+@dataclass
+class Seen:
+    """What recall was given and what it added on one build: the text of every archived
+    piece the store handed the composer to rank (whatever ranking and budget then keep, an
+    answer outside them cannot be recalled: the candidate ceiling), and the neighbouring
+    sentences recalled lines were given (sentence windows), with the tokens they added."""
+
+    candidates: list[str] = field(default_factory=list)
+    neighbours: list[str] = field(default_factory=list)
+    neighbour_tokens: int = 0
+
+    def clear(self) -> None:
+        self.candidates.clear()
+        self.neighbours.clear()
+        self.neighbour_tokens = 0
 
 
 @contextmanager
-def candidate_texts() -> Iterator[list[str]]:
-    """The text of every archived piece the store hands the composer to rank while this is
-    open: whatever ranking and budget then keep, an answer outside them cannot be recalled
-    (the candidate ceiling)."""
-    found: list[str] = []
+def candidate_texts() -> Iterator[Seen]:
+    """What recall was given and added while this is open (see ``Seen``)."""
+    found = Seen()
     recall = Composer.recall
 
     def seen(self: Composer, state: Any, current: str, candidates: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
-        found.extend(c.text for c in candidates)
-        return recall(self, state, current, candidates, *args, **kwargs)
+        found.candidates.extend(c.text for c in candidates)
+        recalled = recall(self, state, current, candidates, *args, **kwargs)
+        for item in recalled:
+            matched = next((c for c in candidates if c.turn == item.turn and c.text != item.text and c.text in item.text), None)
+            if matched is not None:  # a window: the matched sentence and its neighbours
+                found.neighbours += [part.strip() for part in item.text.split(matched.text, 1) if part.strip()]
+                found.neighbour_tokens += item.tokens - matched.tokens
+        return recalled
 
     Composer.recall = seen  # type: ignore[method-assign]
     try:
@@ -269,10 +293,13 @@ def measure(
                 prompts = {"full history": [system, *history, current], "last 10 messages": [system, *history[-10:], current],
                            "last exchange only": [system, *history[-2:], current]}  # fmt: skip
                 candidates: dict[str, list[str]] = {}
+                neighbours: dict[str, list[str]] = {}
                 for name, mgr in managers.items():
                     found.clear()
                     prompts[name] = mgr.build_messages(conversation.id, turn.user)
-                    candidates[name] = list(found)
+                    candidates[name], neighbours[name] = list(found.candidates), list(found.neighbours)
+                    results[name].windows += len(found.neighbours)
+                    results[name].window_tokens += found.neighbour_tokens
                 for name, messages in prompts.items():
                     result = results[name]
                     tokens = counter(messages)
@@ -283,6 +310,10 @@ def measure(
                         answered = any(turn.answer in m["content"] for m in messages)
                         result.answered += answered
                         result.reached += answered or any(turn.answer in text for text in candidates.get(name, ()))
+                        if answered and neighbours.get(name):  # answered only by a neighbour: gone without it
+                            result.by_neighbour += not any(
+                                turn.answer in _without(m["content"], neighbours[name]) for m in messages
+                            )
                 for mgr in managers.values():
                     mgr.record_turn(conversation.id, user=turn.user, assistant=turn.reply)
                 history += [current, {"role": "assistant", "content": turn.reply}]
@@ -290,6 +321,15 @@ def measure(
     for mgr in managers.values():
         mgr.close()
     return results
+
+
+def _without(text: str, parts: Sequence[str]) -> str:
+    """``text`` without ``parts``, as written or as the recall block quotes them."""
+    from middleware.core.state import compact_json
+
+    for part in parts:
+        text = text.replace(part, "").replace(compact_json(part)[1:-1], "")
+    return text
 
 
 def rows(results: dict[str, Result]) -> list[dict[str, Any]]:
@@ -302,5 +342,6 @@ def rows(results: dict[str, Result]) -> list[dict[str, Any]]:
             "reduction": 1 - sum(result.tokens) / full, "answered": result.answered / result.questions,
             "reached": result.reached / result.questions,
             "questions": result.questions, "turn20": at.get(20, 0.0), "turn100": at.get(100, 0.0),
+            "windows": result.windows, "window_tokens": result.window_tokens, "by_neighbour": result.by_neighbour,
         })  # fmt: skip
     return out

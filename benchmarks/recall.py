@@ -436,6 +436,8 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
         "",
         _ceiling_text(facts),
         "",
+        _neighbours_text(facts),
+        "",
         _local_text(facts),
         "",
         'Tried and not adopted: rules that pick out what a user states about themselves (a first-person sentence, not a request or a question, with a clause holding a name, a number, a code, an amount or a word such as "allergic"), archived as pieces of their own and sent with every call, newest first, within a budget of their own. In side runs (not part of this run, so their figures are not quoted) they raised the first set\'s answers by half or more at every budget tried, and left the held-out set\'s where they were while adding a third or more to the tokens sent: there the rules found twenty times more clauses holding chatter ("I\'m out Monday and Wednesday for work") than holding an answer, and the newest chatter filled the budget. Rules of this kind fit the wordings they were written against; telling a fact worth keeping from chatter needs a model (an extraction call through litellm at record time, as other memory libraries do, or a stronger embedding model for semantic recall), which this machine cannot run offline to measure.',
@@ -513,6 +515,35 @@ def _ceiling_text(facts: dict[str, Any]) -> str:
         "store sent back to be ranked (whatever the ranking and the budget then kept): " + "; ".join(parts) + ". "
         "An answer outside the candidates is lost to the search (its words or its meaning did not reach it); one inside "
         "them and not answered is lost to the ranking or to the budget."
+    )
+
+
+def _neighbours_text(facts: dict[str, Any]) -> str:
+    """What sentence windows did on each set: the recalled lines a neighbour joined, the
+    tokens they added, and the questions only a neighbour answered."""
+    parts = []
+    for name, rows in (("unseen", facts["unseen"]["rows"]), ("first", facts["rows"]), ("held-out", facts["heldout"]["rows"])):
+        lexical, semantic = _recall_rows(rows)
+        recalls = [("lexical", lexical)] + ([("semantic", semantic)] if semantic else [])
+        parts.append(f"{name}: " + ", ".join(
+            f"{kind} {row['windows']:,} neighbours, {row['window_tokens'] / row['tokens'] * 100:.2f}% of its tokens, "
+            f"{row['by_neighbour']} of {row['questions']} questions answered by a neighbour alone"
+            for kind, row in recalls
+        ))  # fmt: skip
+    alone = sum(row["by_neighbour"] for rows in (facts["unseen"]["rows"], facts["rows"], facts["heldout"]["rows"])
+                for row in rows if row["strategy"].startswith("middleware"))  # fmt: skip
+    why = (
+        "no question of these sets was answered by a neighbour alone: each states a fact in one sentence that names it, "
+        "with unrelated filler around it, so windows here only cost tokens"
+        if not alone
+        else f"{alone} answers over the three sets came from a neighbour alone"
+    )
+    return (
+        "Sentence windows (either kind of recall): a recalled user sentence is given the sentences beside it in its "
+        "message, where they name something specific and the recall block has room after every matched line. "
+        + "; ".join(parts)
+        + f'. {why[0].upper()}{why[1:]}. Windows are for a fact told across sentences ("That\'s how I met Dana." then '
+        '"We train together on Tuesdays."; `tests/test_recall.py` plays one).'
     )
 
 
