@@ -304,16 +304,18 @@ DANA = ("I finally joined a bouldering gym last spring after years of putting it
 
 def test_a_user_sentence_keeps_its_specific_neighbours_nearest_it() -> None:
     """Each user sentence carries the sentences before and after it in its message, where
-    they name something specific; a long one is cut to the end nearest the sentence."""
+    they name something specific; a long one is kept to its first 120 characters, the same
+    cut on either side, and only where that part names something."""
     first, met, train, habit = pieces_of(Turn(user=DANA), "", TOKENIZER)[:4]
     assert first.around == ("", met.text)  # the first sentence has none before; "That's how I met Dana" is specific
     assert met.around == ("", train.text)  # "I finally joined..." names nothing specific after its first letter
     assert train.around == (met.text, "")  # "it is a good habit..." names nothing either
     assert habit.kind == "user" and habit.around == (train.text, "")
-    long = "Then " + "we walked along the river " * 8 + "to Kraków."
+    long = "Then Ola and " + "we walked along the river " * 8 + "to Kraków."
     before, after = pieces_of(Turn(user=f"{long} I left the keys with Ola there. {long}"), "", TOKENIZER)[1].around
-    assert before.startswith("…") and before.endswith("to Kraków.") and len(before) <= 120
-    assert after.startswith("Then we walked") and after.endswith("…") and len(after) <= 120
+    assert before == after and before.startswith("Then Ola and we walked") and before.endswith("…") and len(before) <= 120
+    late = "Then " + "we walked along the river " * 8 + "to Kraków."  # its name falls in the part cut off
+    assert pieces_of(Turn(user=f"{late} I left the keys with Ola there."), "", TOKENIZER)[1].around == ("", "")
     call = ToolCall(name="book", arguments={"city": "Kraków"}, result={"ok": True, "id": "B-7"})
     assert all(p.around == ("", "") for p in pieces_of(Turn(user="Book it.", tool_calls=(call,)), "Booked B-7.", TOKENIZER)
                if p.kind != "user")  # fmt: skip
@@ -367,3 +369,34 @@ def test_a_neighbour_already_shown_chosen_or_saying_nothing_new_stays_out() -> N
     both = rank([windowed(train, (met, "")), windowed(met, ("", train), score=9.0)._replace(matched=("train", "tuesday"))],
                 {}, query=query, **RANK)  # fmt: skip
     assert sorted(r.text for r in both) == sorted([met, train])
+
+
+def test_a_sentence_between_two_recalled_ones_is_given_once() -> None:
+    """Found in review: a long sentence between two chosen lines was the first's neighbour
+    after and the second's before, cut differently, so the block held it twice. A
+    neighbour is cut the same way on either side, and seen once."""
+    message = ("We train on Tuesday at the Westside wall. Marta Kowalska booked the session through the front desk app and paid "
+               "with her card, so the receipt for booking B-5521 went to Olek Nowak. We train on Thursday at the Eastside wall.")  # fmt: skip
+    first, middle, last = pieces_of(Turn(user=message), "", TOKENIZER)[:3]
+    assert first.around[1] == last.around[0] and middle.text.startswith(first.around[1].rstrip("…"))
+    chosen = [windowed(p.text, p.around, score=6.0 - i)._replace(matched=("train",)) for i, p in enumerate((first, last))]
+    block = render_recall(rank(chosen, {}, query=[("train", 1.0)], **{**RANK, "budget": 400}), HEADER)
+    assert block.count("Marta Kowalska") == 1 and block.count("B-5521") == 1
+
+
+def test_under_a_tight_prompt_neighbours_go_before_any_line() -> None:
+    """recall_step, what the composer takes off a recall block that does not fit: the
+    lowest-scored line's neighbours first, then other lines' neighbours, and a line only
+    when none has any left."""
+    met, train = "That's how I met Dana Whitfield, who runs the place.", "We still train together every Tuesday."
+    query = [("train", 1.0), ("tuesday", 1.0)]
+    pass_line = "The Tuesday training pass costs 40 euros a month at Klimax."
+    items = rank([windowed(train, (met, ""), turn=1, score=9.0), windowed(pass_line, ("", ""), turn=2, score=9.0)], {},
+                 query=query, **RANK)  # fmt: skip
+    assert {r.text for r in items} == {f"{met} {train}", pass_line}
+    narrowed, step = archive.recall_step(items)
+    assert step == "recall_narrowed" and {r.text for r in narrowed} == {train, pass_line}
+    assert all(r.plain is None for r in narrowed)
+    dropped, step = archive.recall_step(narrowed)
+    lowest = min(narrowed, key=lambda r: r.score)
+    assert step == "recall_dropped" and dropped == [r for r in narrowed if r is not lowest]

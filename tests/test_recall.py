@@ -128,6 +128,38 @@ def test_a_recalled_sentence_comes_with_the_neighbour_that_names_what_it_refers_
     assert [r.text for r in prompt.recalled if "Tuesday" in r.text] == ["We still train together every Tuesday."]
 
 
+def test_a_sentence_repeated_with_other_neighbours_takes_one_place_of_the_candidates(
+    managers: ManagerFactory, tmp_path: Path
+) -> None:
+    """Found in review: the load script told texts apart with their neighbours, so one
+    sentence a user repeated beside different names filled every candidate place and the
+    answer was never ranked. The script compares the sentence alone."""
+    mgr = managers(auto(tmp_path))
+    repeated = [f"Trip {i} is booked with Olek for Monday. Where does the blue kayak stay, I keep asking myself."
+                for i in range(CANDIDATES + 4)]  # fmt: skip
+    say(mgr, "s", "The blue kayak stays at the boathouse on pier 9.", *repeated, FILLER, FILLER, FILLER)
+    prompt = mgr.prepare("s", "where does the blue kayak stay?")
+    assert any("pier 9" in r.text for r in prompt.recalled)
+
+
+def test_a_tight_budget_takes_a_neighbour_before_a_matched_line(managers: ManagerFactory, tmp_path: Path) -> None:
+    """Found in review: under tokens.budget the composer dropped whole recall lines, so a
+    line that had grown a neighbour pushed another match out. Neighbours go first now."""
+    config = auto(tmp_path).with_overrides(tokens={"budget": 168})  # room for both matches, not for the neighbour too
+    mgr = managers(config)
+    say(mgr, "g", "I joined a bouldering gym last spring. That's how I met Dana Whitfield, who runs the place. We still train "
+                  "together every Tuesday.", "The Tuesday training pass costs 40 euros a month at Klimax.",
+        *(f"Week {w}: more talk about the kitchen tiles." for w in range(30)))  # fmt: skip
+    roomy = managers(auto(tmp_path)).prepare("g", "Who do I train with on Tuesdays?")
+    assert any("Dana Whitfield" in r.text for r in roomy.recalled) and len(roomy.recalled) == 2
+    prompt = mgr.prepare("g", "Who do I train with on Tuesdays?")
+    assert sorted(r.text for r in prompt.recalled) == [
+        "The Tuesday training pass costs 40 euros a month at Klimax.",
+        "We still train together every Tuesday.",
+    ]
+    assert "recall_narrowed" in prompt.trimmed and "recall_dropped" not in prompt.trimmed
+
+
 def test_two_values_of_one_key_both_survive(managers: ManagerFactory, tmp_path: Path) -> None:
     """Two accounts: the later one is the current context, the earlier one stays in the
     key's history with the turn that set it, and comes back when accounts are asked about

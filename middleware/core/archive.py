@@ -27,9 +27,9 @@ from typing import Any, NamedTuple, Protocol
 
 from .lexical import saturation, terms
 from .state import Piece, ToolCall, Turn, compact_json, to_text
-from .text import ELLIPSIS, brief, one_line
+from .text import brief, one_line
 
-__all__ = ["MAX_PIECES", "Piece", "Recalled", "pieces_of", "query_terms", "rank", "render_recall"]
+__all__ = ["MAX_PIECES", "Piece", "Recalled", "pieces_of", "query_terms", "rank", "recall_step", "render_recall"]
 
 MAX_PIECES = 32
 _AVERAGE_TERMS = 8.0  # a piece's terms, about: BM25's average length
@@ -51,7 +51,8 @@ RRF_K = 60
 # ("Done (wc). 2 words" after "wc -> 2 words" says nothing the model lacks).
 REDUNDANT = 4
 _PIECE_CHARS = 240
-# A neighbour of a user sentence is kept to this many characters, those nearest the sentence.
+# A neighbour of a user sentence is kept to its first this many characters (the same cut
+# whichever side it is on, so a sentence between two recalled ones is one text, seen once).
 _NEIGHBOUR_CHARS = 120
 _SENTENCES = 12
 _RESULT_CHUNKS = 4  # observation pieces of one large result at most
@@ -200,15 +201,12 @@ def pieces_of(turn: Turn, reply: str, tokenizer: _Counter, observed: Sequence[st
 
 
 def _around(sentences: Sequence[str], at: int) -> tuple[str, str]:
-    """The sentences before and after ``sentences[at]`` in its message, each where it names
-    something specific (memory is for specifics: "That's how I met Dana." beside "We train
-    together on Tuesdays."), kept to its ``_NEIGHBOUR_CHARS`` nearest the sentence."""
-    before = sentences[at - 1] if at > 0 and _specific(sentences[at - 1]) else ""
-    after = sentences[at + 1] if at + 1 < len(sentences) and _specific(sentences[at + 1]) else ""
-    if len(before) > _NEIGHBOUR_CHARS:  # its end, cut at a word
-        cut = before[len(before) - _NEIGHBOUR_CHARS + 1 :]
-        before = ELLIPSIS + (cut.partition(" ")[2] or cut)
-    return before, brief(after, _NEIGHBOUR_CHARS)
+    """The sentences before and after ``sentences[at]`` in its message, each kept to its
+    first ``_NEIGHBOUR_CHARS`` and only where that names something specific (memory is for
+    specifics: "That's how I met Dana." beside "We train together on Tuesdays.")."""
+    cut = [brief(sentences[i], _NEIGHBOUR_CHARS) if 0 <= i < len(sentences) else "" for i in (at - 1, at + 1)]
+    before, after = (text if text and _specific(text) else "" for text in cut)
+    return before, after
 
 
 def query_terms(current: str, recent: Sequence[Mapping[str, str]]) -> list[tuple[str, float]]:
@@ -231,9 +229,21 @@ class Recalled:
     score: float
     why: str
     tokens: int
+    plain: Recalled | None = None  # the line without the neighbouring sentences it was given (None: it has none)
 
     def as_dict(self) -> dict[str, Any]:
         return {"text": self.text, "kind": self.kind, "turn": self.turn, "score": round(self.score, 5), "why": self.why}
+
+
+def recall_step(items: Sequence[Recalled]) -> tuple[list[Recalled], str]:
+    """One step off a recall block that does not fit: the neighbours the lowest-scored line
+    with any were given go first ("recall_narrowed"), and only when no line has any left the
+    lowest-scored line ("recall_dropped"), so a neighbour never pushes a match out."""
+    windowed = [item for item in items if item.plain is not None]
+    if windowed:
+        worst = min(windowed, key=lambda item: (item.score, item.turn))
+        return [item.plain if item is worst and item.plain is not None else item for item in items], "recall_narrowed"
+    return sorted(items, key=lambda item: -item.score)[:-1], "recall_dropped"
 
 
 class Candidate(NamedTuple):
@@ -369,7 +379,8 @@ def rank(
             if used + tokens - item.tokens > budget:
                 continue
             used += tokens - item.tokens
-            item = dataclasses.replace(item, text=text, tokens=tokens, why=f"{item.why}; with the sentence {side}")
+            item = dataclasses.replace(item, text=text, tokens=tokens, why=f"{item.why}; with the sentence {side}",
+                                       plain=item.plain or item)  # fmt: skip
             seen.add(key)
             said |= adds
         chosen[index] = item

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from ..config.schema import Config
 from ..config.sections import Skill
 from ..exceptions import TokenBudgetError
-from .archive import Candidate, Recalled, query_terms, rank, render_recall
+from .archive import Candidate, Recalled, query_terms, rank, recall_step, render_recall
 from .context import order_context, render_context, render_earlier
 from .notes import render_notes
 from .recording import MAX_TOOLS_RECORDED, TOKENS_PER_MESSAGE, turn_messages, turn_update
@@ -284,8 +284,8 @@ class Composer:
             parts.lines = parts.lines[1:]
             done.append("summary_line_dropped")
         elif block == "recall" and parts.recall:
-            parts.recall = sorted(parts.recall, key=lambda r: -r.score)[:-1]
-            done.append("recall_dropped")
+            parts.recall, step = recall_step(parts.recall)
+            done.append(step)
         elif block == "notes" and parts.notes_cap and parts.notes.strip():
             cut = room if room >= 24 and room < parts.notes_cap else 0  # too little room for useful notes: leave them out
             parts.notes_cap = cut
@@ -402,8 +402,8 @@ class Composer:
                     "Shorten the message or raise tokens.budget."
                 )
             while parts.recall and fixed + recall_tokens + summary_tokens + recent_tokens > budget:  # recall gives first
-                parts.recall = sorted(parts.recall, key=lambda r: -r.score)[:-1]
-                trimmed.append("recall_dropped")
+                parts.recall, step = recall_step(parts.recall)
+                trimmed.append(step)
                 recall_section = render_recall(parts.recall, config.memory.recall_header)
                 recall_tokens = tokenizer.count("\n" + recall_section) if recall_section else 0
             if fixed + recall_tokens + summary_tokens + recent_tokens > budget:  # only then is there anything to cut

@@ -127,9 +127,10 @@ while sent < wanted and at <= #best do
   if records.err then return out end
   for i, id in ipairs(batch) do
     -- The same text from another turn says nothing new: one of each, at most `candidates`.
-    -- Anchored at the start (as Python splits it, the text is what follows the third tab):
-    -- an unanchored '[^\t]*$' retries from every position and costs several µs a record.
-    local text = records[i] and string.match(records[i], '^[^\t]*\t[^\t]*\t[^\t]*\t(.*)$')
+    -- Anchored at the start (as Python splits it, the text is what follows the third tab, up
+    -- to a user sentence's neighbours after the next): an unanchored '[^\t]*$' retries from
+    -- every position and costs several µs a record.
+    local text = records[i] and string.match(records[i], '^[^\t]*\t[^\t]*\t[^\t]*\t([^\t]*)')
     if text and not seen[text] then
       seen[text], sent = true, sent + 1
       local m = mask[id]
