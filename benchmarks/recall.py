@@ -520,30 +520,30 @@ def _ceiling_text(facts: dict[str, Any]) -> str:
 
 def _neighbours_text(facts: dict[str, Any]) -> str:
     """What sentence windows did on each set: the recalled lines a neighbour joined, the
-    tokens they added, and the questions only a neighbour answered."""
-    parts = []
+    tokens they added, and the questions only a neighbour answered (of the rows it names)."""
+    parts, alone = [], 0
     for name, rows in (("unseen", facts["unseen"]["rows"]), ("first", facts["rows"]), ("held-out", facts["heldout"]["rows"])):
         lexical, semantic = _recall_rows(rows)
         recalls = [("lexical", lexical)] + ([("semantic", semantic)] if semantic else [])
+        alone += sum(row["by_neighbour"] for _, row in recalls)
         parts.append(f"{name}: " + ", ".join(
             f"{kind} {row['windows']:,} neighbours, {row['window_tokens'] / row['tokens'] * 100:.2f}% of its tokens, "
             f"{row['by_neighbour']} of {row['questions']} questions answered by a neighbour alone"
             for kind, row in recalls
         ))  # fmt: skip
-    alone = sum(row["by_neighbour"] for rows in (facts["unseen"]["rows"], facts["rows"], facts["heldout"]["rows"])
-                for row in rows if row["strategy"].startswith("middleware"))  # fmt: skip
     why = (
-        "no question of these sets was answered by a neighbour alone: each states a fact in one sentence that names it, "
+        "No question of these sets was answered by a neighbour alone: each states a fact in one sentence that names it, "
         "with unrelated filler around it, so windows here only cost tokens"
         if not alone
-        else f"{alone} answers over the three sets came from a neighbour alone"
+        else f"Over these rows, {alone} {'answer' if alone == 1 else 'answers'} came from a neighbour alone: each set "
+        "states a fact in one sentence that names it, with unrelated filler around it, so windows here mostly cost tokens"
     )
     return (
         "Sentence windows (either kind of recall): a recalled user sentence is given the sentences beside it in its "
         "message, where they name something specific and the recall block has room after every matched line. "
         + "; ".join(parts)
-        + f'. {why[0].upper()}{why[1:]}. Windows are for a fact told across sentences ("That\'s how I met Dana." then '
-        '"We train together on Tuesdays."; `tests/test_recall.py` plays one).'
+        + f'. {why}. Windows are for a fact told across sentences ("That\'s how I met Dana." then "We train together '
+        'on Tuesdays."; `tests/test_recall.py` plays one).'
     )
 
 
