@@ -29,6 +29,7 @@ from typing import Any
 
 from middleware import Config, SessionManager
 from middleware.core.composer import Composer
+from middleware.core.state import compact_json
 
 __all__ = ["Conversation", "conversations", "measure"]
 
@@ -256,10 +257,9 @@ def candidate_texts() -> Iterator[Seen]:
         found.candidates.extend(c.text for c in candidates)
         recalled = recall(self, state, current, candidates, *args, **kwargs)
         for item in recalled:
-            matched = next((c for c in candidates if c.turn == item.turn and c.text != item.text and c.text in item.text), None)
-            if matched is not None:  # a window: the matched sentence and its neighbours
-                found.neighbours += [part.strip() for part in item.text.split(matched.text, 1) if part.strip()]
-                found.neighbour_tokens += item.tokens - matched.tokens
+            if item.plain is not None:  # a window: the matched sentence (``plain``) and its neighbours
+                found.neighbours += [part.strip() for part in item.text.split(item.plain.text, 1) if part.strip()]
+                found.neighbour_tokens += item.tokens - item.plain.tokens
         return recalled
 
     Composer.recall = seen  # type: ignore[method-assign]
@@ -325,8 +325,6 @@ def measure(
 
 def _without(text: str, parts: Sequence[str]) -> str:
     """``text`` without ``parts``, as written or as the recall block quotes them."""
-    from middleware.core.state import compact_json
-
     for part in parts:
         text = text.replace(part, "").replace(compact_json(part)[1:-1], "")
     return text
