@@ -162,10 +162,11 @@ def test_a_history_that_cannot_be_resent_whole_is_not() -> None:
 
 
 def test_long_tool_arguments_cut_by_the_trace_make_the_session_compose(managers: ManagerFactory, log_path: Path) -> None:
-    """A call whose arguments pass traces.max_entry_chars is traced cut, which is not JSON:
-    the next turn composes (and marks the session) instead of resending a call a provider
-    would refuse."""
-    needs = {"use tool 0": [("tool_0", {"text": "x" * 3_000})], "use tool 1": [("tool_1", {})]}
+    """A call whose arguments pass traces.max_entry_chars is traced cut, which is not JSON
+    (300 keys, cut in the middle between two of them; a long string cut inside itself would
+    still be JSON): the next turn composes (and marks the session) instead of resending a
+    call a provider would refuse."""
+    needs = {"use tool 0": [("tool_0", {f"key_{i}": i for i in range(300)})], "use tool 1": [("tool_1", {})]}
     model = Needs(needs)
     mgr = managers(_config(log_path, "gpt-5-mini"))
     for request in needs:
