@@ -300,6 +300,28 @@ def test_wrap_a_chatbot_returning_its_whole_turn(mgr: Manager) -> None:
     assert state.context == {"userinterface_name": "google_tv"}  # the failed call set nothing
 
 
+def test_wrap_pairs_each_round_with_its_own_results_when_a_model_reuses_call_ids(mgr: Manager) -> None:
+    """Some models number their calls afresh each round ("call_0" every time): a call is
+    paired with the result that answers it in its own round, not a later round's."""
+
+    def call(name: str, arguments: str) -> dict[str, Any]:
+        return {"id": "call_0", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+    def bot(messages: list[dict[str, str]]) -> list[dict[str, Any]]:
+        return [
+            {"role": "assistant", "content": None, "tool_calls": [call("take_control", '{"device_id": "d2", "host_name": "h"}')]},
+            {"role": "tool", "tool_call_id": "call_0", "content": '{"success": false, "error": "busy"}'},
+            {"role": "assistant", "content": None,
+             "tool_calls": [call("navigate_to_node", '{"userinterface_name": "google_tv", "node": "shop"}')]},
+            {"role": "tool", "tool_call_id": "call_0", "content": '{"success": true}'},
+            {"role": "assistant", "content": "At the shop; d2 was busy."},
+        ]  # fmt: skip
+
+    mgr.wrap(bot)("w", "goto shop")
+    # The failed call set nothing; paired with the second round's success it would have set both.
+    assert mgr.get_state("w").context == {"userinterface_name": "google_tv"}
+
+
 def test_wrap_a_chatbot_returning_a_message_or_a_litellm_response(mgr: Manager) -> None:
     """OpenAI-style message dicts and litellm responses are understood."""
     from middleware import llm

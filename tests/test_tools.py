@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 
@@ -189,3 +190,20 @@ def test_a_result_cut_to_fit_is_remembered_as_sent_and_valued_as_it_came() -> No
     assert call.result == {"id": 7, "log": "entry " * 50} and call.result_text == cut and call.ok
     (unvalued,) = ran_calls(loop, ())
     assert unvalued.result == cut == unvalued.result_text
+
+
+def test_the_endpoint_pairs_each_round_with_its_own_results_when_a_model_reuses_call_ids() -> None:
+    """A model that numbers its calls afresh each round ("call_0" every time): each call
+    the endpoint records holds the result of its own round, not of a later one."""
+
+    def asked(name: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": None,
+                "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": name, "arguments": "{}"}}]}  # fmt: skip
+
+    loop = [
+        asked("reserve"), {"role": "tool", "tool_call_id": "call_0", "content": '{"error": "sold out"}'},
+        asked("lookup"), {"role": "tool", "tool_call_id": "call_0", "content": '{"id": 7}'},
+    ]  # fmt: skip
+    reserve, lookup = ran_calls(loop, ())
+    assert (reserve.name, reserve.result, reserve.ok) == ("reserve", {"error": "sold out"}, False)
+    assert (lookup.name, lookup.result, lookup.ok) == ("lookup", {"id": 7}, True)

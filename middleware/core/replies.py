@@ -60,6 +60,15 @@ def tool_results(messages: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Any, 
     return results
 
 
+def _rounds(messages: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]]:
+    """Each assistant message with the messages up to the next assistant message (its
+    round's tool results): a call is answered within its round, so a model that numbers its
+    calls afresh each round (``call_0`` every time) has each call paired with its own result."""
+    starts = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    ends = [*starts[1:], len(messages)]
+    return [(messages[i], messages[i + 1 : ends[n]]) for n, i in enumerate(starts)]
+
+
 def decoded(text: str) -> Any:
     """A tool result given as text, as its value: the JSON it holds (a chatbot's tool
     message, or a Python tool returning JSON text, reads as a tool returning the object
@@ -77,13 +86,15 @@ def ran_calls(
     itself (by call id: the disclosure loader's) left out. A result cut to fit the budget is
     remembered with the text sent, and valued by its text as it came (``whole``, by call id),
     as ``chat()`` values a tool's return."""
-    results, gone = tool_results(loop), set(answered)
-    for call_id, text in (whole or {}).items():
-        if call_id in results:
-            results[call_id] = (decoded(text), results[call_id][1])
-    return [call for message in loop if message.get("role") == "assistant"
-            for call in calls_of({**message, "tool_calls": [c for c in message.get("tool_calls") or () if c.get("id") not in gone]},
-                                 results)]  # fmt: skip
+    gone, ran = set(answered), []
+    for message, answers in _rounds(loop):
+        results = tool_results(answers)
+        for call_id, text in (whole or {}).items():
+            if call_id in results:
+                results[call_id] = (decoded(text), results[call_id][1])
+        kept = [c for c in message.get("tool_calls") or () if c.get("id") not in gone]
+        ran += calls_of({**message, "tool_calls": kept}, results)
+    return ran
 
 
 def interpret_reply(reply: Any) -> tuple[str, list[ToolCall], Any, str | None]:
@@ -104,8 +115,7 @@ def interpret_reply(reply: Any) -> tuple[str, list[ToolCall], Any, str | None]:
         return str(reply.get("content") or ""), calls_of(reply, {}), reply.get("usage"), None
     if isinstance(reply, Sequence):
         messages = [as_dict(m) for m in reply]
-        results = tool_results(messages)
-        calls = [c for m in messages if m.get("role") == "assistant" for c in calls_of(m, results)]
+        calls = [c for m, answers in _rounds(messages) for c in calls_of(m, tool_results(answers))]
         finals = [m.get("content") for m in messages if m.get("role") == "assistant" and m.get("content")]
         return str(finals[-1] if finals else ""), calls, None, None
     raise LLMError(
