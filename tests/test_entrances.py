@@ -217,11 +217,14 @@ def _text(content: Any) -> str:
     return str(content or "")
 
 
-def respond(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, act: bool) -> dict[str, Any]:
+def respond(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, act: bool, reuse_ids: bool = False
+) -> dict[str, Any]:
     """The scripted model, a function of the request alone. It wants the tool its user message
     names (``WANTS``); it loads the tool's group when the tool is not among the request's tools,
     then calls it (``act``) or just answers; after a tool's result it answers naming the result.
-    Call ids come from the request's length, so every entrance sees the same ids."""
+    Call ids come from the request's length, so every entrance sees the same ids; with
+    ``reuse_ids``, every call is "call_0", as some models number calls afresh each round."""
     names = {tool["function"]["name"] for tool in tools or ()}
     start = max(i for i, message in enumerate(messages) if message["role"] == "user")
     user, turn = _text(messages[start]["content"]), messages[start + 1 :]
@@ -231,14 +234,20 @@ def respond(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, 
         return {"role": "assistant", "content": f"Done: {_text(last['content'])}"}
     wanted, arguments = next(want for word, want in WANTS.items() if word in user)
     if wanted not in names and LOADER not in called.values():
-        return _call(messages, LOADER, {"names": [wanted.split("_", 1)[0]]})
+        return _call(messages, LOADER, {"names": [wanted.split("_", 1)[0]]}, reuse_ids)
     if act and wanted in names:
-        return _call(messages, wanted, arguments)
+        return _call(messages, wanted, arguments, reuse_ids)
     return {"role": "assistant", "content": f"{wanted} is ready." if wanted in names else f"{wanted} is missing."}
 
 
-def _call(messages: Sequence[Mapping[str, Any]], name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    call = {"id": f"call_{len(messages)}_0", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+def _call(
+    messages: Sequence[Mapping[str, Any]], name: str, arguments: Mapping[str, Any], reuse_ids: bool = False
+) -> dict[str, Any]:
+    call = {
+        "id": "call_0" if reuse_ids else f"call_{len(messages)}_0",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
     return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
@@ -368,10 +377,12 @@ def perform(store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     with Anthropic's caching rules and breakpoints unless ``settings`` say otherwise."""
     monkeypatch.setenv("OPENAI_API_KEY", "unused")  # the endpoint's upstream key comes from the environment
 
-    def perform(entrance: str, turns: Sequence[str], *, act: bool, **settings: Any) -> Run:
+    def perform(entrance: str, turns: Sequence[str], *, act: bool, reuse_ids: bool = False, **settings: Any) -> Run:
         requests: list[dict[str, Any]] = []
         log = tmp_path / f"{entrance}-{uuid.uuid4().hex}.jsonl"
-        with serving(mock_openai_app(responder=functools.partial(respond, act=act), requests=requests)) as url:
+        with serving(
+            mock_openai_app(responder=functools.partial(respond, act=act, reuse_ids=reuse_ids), requests=requests)
+        ) as url:
             config = Config().with_overrides(**{
                 "store": {"url": store_url, "key_prefix": f"mw-{uuid.uuid4().hex[:12]}"},
                 "usage_log": {"path": str(log)},
@@ -557,6 +568,19 @@ def test_a_resent_history_is_what_chat_resends(perform: Callable[..., Run], entr
     assert len(firsts) == len(TOOL_TURNS) and any(m["role"] == "tool" for m in firsts[-1]["messages"])
     assert all(len(tool_names(body)) == len(SCHEMAS) for body in firsts)  # every schema, no loader
     got = perform(entrance, TOOL_TURNS, act=True, **settings)
+    assert sent(got.requests) == sent(want.requests), difference(entrance, sent(got.requests), sent(want.requests))
+
+
+@pytest.mark.parametrize("entrance", ["endpoint", "endpoint_stream"])
+def test_a_model_that_reuses_call_ids_across_rounds_is_recorded_alike_by_every_entrance(
+    perform: Callable[..., Run], entrance: str
+) -> None:
+    """Every call "call_0": the loader's in one round, the tool's in the next. The tool call
+    the client ran is recorded with its own result, not left out as the loader's answer (an
+    id alone named both), so later turns' memory and requests are chat()'s."""
+    want = perform("chat", TOOL_TURNS, act=True, reuse_ids=True)
+    assert any("Done: " in json.dumps(body["messages"]) for body in want.requests)
+    got = perform(entrance, TOOL_TURNS, act=True, reuse_ids=True)
     assert sent(got.requests) == sent(want.requests), difference(entrance, sent(got.requests), sent(want.requests))
 
 

@@ -207,3 +207,22 @@ def test_the_endpoint_pairs_each_round_with_its_own_results_when_a_model_reuses_
     reserve, lookup = ran_calls(loop, ())
     assert (reserve.name, reserve.result, reserve.ok) == ("reserve", {"error": "sold out"}, False)
     assert (lookup.name, lookup.result, lookup.ok) == ("lookup", {"id": 7}, True)
+
+
+def test_a_call_the_turn_answered_itself_is_left_out_by_its_round_not_its_id_alone() -> None:
+    """The loader answered in round 0 as "call_0", a tool the client ran in round 1 also as
+    "call_0": only the loader's is left out of the record. A cut result's whole text values
+    the round it was cut in. A bare id (a turn saved by an earlier version) stands for every round."""
+    from middleware.core.replies import call_key
+
+    def asked(name: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": None,
+                "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": name, "arguments": "{}"}}]}  # fmt: skip
+
+    loop = [
+        asked("load_tools"), {"role": "tool", "tool_call_id": "call_0", "content": "loaded: lookup"},
+        asked("lookup"), {"role": "tool", "tool_call_id": "call_0", "content": '{"id": 7, "log": "a … b"}'},
+    ]  # fmt: skip
+    (lookup,) = ran_calls(loop, [call_key(0, "call_0")], {call_key(1, "call_0"): '{"id": 7, "log": "all of it"}'})
+    assert (lookup.name, lookup.result) == ("lookup", {"id": 7, "log": "all of it"})
+    assert ran_calls(loop, ["call_0"]) == []

@@ -14,7 +14,7 @@ from ..exceptions import LLMError
 from .state import ToolCall
 from .text import parse_json
 
-__all__ = ["as_dict", "calls_of", "decoded", "interpret_reply", "ran_calls", "succeeded", "tool_results"]
+__all__ = ["as_dict", "call_key", "calls_of", "decoded", "interpret_reply", "ran_calls", "round_ids", "succeeded", "tool_results"]
 
 
 def succeeded(result: Any) -> bool:
@@ -79,18 +79,38 @@ def decoded(text: str) -> Any:
         return text
 
 
+def call_key(round_: int, call_id: str) -> str:
+    """A call of a turn's tool loop by its round (the assistant messages before it) and id:
+    a model may number its calls afresh each round."""
+    return f"{round_} {call_id}"
+
+
+def round_ids(keys: Iterable[str], round_: int) -> set[str]:
+    """The call ids of ``round_`` among ``keys`` (see ``call_key``); a bare id, as a turn
+    saved by an earlier version keeps it, stands for its id in every round."""
+    ids = set()
+    for key in keys:
+        number, space, call_id = key.partition(" ")
+        if not (space and number.isdigit()):
+            ids.add(key)
+        elif int(number) == round_:
+            ids.add(call_id)
+    return ids
+
+
 def ran_calls(
     loop: Sequence[Mapping[str, Any]], answered: Iterable[str], whole: Mapping[str, str] | None = None
 ) -> list[ToolCall]:
-    """The tool calls a turn's tool loop ran, with their results: those the turn ``answered``
-    itself (by call id: the disclosure loader's) left out. A result cut to fit the budget is
-    remembered with the text sent, and valued by its text as it came (``whole``, by call id),
-    as ``chat()`` values a tool's return."""
-    gone, ran = set(answered), []
-    for message, answers in _rounds(loop):
-        results = tool_results(answers)
-        for call_id, text in (whole or {}).items():
-            if call_id in results:
+    """The tool calls a turn's tool loop ran, with their results (each round's calls with
+    the tool messages that follow them): those the turn ``answered`` itself (the disclosure
+    loader's, by ``call_key``) left out. A result cut to fit the budget is remembered with
+    the text sent, and valued by its text as it came (``whole``, by ``call_key``), as
+    ``chat()`` values a tool's return."""
+    answered, ran = list(answered), []
+    for number, (message, answers) in enumerate(_rounds(loop)):
+        results, gone = tool_results(answers), round_ids(answered, number)
+        for key, text in (whole or {}).items():
+            for call_id in round_ids([key], number) & results.keys():
                 results[call_id] = (decoded(text), results[call_id][1])
         kept = [c for c in message.get("tool_calls") or () if c.get("id") not in gone]
         ran += calls_of({**message, "tool_calls": kept}, results)

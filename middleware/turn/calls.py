@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..core.replies import call_key, round_ids
 from ..core.text import CUT_MARKER
 from ..core.turnloop import PendingCall, ToolOutcome, TurnLoop
 from ..session.engine import Engine
@@ -44,10 +45,10 @@ class Calls:
     ) -> None:  # fmt: skip
         self.engine, self.plan, self.kind, self.loop = engine, plan, kind, loop
         self.marked, self.extra, self.step = marked, extra, step
-        self.answered = list(answered)  # the ids of the calls the turn answered itself (the loader's)
+        self.answered = list(answered)  # the calls the turn answered itself (the loader's), by replies.call_key
         self.first = first  # what the turn's first call carried and cost, for the inspector
         self.lines: list[dict[str, Any]] = []  # the usage lines written, one per call
-        self.whole = dict(whole or {})  # the text of each tool result cut to fit, by call id, as it came
+        self.whole = dict(whole or {})  # the text of each tool result cut to fit, by replies.call_key, as it came
 
     def request(self) -> Request:
         """The next call's request (see ``TurnPlan.request``)."""
@@ -76,9 +77,15 @@ class Calls:
 
     def _ran(self, loop: Sequence[Mapping[str, Any]]) -> list[str | None]:
         """The ids of the tool calls in ``loop`` that ran (the turn's own answers aside)."""
-        gone = set(self.answered)
-        return [call.get("id") for m in loop if m.get("role") == "assistant" for call in m.get("tool_calls") or ()
-                if call.get("id") not in gone]  # fmt: skip
+        rounds = [m for m in loop if m.get("role") == "assistant"]
+        return [call.get("id") for number, m in enumerate(rounds) for call in m.get("tool_calls") or ()
+                if call.get("id") not in round_ids(self.answered, number)]  # fmt: skip
+
+    def _round(self, index: int | None = None) -> int:
+        """The round of the turn's tool loop a message belongs to (the assistant messages of
+        the loop before it, up to ``index`` of the request's messages; the last round's by default)."""
+        messages = self.loop.messages[len(self.plan.prompt.messages) : index]
+        return sum(1 for m in messages if m.get("role") == "assistant") - 1
 
     def answer(self, call: PendingCall, problem: Callable[[str, Any], str | None]) -> ToolOutcome | None:
         """The turn's own answer to ``call`` (the loader, a tool whose schema was not sent),
@@ -86,7 +93,7 @@ class Calls:
         text = self.plan.answer(call, problem, self._room)
         if text is None:
             return None
-        self.answered.append(call.id)
+        self.answered.append(call_key(self._round(), call.id))
         return answered(call, text)
 
     def _room(self) -> int | None:
@@ -125,7 +132,7 @@ class Calls:
             size = tokenizer.count(largest["content"])
             if size <= CUT_FLOOR:
                 return
-            self.whole.setdefault(str(largest.get("tool_call_id") or ""), largest["content"])
+            self.whole.setdefault(call_key(self._round(at), str(largest.get("tool_call_id") or "")), largest["content"])
             cut = largest["content"] = tokenizer.cut_middle(largest["content"], max(size - over, CUT_FLOOR), CUT_MARKER)
             results.remove(at)
             if at in loop.recorded:  # by place, not call id (a model may reuse an id across rounds)
