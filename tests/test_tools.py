@@ -192,17 +192,19 @@ def test_a_result_cut_to_fit_is_remembered_as_sent_and_valued_as_it_came() -> No
     assert unvalued.result == cut == unvalued.result_text
 
 
+def _asked(name: str) -> dict[str, Any]:
+    """An assistant message calling ``name`` as "call_0", as a model that numbers its calls afresh each round does."""
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": name, "arguments": "{}"}}]}  # fmt: skip
+
+
 def test_the_endpoint_pairs_each_round_with_its_own_results_when_a_model_reuses_call_ids() -> None:
     """A model that numbers its calls afresh each round ("call_0" every time): each call
     the endpoint records holds the result of its own round, not of a later one."""
 
-    def asked(name: str) -> dict[str, Any]:
-        return {"role": "assistant", "content": None,
-                "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": name, "arguments": "{}"}}]}  # fmt: skip
-
     loop = [
-        asked("reserve"), {"role": "tool", "tool_call_id": "call_0", "content": '{"error": "sold out"}'},
-        asked("lookup"), {"role": "tool", "tool_call_id": "call_0", "content": '{"id": 7}'},
+        _asked("reserve"), {"role": "tool", "tool_call_id": "call_0", "content": '{"error": "sold out"}'},
+        _asked("lookup"), {"role": "tool", "tool_call_id": "call_0", "content": '{"id": 7}'},
     ]  # fmt: skip
     reserve, lookup = ran_calls(loop, ())
     assert (reserve.name, reserve.result, reserve.ok) == ("reserve", {"error": "sold out"}, False)
@@ -215,13 +217,9 @@ def test_a_call_the_turn_answered_itself_is_left_out_by_its_round_not_its_id_alo
     the round it was cut in. A bare id (a turn saved by an earlier version) stands for every round."""
     from middleware.core.replies import call_key
 
-    def asked(name: str) -> dict[str, Any]:
-        return {"role": "assistant", "content": None,
-                "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": name, "arguments": "{}"}}]}  # fmt: skip
-
     loop = [
-        asked("load_tools"), {"role": "tool", "tool_call_id": "call_0", "content": "loaded: lookup"},
-        asked("lookup"), {"role": "tool", "tool_call_id": "call_0", "content": '{"id": 7, "log": "a … b"}'},
+        _asked("load_tools"), {"role": "tool", "tool_call_id": "call_0", "content": "loaded: lookup"},
+        _asked("lookup"), {"role": "tool", "tool_call_id": "call_0", "content": '{"id": 7, "log": "a … b"}'},
     ]  # fmt: skip
     (lookup,) = ran_calls(loop, [call_key(0, "call_0")], {call_key(1, "call_0"): '{"id": 7, "log": "all of it"}'})
     assert (lookup.name, lookup.result) == ("lookup", {"id": 7, "log": "all of it"})
