@@ -96,6 +96,28 @@ def test_items_of_an_unfinished_turn_wait_and_can_be_popped(manager: AsyncSessio
     assert (waiting, turns) == (0, 1)
 
 
+def test_parallel_calls_each_keep_their_own_result(manager: AsyncSessionManager) -> None:
+    """One model response with two calls at once, then both outputs (the order the Runner
+    keeps items in: each call an assistant message of its own): the failed call sets no
+    context key, the one that worked does."""
+
+    async def scenario() -> dict[str, str]:
+        session = MiddlewareSession("a4", manager)
+        await session.add_items([
+            {"role": "user", "content": "weather in Oslo, and the time in Bergen?"},
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Oslo"}'},
+            {"type": "function_call", "call_id": "c2", "name": "get_time", "arguments": '{"town": "Bergen"}'},
+            {"type": "function_call_output", "call_id": "c1", "output": '{"error": "weather service down"}'},
+            {"type": "function_call_output", "call_id": "c2", "output": '{"time": "12:00"}'},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "No weather; 12:00."}]},
+        ])  # fmt: skip
+        context = (await manager.get_state("a4")).context
+        await manager.close()
+        return context
+
+    assert asyncio.run(scenario()) == {"town": "Bergen"}
+
+
 @pytest.mark.parametrize(
     ("item", "message"),
     [

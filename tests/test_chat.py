@@ -322,6 +322,28 @@ def test_wrap_pairs_each_round_with_its_own_results_when_a_model_reuses_call_ids
     assert mgr.get_state("w").context == {"userinterface_name": "google_tv"}
 
 
+def test_wrap_pairs_parallel_calls_given_one_assistant_message_each(mgr: Manager) -> None:
+    """Two calls made at once, each in an assistant message of its own, then both results
+    (as the Agents SDK's items read): each call gets its own result, so the failed one sets
+    nothing."""
+
+    def call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": None,
+                "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}]}  # fmt: skip
+
+    def bot(messages: list[dict[str, str]]) -> list[dict[str, Any]]:
+        return [
+            call("a", "take_control", '{"device_id": "d2", "host_name": "h"}'),
+            call("b", "navigate_to_node", '{"userinterface_name": "google_tv", "node": "shop"}'),
+            {"role": "tool", "tool_call_id": "a", "content": '{"success": false, "error": "busy"}'},
+            {"role": "tool", "tool_call_id": "b", "content": '{"success": true}'},
+            {"role": "assistant", "content": "At the shop; d2 was busy."},
+        ]
+
+    mgr.wrap(bot)("w", "goto shop")
+    assert mgr.get_state("w").context == {"userinterface_name": "google_tv"}
+
+
 def test_wrap_a_chatbot_returning_a_message_or_a_litellm_response(mgr: Manager) -> None:
     """OpenAI-style message dicts and litellm responses are understood."""
     from middleware import llm

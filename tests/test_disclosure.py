@@ -246,8 +246,15 @@ def test_baseline_messages_drop_the_loaders_calls_and_answers() -> None:
         {"role": "tool", "tool_call_id": "c1", "content": "hello"},
         {"role": "tool", "tool_call_id": "l2", "content": "Loaded ls."},
     ]
-    kept = baseline_messages(loop, ["c1"])
+    kept = baseline_messages(loop, ["1 c1"])  # replies.call_key: round 1, id c1
     assert [m.get("tool_call_id") or [c["id"] for c in m["tool_calls"]] for m in kept] == [["c1"], "c1"]
+    # A model that numbers its calls afresh each round: the loader's "call_0" of round 0 goes,
+    # the tool's "call_0" of round 1 stays.
+    again = [{**m, "tool_calls": [{**c, "id": "call_0"} for c in m["tool_calls"]]} if m.get("tool_calls")
+             else {**m, "tool_call_id": "call_0"} for m in loop[:2]]  # fmt: skip
+    again += [{**loop[2], "tool_calls": [{"id": "call_0", "function": {"name": "cat"}}]},
+              {"role": "tool", "tool_call_id": "call_0", "content": "hello"}]  # fmt: skip
+    assert [m["role"] for m in baseline_messages(again, ["1 call_0"])] == ["assistant", "tool"]
 
 
 # --- through chat() and litellm ---------------------------------------------------------

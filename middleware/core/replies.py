@@ -61,12 +61,23 @@ def tool_results(messages: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Any, 
 
 
 def _rounds(messages: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]]:
-    """Each assistant message with the messages up to the next assistant message (its
-    round's tool results): a call is answered within its round, so a model that numbers its
-    calls afresh each round (``call_0`` every time) has each call paired with its own result."""
-    starts = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
-    ends = [*starts[1:], len(messages)]
-    return [(messages[i], messages[i + 1 : ends[n]]) for n, i in enumerate(starts)]
+    """Each assistant message with its round's tool results: the messages after the run of
+    assistant messages it is in, up to the next assistant message. A call is answered within
+    its round, so a model that numbers its calls afresh each round (``call_0`` every time)
+    has each call paired with its own result; parallel calls given one assistant message
+    each (as the Agents SDK's items read) share the results that follow them."""
+    paired, end = [], len(messages)
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        start = i + 1
+        while start < end and messages[start].get("role") == "assistant":
+            start += 1
+        stop = start
+        while stop < end and messages[stop].get("role") != "assistant":
+            stop += 1
+        paired.append((message, messages[start:stop]))
+    return paired
 
 
 def decoded(text: str) -> Any:

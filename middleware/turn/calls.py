@@ -75,10 +75,10 @@ class Calls:
         self.lines.append(line)
         return line
 
-    def _ran(self, loop: Sequence[Mapping[str, Any]]) -> list[str | None]:
-        """The ids of the tool calls in ``loop`` that ran (the turn's own answers aside)."""
+    def _ran(self, loop: Sequence[Mapping[str, Any]]) -> list[str]:
+        """The tool calls in ``loop`` that ran (the turn's own answers aside), by ``call_key``."""
         rounds = [m for m in loop if m.get("role") == "assistant"]
-        return [call.get("id") for number, m in enumerate(rounds) for call in m.get("tool_calls") or ()
+        return [call_key(number, str(call.get("id"))) for number, m in enumerate(rounds) for call in m.get("tool_calls") or ()
                 if call.get("id") not in round_ids(self.answered, number)]  # fmt: skip
 
     def _round(self, index: int | None = None) -> int:

@@ -123,11 +123,11 @@ class TurnPlan:
         return None
 
     def full_tokens(
-        self, loop: Sequence[Mapping[str, Any]], ran: Sequence[str | None], count: Callable[[Mapping[str, Any]], int]
+        self, loop: Sequence[Mapping[str, Any]], ran: Sequence[str], count: Callable[[Mapping[str, Any]], int]
     ) -> int:
         """What the full-history chatbot would send for a call whose tool loop is ``loop``:
-        every schema and the same tool messages, less the loader's (``ran``: the ids of the
-        calls that ran)."""
+        every schema and the same tool messages, less the loader's (``ran``: the calls that
+        ran, by ``replies.call_key``)."""
         baseline = loop if self.tools is None else baseline_messages(loop, ran)
         return self.prompt.full_history_tokens + sum(map(count, baseline)) + self.full_tools_tokens
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ...config.sections import DisclosureConfig
 from ..lexical import Bm25, tokens
+from ..replies import call_key
 from ..text import one_line
 from .groups import ToolEntry, description_of, shared_preamble, without_preamble
 from .odds import CoUse
@@ -327,17 +328,21 @@ def _names(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - _MAX_ECHO} more" if len(names) > _MAX_ECHO else "")
 
 
-def baseline_messages(loop: Sequence[Mapping[str, Any]], ran: Iterable[str | None]) -> list[Mapping[str, Any]]:
+def baseline_messages(loop: Sequence[Mapping[str, Any]], ran: Iterable[str]) -> list[Mapping[str, Any]]:
     """A turn's tool-loop messages as a chatbot that sends every schema would have them: only
-    the calls that ran (ids in ``ran``) and their results, without the loader's calls and
-    the answers about unsent schemas."""
-    ids = set(ran)
+    the calls that ran (``ran``: by ``replies.call_key``, round and id, as a model may number
+    its calls afresh each round) and their results, without the loader's calls and the
+    answers about unsent schemas."""
+    keys, round_ = set(ran), -1
     out: list[Mapping[str, Any]] = []
     for message in loop:
-        if message.get("role") == "assistant" and message.get("tool_calls"):
-            kept = [call for call in message["tool_calls"] if call.get("id") in ids]
-            if kept or message.get("content"):
-                out.append({**message, "tool_calls": kept or None})
-        elif message.get("role") != "tool" or message.get("tool_call_id") in ids:
+        if message.get("role") == "assistant":
+            round_ += 1
+            if message.get("tool_calls"):
+                kept = [call for call in message["tool_calls"] if call_key(round_, str(call.get("id"))) in keys]
+                if kept or message.get("content"):
+                    out.append({**message, "tool_calls": kept or None})
+                continue
+        if message.get("role") != "tool" or call_key(round_, str(message.get("tool_call_id"))) in keys:
             out.append(message)
     return out
