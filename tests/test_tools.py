@@ -224,3 +224,15 @@ def test_a_call_the_turn_answered_itself_is_left_out_by_its_round_not_its_id_alo
     (lookup,) = ran_calls(loop, [call_key(0, "call_0")], {call_key(1, "call_0"): '{"id": 7, "log": "all of it"}'})
     assert (lookup.name, lookup.result) == ("lookup", {"id": 7, "log": "all of it"})
     assert ran_calls(loop, ["call_0"]) == []
+
+
+def test_a_waiting_turn_saves_a_call_whose_id_is_used_once_as_its_bare_id() -> None:
+    """Saved between requests, a call whose id one round alone uses keeps its bare id (a
+    process of the previous version reads it alike); a reused id keeps its round."""
+    from middleware.core.replies import call_key, portable_keys
+
+    loop = [_asked("load_tools"), {"role": "tool", "tool_call_id": "call_0", "content": "loaded: lookup"},
+            {**_asked("lookup"), "tool_calls": [{"id": "c9", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+            _asked("lookup")]  # fmt: skip
+    assert portable_keys([call_key(0, "call_0"), call_key(1, "c9")], loop) == ["0 call_0", "c9"]
+    assert portable_keys(["c9"], loop) == ["c9"]

@@ -14,7 +14,18 @@ from ..exceptions import LLMError
 from .state import ToolCall
 from .text import parse_json
 
-__all__ = ["as_dict", "call_key", "calls_of", "decoded", "interpret_reply", "ran_calls", "round_ids", "succeeded", "tool_results"]
+__all__ = [
+    "as_dict",
+    "call_key",
+    "calls_of",
+    "decoded",
+    "interpret_reply",
+    "portable_keys",
+    "ran_calls",
+    "round_ids",
+    "succeeded",
+    "tool_results",
+]
 
 
 def succeeded(result: Any) -> bool:
@@ -107,6 +118,22 @@ def round_ids(keys: Iterable[str], round_: int) -> set[str]:
         elif int(number) == round_:
             ids.add(call_id)
     return ids
+
+
+def portable_keys(keys: Iterable[str], loop: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``keys`` (see ``call_key``) as a turn waiting between requests saves them: a call whose
+    id no other round of ``loop`` uses as its bare id, which a process of the previous
+    version, taking the turn's next request during a deploy, reads alike."""
+    rounds: dict[str, int] = {}
+    for message in loop:
+        if message.get("role") == "assistant":
+            for call in message.get("tool_calls") or ():
+                rounds[str(call.get("id"))] = rounds.get(str(call.get("id")), 0) + 1
+    portable = []
+    for key in keys:
+        number, space, call_id = key.partition(" ")
+        portable.append(call_id if space and number.isdigit() and rounds.get(call_id) == 1 else key)
+    return portable
 
 
 def ran_calls(

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from ..config.schema import Config
 from ..core.conversation import Conversation, OpenTurn, content_text, read_messages
 from ..core.effects import Program
-from ..core.replies import decoded, interpret_reply, ran_calls
+from ..core.replies import decoded, interpret_reply, portable_keys, ran_calls
 from ..core.state import ToolCall, Turn
 from ..core.turnloop import TurnLoop
 from ..exceptions import InvalidMessageError, InvalidRequestError, InvalidToolCallError
@@ -228,12 +228,13 @@ class Turns:
     @staticmethod
     def _saved(calls: Calls) -> dict[str, Any]:
         """What the turn's plan keeps between requests."""
-        plan = calls.plan
+        plan, loop = calls.plan, calls.loop.messages[len(calls.plan.prompt.messages) :]
+        whole = _worth_keeping(calls.whole)
         return {"tools": plan.tools.saved() if plan.tools is not None else None,
                 "selected": plan.selected.saved() if plan.selected is not None else None, "kept": list(plan.kept),
-                "marked": calls.marked, "extra": calls.extra, "answered": calls.answered, "first": calls.first,
-                "resent": plan.resent, "composes": plan.composes, "schema_tokens": plan.schema_tokens,
-                "whole": _worth_keeping(calls.whole)}  # fmt: skip
+                "marked": calls.marked, "extra": calls.extra, "answered": portable_keys(calls.answered, loop),
+                "first": calls.first, "resent": plan.resent, "composes": plan.composes, "schema_tokens": plan.schema_tokens,
+                "whole": dict(zip(portable_keys(whole, loop), whole.values(), strict=True))}  # fmt: skip
 
     def _record(self, exchange: Exchange, text: str, *, ended: bool = True) -> Program[None]:
         """Record the turn in its place in the session, with the tool calls the client ran."""

@@ -132,7 +132,9 @@ class Calls:
             size = tokenizer.count(largest["content"])
             if size <= CUT_FLOOR:
                 return
-            self.whole.setdefault(call_key(self._round(at), str(largest.get("tool_call_id") or "")), largest["content"])
+            round_, call_id = self._round(at), str(largest.get("tool_call_id") or "")
+            if call_id not in round_ids(self.whole, round_):  # cut before (saved by its bare id, maybe): kept as it came
+                self.whole[call_key(round_, call_id)] = largest["content"]
             cut = largest["content"] = tokenizer.cut_middle(largest["content"], max(size - over, CUT_FLOOR), CUT_MARKER)
             results.remove(at)
             if at in loop.recorded:  # by place, not call id (a model may reuse an id across rounds)
