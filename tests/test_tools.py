@@ -236,3 +236,20 @@ def test_a_waiting_turn_saves_a_call_whose_id_is_used_once_as_its_bare_id() -> N
             _asked("lookup")]  # fmt: skip
     assert portable_keys([call_key(0, "call_0"), call_key(1, "c9")], loop) == ["0 call_0", "c9"]
     assert portable_keys(["c9"], loop) == ["c9"]
+
+
+def test_reading_a_turn_of_many_assistant_messages_takes_one_pass() -> None:
+    """A client may send a turn of many assistant messages (up to serve.max_body_bytes):
+    pairing them with their results (as interpret_reply and the endpoint's record do) reads
+    each message a bounded number of times, not once per message before it (counted reads,
+    not timed)."""
+    reads = [0]
+
+    class Counted(dict[str, Any]):
+        def get(self, key: str, default: Any = None) -> Any:
+            reads[0] += 1
+            return super().get(key, default)
+
+    count = 2_000
+    assert ran_calls([Counted(role="assistant", content=f"step {i}") for i in range(count)], ()) == []
+    assert reads[0] <= 6 * count

@@ -77,17 +77,22 @@ def _rounds(messages: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, An
     its round, so a model that numbers its calls afresh each round (``call_0`` every time)
     has each call paired with its own result; parallel calls given one assistant message
     each (as the Agents SDK's items read) share the results that follow them."""
-    paired, end = [], len(messages)
-    for i, message in enumerate(messages):
-        if message.get("role") != "assistant":
+    assistant = [m.get("role") == "assistant" for m in messages]
+    paired: list[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]] = []
+    at, end = 0, len(messages)
+    while at < end:  # one pass: a run of assistant messages, then its results
+        if not assistant[at]:
+            at += 1
             continue
-        start = i + 1
-        while start < end and messages[start].get("role") == "assistant":
+        start = at
+        while start < end and assistant[start]:
             start += 1
         stop = start
-        while stop < end and messages[stop].get("role") != "assistant":
+        while stop < end and not assistant[stop]:
             stop += 1
-        paired.append((message, messages[start:stop]))
+        answers = messages[start:stop]
+        paired += ((message, answers) for message in messages[at:start])
+        at = stop
     return paired
 
 
