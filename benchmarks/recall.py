@@ -28,7 +28,7 @@ import pickle
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,27 @@ from middleware.store.load import CANDIDATES, COMMON_TERMS, NEAREST
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "BENCHMARKS.md"
 START, END = "<!-- recall:start -->", "<!-- recall:end -->"
+
+
+@contextlib.contextmanager
+def uncapped() -> Iterator[None]:
+    """Recall with whole candidates, for measuring what the index's bounds lose: every id of
+    every term kept (no POSTINGS cap on what record.lua keeps, nor on what load.lua reads),
+    every common term read (no COMMON_TERMS). Not a setting: the product keeps both bounds,
+    which hold a recall's work flat whatever the archive holds."""
+    import middleware.store.keys as keys
+    import middleware.store.load as load
+    import middleware.store.record as record
+
+    bounds = [(vars(module), "POSTINGS", 1 << 40) for module in (keys, load, record)] + [(vars(load), "COMMON_TERMS", 1 << 20)]
+    kept = [names[name] for names, name, _ in bounds]
+    for names, name, value in bounds:
+        names[name] = value
+    try:
+        yield
+    finally:
+        for (names, name, _), value in zip(bounds, kept, strict=True):
+            names[name] = value
 
 
 def run_bfcl(quick: bool, tick: Callable[[int], None]) -> dict[str, Any]:
@@ -66,7 +87,13 @@ def run_bfcl(quick: bool, tick: Callable[[int], None]) -> dict[str, Any]:
             Middleware(auto=True, name="all_earlier", label="middleware, default with context.earlier_keys 36", earlier_keys=36),
         ]  # fmt: skip
         results = replay(sessions, strategies, progress=tick)
+        whole = None
+        if scope != "single":  # the default with whole candidates (``uncapped``)
+            with uncapped():
+                whole = summary_rows(replay(sessions, [FullHistory(), Middleware(auto=True, name="whole", label="")],
+                                            progress=tick))[1]  # fmt: skip
         out[scope] = {
+            "whole": whole,
             "sessions": len(sessions),
             "turns": sorted(sum(len(c.turns) for c in s) for s in sessions),
             "rows": summary_rows(results),
@@ -145,7 +172,11 @@ def run_facts(quick: bool, tick: Callable[[int], None]) -> dict[str, Any]:
         results = rows(measure(sets, config, variants, progress=tick))
         other = rows(measure(heldout, config, variants, progress=tick))
         frozen = rows(measure(unseen, config, variants, progress=tick))
-        return {"rows": results, "conversations": len(sets), "turns": sorted(len(c.turns) for c in sets),
+        whole = {}  # the default lexical recall with whole candidates (``uncapped``), per set
+        with uncapped():
+            for name, conversations_of in (("first", sets), ("heldout", heldout), ("unseen", unseen)):
+                whole[name] = rows(measure(conversations_of, config, {"whole": {}}, progress=tick))[-1]
+        return {"whole": whole,"rows": results, "conversations": len(sets), "turns": sorted(len(c.turns) for c in sets),
                 "semantic": semantic, "server": node.version,
                 "heldout": {"rows": other, "turns": sorted(len(c.turns) for c in heldout)},
                 "unseen": {"rows": frozen, "turns": sorted(len(c.turns) for c in unseen)}}  # fmt: skip
@@ -465,6 +496,7 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
         "",
         *_bfcl_table(bfcl["mixed_long"]),
         "",
+        *_whole_bfcl(bfcl),
         f"The dataset's own conversations ({bfcl['single']['sessions']} sessions of 1–7 turns):",
         "",
         *_bfcl_table(bfcl["single"]),
@@ -534,6 +566,26 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
     return "\n".join(lines)
 
 
+def _whole_bfcl(bfcl: dict[str, Any]) -> list[str]:
+    """The default against the same with whole candidates (``uncapped``), on both scopes."""
+    if not all(bfcl[scope].get("whole") for scope in ("mixed", "mixed_long")):
+        return []
+    parts = []
+    for scope, what in (("mixed", "sessions of different tasks"), ("mixed_long", "with large outputs")):
+        whole, default = bfcl[scope]["whole"], next(r for r in bfcl[scope]["rows"] if r["name"] == "recall_on")
+        parts.append(
+            f"{what}: strict {_pct(whole['strict'])} against {_pct(default['strict'])}, needed values kept "
+            f"{_pct(whole['kept_of_full'])} against {_pct(default['kept_of_full'])}, "
+            f"{whole['total_tokens'] / default['total_tokens'] - 1:+.2%} tokens".replace("-", "−")
+        )
+    return [
+        f"Whole candidates, the default with every id of every term kept in the index and read and every common term read "
+        f"(the product bounds both, {POSTINGS} bytes of ids a term and {COMMON_TERMS} common terms, to hold a recall's work "
+        f"flat, 5.5): {'; '.join(parts)}.",
+        "",
+    ]
+
+
 def _reach_text(bfcl: dict[str, Any]) -> str:
     """How far recall keyed on words could go, whatever its budget (``reach``)."""
     mixed, long = bfcl["mixed"].get("reach"), bfcl["mixed_long"].get("reach")
@@ -584,12 +636,35 @@ def _ceiling_text(facts: dict[str, Any]) -> str:
         parts.append(
             f"{name}: " + ", ".join(f"{kind} {_pct(row['reached'])} (answered {_pct(row['answered'])})" for kind, row in recalls)
         )
-    return (
+    text = (
         "The candidate ceiling, the share of questions whose answer was in the prompt or among the archived pieces the "
         "store sent back to be ranked (whatever the ranking and the budget then kept): " + "; ".join(parts) + ". "
         "An answer outside the candidates is lost to the search (its words or its meaning did not reach it); one inside "
         "them and not answered is lost to the ranking or to the budget."
     )
+    whole = facts.get("whole")
+    if whole:
+        by = {"unseen": facts["unseen"]["rows"], "first": facts["rows"], "held-out": facts["heldout"]["rows"]}
+        text += (
+            " Whole candidates (every id of every term kept in the index and read, every common term read; the product "
+            f"bounds both, {POSTINGS} bytes of ids a term and {COMMON_TERMS} common terms, to hold a recall's work flat), "
+            "lexical recall: "
+            + "; ".join(
+                f"{name}: ceiling {_pct(whole[key]['reached'])} against {_pct(_recall_rows(by[name])[0]['reached'])}, answered "
+                f"{_pct(whole[key]['answered'])} against {_pct(_recall_rows(by[name])[0]['answered'])}"
+                for name, key in (("unseen", "unseen"), ("first", "first"), ("held-out", "heldout"))
+            )
+            + f". {_bounds_verdict([(whole[key], _recall_rows(by[name])[0]) for name, key in (('unseen', 'unseen'), ('first', 'first'), ('held-out', 'heldout'))])}"
+        )
+    return text
+
+
+def _bounds_verdict(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+    """Whether the index's bounds lost an answer: whole candidates against the default."""
+    lost = sum(round((w["answered"] - d["answered"]) * d["questions"]) for w, d in pairs)
+    if lost > 0:
+        return f"The bounds lose {lost} answer{'s' if lost != 1 else ''} on these sets."
+    return "The bounds lose no answer on these sets."
 
 
 def _neighbours_text(facts: dict[str, Any]) -> str:
