@@ -16,7 +16,9 @@ from middleware.core.turnloop import valid_tool_sequence
 from middleware.demo import atlas
 from middleware.demo.device import LAB
 from middleware.store import RedisStore
+from middleware.testing import capture_events
 from middleware.testing.scripted import register
+from middleware.turn.calls import CLEARED, CUT_FLOOR
 from tests.conftest import Manager, ManagerFactory
 
 
@@ -458,6 +460,64 @@ def test_tool_results_are_cut_to_keep_the_next_call_within_the_budget(atlas: Con
     # sent), its value whole.
     (call,) = result.tool_calls
     assert call.result_text == sent and call.result == read_log("x")
+
+
+def test_a_long_loop_of_small_results_stays_within_the_budget(atlas: Config, managers: ManagerFactory) -> None:
+    """Results too short to cut in the middle add up over a long loop: the oldest are cleared
+    (the latest round's stay whole), so every call fits the budget; each call is remembered
+    with the text the model saw, its value whole."""
+
+    def probe(n: int) -> str:
+        """A short reading."""
+        return f"reading {n}: " + "steady " * 45
+
+    rounds, width = 20, 3
+
+    def loops(messages: Any, tools: Any) -> dict[str, Any]:
+        results = sum(1 for m in messages if m["role"] == "tool")
+        if results == rounds * width:
+            return {"role": "assistant", "content": "done"}
+        calls = [{"id": f"p{results + k}", "function": {"name": "probe", "arguments": json.dumps({"n": results + k})}}
+                 for k in range(width)]  # fmt: skip
+        return {"role": "assistant", "content": None, "tool_calls": calls}
+
+    spy, budget = Spy(loops), 3000
+    mgr = managers(atlas.with_overrides(tokens={"budget": budget}, max_tool_rounds=rounds))
+    result = mgr.chat("s", "probe it all", model=spy.model, tools=[probe])
+    assert result.text == "done" and len(result.tool_calls) == rounds * width
+    sizes = [mgr.tokenizer.count_messages(messages) for messages, _ in spy.requests]
+    assert max(sizes) <= budget, sizes
+    last = spy.requests[-1][0]
+    results = [m["content"] for m in last if m["role"] == "tool"]
+    assert results[0] == CLEARED and results[-width:] == [probe(n) for n in range(rounds * width - width, rounds * width)]
+    assert all(mgr.tokenizer.count(probe(n)) <= CUT_FLOOR for n in range(rounds * width))  # none could be cut in the middle
+    first = result.tool_calls[0]
+    assert first.result_text == CLEARED and first.result == probe(0)
+
+
+def test_arguments_no_cut_can_fit_are_sent_with_a_warning(atlas: Config, managers: ManagerFactory) -> None:
+    """A call's own arguments are never cut: when they alone exceed the budget, every result
+    is cleared, the call is still made (the provider judges it) and a warning says by how much."""
+
+    def save(text: str) -> str:
+        """Save a text."""
+        return "saved " + "ok " * 80
+
+    def writes(messages: Any, tools: Any) -> dict[str, Any]:
+        if messages[-1]["role"] == "tool":
+            return {"role": "assistant", "content": "saved it"}
+        call = {"id": "w1", "function": {"name": "save", "arguments": json.dumps({"text": "word " * 3000})}}
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+    spy = Spy(writes)
+    mgr = managers(atlas.with_overrides(tokens={"budget": 2000}))
+    with capture_events() as events:
+        result = mgr.chat("s", "save a long text", model=spy.model, tools=[save])
+    assert result.text == "saved it" and spy.requests[-1][0][-1]["content"] == CLEARED
+    (warning,) = [e for e in events if e["event"] == "turn.over_budget"]
+    assert warning["budget"] == 2000 and warning["over"] > 1000
+    assert warning["over"] == mgr.tokenizer.count_messages(spy.requests[-1][0]) + warning["schemas"] - 2000
+    assert "word" not in str(warning)  # no message content in the event
 
 
 def test_a_cut_result_is_remembered_on_its_own_call_when_the_model_reuses_call_ids(

@@ -12,6 +12,7 @@ from typing import Any
 from ..core.replies import call_key, round_ids
 from ..core.text import CUT_MARKER
 from ..core.turnloop import PendingCall, ToolOutcome, TurnLoop
+from ..events import log
 from ..session.engine import Engine
 from ..usage.sink import CallMade
 from .plan import Request, TurnPlan
@@ -21,6 +22,9 @@ __all__ = ["Calls", "answered"]
 
 # A tool result is cut to fit the budget no shorter than this many tokens.
 CUT_FLOOR = 64
+# What a tool result reads once it is cleared to fit the budget (the oldest first, when
+# cutting the largest ones to CUT_FLOOR is not enough).
+CLEARED = "[…cut to fit the token budget…]"
 # Tokens kept for the turn's own answer to a call (the loader's line), when it checks the room left.
 ANSWER_ROOM = 100
 
@@ -115,28 +119,49 @@ class Calls:
         self.extra = all(outcome.record is None for outcome in outcomes)
 
     def fit(self) -> None:
-        """Keep the next call within the budget: cut the largest tool results in the middle
-        (the call is remembered with the text sent, and valued by the text as it came)."""
+        """Keep the next call within the budget: cut the largest tool results in the middle,
+        no shorter than ``CUT_FLOOR`` tokens; where that is not enough (a long loop of small
+        results), clear the oldest results to ``CLEARED``, the latest round's last. A call is
+        remembered with the text sent, and valued by the text as it came. What is still over
+        (the calls' own arguments, which are never cut) is sent, with a warning."""
         budget = self.engine.budget(self.plan.model)
         if budget is None:
             return
         tokenizer, loop = self.engine.tokenizer, self.loop
-        results = [i for i in range(loop.prompt_length, len(loop.messages)) if loop.messages[i].get("role") == "tool"]
+        results = [i for i in range(loop.prompt_length, len(loop.messages))
+                   if loop.messages[i].get("role") == "tool" and isinstance(loop.messages[i].get("content"), str)]  # fmt: skip
+        oldest_first = list(results)
         tools_tokens = self.plan.policy.counter.tokens(self.plan.schemas())
-        while results:
+        over = tokenizer.count_messages(loop.messages) + tools_tokens - budget
+        while results and over > 0:
+            at = max(results, key=lambda i: tokenizer.count(loop.messages[i]["content"]))
+            size = tokenizer.count(loop.messages[at]["content"])
+            if size <= CUT_FLOOR:
+                break
+            self._cut(at, tokenizer.cut_middle(loop.messages[at]["content"], max(size - over, CUT_FLOOR), CUT_MARKER))
+            results.remove(at)
             over = tokenizer.count_messages(loop.messages) + tools_tokens - budget
+        cleared = tokenizer.count(CLEARED)
+        for at in oldest_first:
             if over <= 0:
                 return
-            at = max(results, key=lambda i: tokenizer.count(loop.messages[i]["content"]))
-            largest = loop.messages[at]
-            size = tokenizer.count(largest["content"])
-            if size <= CUT_FLOOR:
-                return
-            round_, call_id = self._round(at), str(largest.get("tool_call_id") or "")
-            if call_id not in round_ids(self.whole, round_):  # cut before (saved by its bare id, maybe): kept as it came
-                self.whole[call_key(round_, call_id)] = largest["content"]
-            cut = largest["content"] = tokenizer.cut_middle(largest["content"], max(size - over, CUT_FLOOR), CUT_MARKER)
-            results.remove(at)
-            if at in loop.recorded:  # by place, not call id (a model may reuse an id across rounds)
-                index = loop.recorded[at]
-                loop.calls[index] = dataclasses.replace(loop.calls[index], result_sent=cut)
+            size = tokenizer.count(loop.messages[at]["content"])
+            if size > cleared:
+                self._cut(at, CLEARED)
+                over -= size - cleared  # a message's content counts apart from the rest
+        if over > 0:
+            log.warning("turn.over_budget", session=self.plan.session_id, model=self.plan.model, budget=budget, over=over,
+                        schemas=tools_tokens, hint="what is never cut (prompt, schemas, call arguments) exceeds it; every result is cleared")  # fmt: skip
+
+    def _cut(self, at: int, text: str) -> None:
+        """Send ``text`` for the tool result at ``at`` of the loop's messages, its whole text
+        kept (the first time it is cut) and the call remembered with the text sent."""
+        loop = self.loop
+        result = loop.messages[at]
+        round_, call_id = self._round(at), str(result.get("tool_call_id") or "")
+        if call_id not in round_ids(self.whole, round_):  # cut before (saved by its bare id, maybe): kept as it came
+            self.whole[call_key(round_, call_id)] = result["content"]
+        result["content"] = text
+        if at in loop.recorded:  # by place, not call id (a model may reuse an id across rounds)
+            index = loop.recorded[at]
+            loop.calls[index] = dataclasses.replace(loop.calls[index], result_sent=text)
