@@ -214,3 +214,26 @@ def test_a_traces_key_of_another_type_is_reported_and_the_turn_composes(
     assert [e["key"] for e in events if e["event"] == "store.corrupt_record"] == ["traces"]
     firsts = [sent for sent in model.sent if sent[-1]["role"] == "user"]
     assert not any(m["role"] == "tool" for m in firsts[1]) and mgr.get_state("s").composed
+
+
+def test_a_wrapped_turn_of_two_rounds_is_resent_as_two_rounds(managers: ManagerFactory, log_path: Path) -> None:
+    """A wrapped chatbot's turn that called a tool, read its result, then called another is
+    resent as it happened: two assistant messages, each followed by its own result (chat()'s
+    tool loop records its rounds so; a wrapped chatbot's were all round 0, one message)."""
+
+    def call(call_id: str, name: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": None,
+                "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}]}  # fmt: skip
+
+    def bot(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [call("a", "tool_0"), {"role": "tool", "tool_call_id": "a", "content": "first"},
+                call("b", "tool_1"), {"role": "tool", "tool_call_id": "b", "content": "second"},
+                {"role": "assistant", "content": "both done"}]  # fmt: skip
+
+    model = Needs({"use tool 2": [("tool_2", {})]})
+    mgr = managers(_config(log_path, "gpt-5-mini"))
+    mgr.wrap(bot)("s", "use tools 0 and 1")
+    mgr.chat("s", "use tool 2", model=model.model, tools=_tools(8))
+    resent = [_plain(m) for m in model.sent[0][1:-1]]
+    assert [(m["role"], m.get("tool_call_id") or [c["id"] for c in m.get("tool_calls") or ()]) for m in resent] == [
+        ("user", []), ("assistant", ["a"]), ("tool", "a"), ("assistant", ["b"]), ("tool", "b"), ("assistant", [])]  # fmt: skip

@@ -209,6 +209,26 @@ def test_the_endpoint_pairs_each_round_with_its_own_results_when_a_model_reuses_
     reserve, lookup = ran_calls(loop, ())
     assert (reserve.name, reserve.result, reserve.ok) == ("reserve", {"error": "sold out"}, False)
     assert (lookup.name, lookup.result, lookup.ok) == ("lookup", {"id": 7}, True)
+    assert (reserve.round, lookup.round) == (0, 1)  # traced, and resent, as two rounds, as chat() records them
+
+
+def test_a_reply_of_several_rounds_is_recorded_round_by_round() -> None:
+    """A wrapped chatbot's (or an adapter's) turn of two rounds records each call with its
+    round, as chat() does, so a resent history gives each round its own message; parallel
+    calls in assistant messages of their own (the Agents SDK's items) are one round."""
+    from middleware.core.replies import interpret_reply
+
+    def asked(*ids: str) -> list[dict[str, Any]]:
+        return [{"role": "assistant", "content": None,
+                 "tool_calls": [{"id": i, "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]} for i in ids]  # fmt: skip
+
+    def answers(*ids: str) -> list[dict[str, Any]]:
+        return [{"role": "tool", "tool_call_id": i, "content": f'{{"id": "{i}"}}'} for i in ids]
+
+    reply = [*asked("a", "b"), *answers("a", "b"), *asked("c"), *answers("c"), {"role": "assistant", "content": "done"}]
+    text, calls, _, _ = interpret_reply(reply)
+    assert text == "done" and [(c.id, c.round, c.result) for c in calls] == [
+        ("a", 0, {"id": "a"}), ("b", 0, {"id": "b"}), ("c", 1, {"id": "c"})]  # fmt: skip
 
 
 def test_a_call_the_turn_answered_itself_is_left_out_by_its_round_not_its_id_alone() -> None:
@@ -222,7 +242,7 @@ def test_a_call_the_turn_answered_itself_is_left_out_by_its_round_not_its_id_alo
         _asked("lookup"), {"role": "tool", "tool_call_id": "call_0", "content": '{"id": 7, "log": "a … b"}'},
     ]  # fmt: skip
     (lookup,) = ran_calls(loop, [call_key(0, "call_0")], {call_key(1, "call_0"): '{"id": 7, "log": "all of it"}'})
-    assert (lookup.name, lookup.result) == ("lookup", {"id": 7, "log": "all of it"})
+    assert (lookup.name, lookup.result, lookup.round) == ("lookup", {"id": 7, "log": "all of it"}, 1)  # the loader's round counts
     assert ran_calls(loop, ["call_0"]) == []
 
 

@@ -7,6 +7,7 @@ litellm/OpenAI response; tool results arrive as ``tool`` messages answering call
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -71,15 +72,16 @@ def tool_results(messages: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Any, 
     return results
 
 
-def _rounds(messages: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]]:
-    """Each assistant message with its round's tool results: the messages after the run of
-    assistant messages it is in, up to the next assistant message. A call is answered within
-    its round, so a model that numbers its calls afresh each round (``call_0`` every time)
-    has each call paired with its own result; parallel calls given one assistant message
-    each (as the Agents SDK's items read) share the results that follow them."""
+def _rounds(messages: Sequence[Mapping[str, Any]]) -> list[tuple[int, Mapping[str, Any], Sequence[Mapping[str, Any]]]]:
+    """Each assistant message with its round (the number of the run of assistant messages
+    it is in, from 0) and its round's tool results: the messages after that run, up to the
+    next assistant message. A call is answered within its round, so a model that numbers its
+    calls afresh each round (``call_0`` every time) has each call paired with its own
+    result; parallel calls given one assistant message each (as the Agents SDK's items
+    read) are one round and share the results that follow them."""
     assistant = [m.get("role") == "assistant" for m in messages]
-    paired: list[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]] = []
-    at, end = 0, len(messages)
+    paired: list[tuple[int, Mapping[str, Any], Sequence[Mapping[str, Any]]]] = []
+    at, end, run = 0, len(messages), 0
     while at < end:  # one pass: a run of assistant messages, then its results
         if not assistant[at]:
             at += 1
@@ -91,8 +93,8 @@ def _rounds(messages: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, An
         while stop < end and not assistant[stop]:
             stop += 1
         answers = messages[start:stop]
-        paired += ((message, answers) for message in messages[at:start])
-        at = stop
+        paired += ((run, message, answers) for message in messages[at:start])
+        at, run = stop, run + 1
     return paired
 
 
@@ -145,18 +147,20 @@ def ran_calls(
     loop: Sequence[Mapping[str, Any]], answered: Iterable[str], whole: Mapping[str, str] | None = None
 ) -> list[ToolCall]:
     """The tool calls a turn's tool loop ran, with their results (each round's calls with
-    the tool messages that follow them): those the turn ``answered`` itself (the disclosure
+    the tool messages that follow them, numbered by round as ``chat()`` numbers them): those the turn ``answered`` itself (the disclosure
     loader's, by ``call_key``) left out. A result cut to fit the budget is remembered with
     the text sent, and valued by its text as it came (``whole``, by ``call_key``), as
     ``chat()`` values a tool's return."""
     answered, ran = list(answered), []
-    for number, (message, answers) in enumerate(_rounds(loop)):
+    # ``number`` counts assistant messages, as the turn's own keys do (``Calls._round``); a
+    # call's round counts runs of them, as chat()'s tool loop does (one per model reply).
+    for number, (run, message, answers) in enumerate(_rounds(loop)):
         results, gone = tool_results(answers), round_ids(answered, number)
         for key, text in (whole or {}).items():
             for call_id in round_ids([key], number) & results.keys():
                 results[call_id] = (decoded(text), results[call_id][1])
         kept = [c for c in message.get("tool_calls") or () if c.get("id") not in gone]
-        ran += calls_of({**message, "tool_calls": kept}, results)
+        ran += [dataclasses.replace(c, round=run) for c in calls_of({**message, "tool_calls": kept}, results)]
     return ran
 
 
@@ -178,7 +182,8 @@ def interpret_reply(reply: Any) -> tuple[str, list[ToolCall], Any, str | None]:
         return str(reply.get("content") or ""), calls_of(reply, {}), reply.get("usage"), None
     if isinstance(reply, Sequence):
         messages = [as_dict(m) for m in reply]
-        calls = [c for m, answers in _rounds(messages) for c in calls_of(m, tool_results(answers))]
+        calls = [dataclasses.replace(c, round=run) for run, m, answers in _rounds(messages)
+                 for c in calls_of(m, tool_results(answers))]  # fmt: skip
         finals = [m.get("content") for m in messages if m.get("role") == "assistant" and m.get("content")]
         return str(finals[-1] if finals else ""), calls, None, None
     raise LLMError(
