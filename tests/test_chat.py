@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from middleware import AsyncSessionManager, Config, InvalidMessageError, InvalidSessionIdError, LLMError, SessionManager, ToolCall
+from middleware import (
+    AsyncSessionManager,
+    Config,
+    InvalidMessageError,
+    InvalidSessionIdError,
+    LLMError,
+    SessionManager,
+    ToolCall,
+    llm,
+)
 from middleware.core.turnloop import valid_tool_sequence
 from middleware.demo import atlas
 from middleware.demo.device import LAB
@@ -463,8 +472,8 @@ def test_tool_results_are_cut_to_keep_the_next_call_within_the_budget(atlas: Con
 
 
 def test_a_long_loop_of_small_results_stays_within_the_budget(atlas: Config, managers: ManagerFactory) -> None:
-    """Results too short to cut in the middle add up over a long loop: the oldest are cleared
-    (the latest round's stay whole), so every call fits the budget; each call is remembered
+    """Results too short to cut in the middle add up over a long loop: earlier rounds' are
+    cleared, the oldest first (the latest round's, not read yet, stay whole), so every call fits the budget; each call is remembered
     with the text the model saw, its value whole."""
 
     def probe(n: int) -> str:
@@ -485,7 +494,7 @@ def test_a_long_loop_of_small_results_stays_within_the_budget(atlas: Config, man
     mgr = managers(atlas.with_overrides(tokens={"budget": budget}, max_tool_rounds=rounds))
     result = mgr.chat("s", "probe it all", model=spy.model, tools=[probe])
     assert result.text == "done" and len(result.tool_calls) == rounds * width
-    sizes = [mgr.tokenizer.count_messages(messages) for messages, _ in spy.requests]
+    sizes = [mgr.tokenizer.count_messages(messages) + llm.tools_tokens(spy.model, tools) for messages, tools in spy.requests]
     assert max(sizes) <= budget, sizes
     last = spy.requests[-1][0]
     results = [m["content"] for m in last if m["role"] == "tool"]
@@ -495,9 +504,10 @@ def test_a_long_loop_of_small_results_stays_within_the_budget(atlas: Config, man
     assert first.result_text == CLEARED and first.result == probe(0)
 
 
-def test_arguments_no_cut_can_fit_are_sent_with_a_warning(atlas: Config, managers: ManagerFactory) -> None:
-    """A call's own arguments are never cut: when they alone exceed the budget, every result
-    is cleared, the call is still made (the provider judges it) and a warning says by how much."""
+def test_a_call_whose_arguments_exceed_the_budget_is_made_with_a_warning(atlas: Config, managers: ManagerFactory) -> None:
+    """A call's own arguments are never cut: when they alone exceed the budget, the call is
+    still made (the provider judges it), its result, which the model has not read, cut to 64
+    tokens but not cleared, and a warning says by how much."""
 
     def save(text: str) -> str:
         """Save a text."""
@@ -513,7 +523,8 @@ def test_arguments_no_cut_can_fit_are_sent_with_a_warning(atlas: Config, manager
     mgr = managers(atlas.with_overrides(tokens={"budget": 2000}))
     with capture_events() as events:
         result = mgr.chat("s", "save a long text", model=spy.model, tools=[save])
-    assert result.text == "saved it" and spy.requests[-1][0][-1]["content"] == CLEARED
+    sent = spy.requests[-1][0][-1]["content"]
+    assert result.text == "saved it" and "[…cut…]" in sent and mgr.tokenizer.count(sent) <= CUT_FLOOR
     (warning,) = [e for e in events if e["event"] == "turn.over_budget"]
     assert warning["budget"] == 2000 and warning["over"] > 1000
     assert warning["over"] == mgr.tokenizer.count_messages(spy.requests[-1][0]) + warning["schemas"] - 2000

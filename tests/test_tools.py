@@ -273,3 +273,14 @@ def test_reading_a_turn_of_many_assistant_messages_takes_one_pass() -> None:
     count = 2_000
     assert ran_calls([Counted(role="assistant", content=f"step {i}") for i in range(count)], ()) == []
     assert reads[0] <= 6 * count
+
+
+def test_a_waiting_turn_keeps_the_whole_text_of_a_result_cleared_to_fit() -> None:
+    """Between requests the endpoint keeps cut results as they came where they hold JSON (a
+    plain text cut in the middle keeps its ends anyway); a result cleared to fit keeps
+    nothing, so its text waits too, and the call is valued by it."""
+    from middleware.serve.turns import _worth_keeping
+
+    whole = {"0 a": "reading 0: steady " * 20, "1 b": "reading 1: steady", "1 c": '{"v": 1}'}
+    assert _worth_keeping(whole) == {"1 c": '{"v": 1}'}
+    assert _worth_keeping(whole, {"0 a"}) == {"0 a": whole["0 a"], "1 c": '{"v": 1}'}

@@ -152,7 +152,7 @@ def ran_calls(
     the text sent, and valued by its text as it came (``whole``, by ``call_key``), as
     ``chat()`` values a tool's return."""
     answered, ran = list(answered), []
-    # ``number`` counts assistant messages, as the turn's own keys do (``Calls._round``); a
+    # ``number`` counts assistant messages, as the turn's own keys do (turn.calls.Calls); a
     # call's round counts runs of them, as chat()'s tool loop does (one per model reply).
     for number, (run, message, answers) in enumerate(_rounds(loop)):
         results, gone = tool_results(answers), round_ids(answered, number)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -84,13 +84,13 @@ def _problem(name: str, arguments: Any) -> str | None:
 SAVED_RESULTS_CHARS = 1_000_000
 
 
-def _worth_keeping(whole: Mapping[str, str]) -> dict[str, str]:
+def _worth_keeping(whole: Mapping[str, str], cleared: Collection[str] = ()) -> dict[str, str]:
     """The cut results a waiting turn keeps as they came: those that hold JSON (text values
-    alike whole or cut: the cut text is kept anyway), within ``SAVED_RESULTS_CHARS``; a result
-    left out is valued by its cut text."""
+    alike whole or cut: the cut text is kept anyway) and those ``cleared`` (their text is
+    not), within ``SAVED_RESULTS_CHARS``; a result left out is valued by its cut text."""
     kept, room = {}, SAVED_RESULTS_CHARS
     for call_id, text in whole.items():
-        if len(text) <= room and not isinstance(decoded(text), str):
+        if len(text) <= room and (call_id in cleared or not isinstance(decoded(text), str)):
             kept[call_id], room = text, room - len(text)
     return kept
 
@@ -229,7 +229,7 @@ class Turns:
     def _saved(calls: Calls) -> dict[str, Any]:
         """What the turn's plan keeps between requests."""
         plan, loop = calls.plan, calls.loop.messages[len(calls.plan.prompt.messages) :]
-        whole = _worth_keeping(calls.whole)
+        whole = _worth_keeping(calls.whole, calls.cleared)
         return {"tools": plan.tools.saved() if plan.tools is not None else None,
                 "selected": plan.selected.saved() if plan.selected is not None else None, "kept": list(plan.kept),
                 "marked": calls.marked, "extra": calls.extra, "answered": portable_keys(calls.answered, loop),

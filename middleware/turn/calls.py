@@ -22,8 +22,8 @@ __all__ = ["Calls", "answered"]
 
 # A tool result is cut to fit the budget no shorter than this many tokens.
 CUT_FLOOR = 64
-# What a tool result reads once it is cleared to fit the budget (the oldest first, when
-# cutting the largest ones to CUT_FLOOR is not enough).
+# What a tool result of an earlier round reads once it is cleared to fit the budget (the
+# oldest first, when cutting the largest ones to CUT_FLOOR is not enough).
 CLEARED = "[…cut to fit the token budget…]"
 # Tokens kept for the turn's own answer to a call (the loader's line), when it checks the room left.
 ANSWER_ROOM = 100
@@ -53,6 +53,7 @@ class Calls:
         self.first = first  # what the turn's first call carried and cost, for the inspector
         self.lines: list[dict[str, Any]] = []  # the usage lines written, one per call
         self.whole = dict(whole or {})  # the text of each tool result cut to fit, by replies.call_key, as it came
+        self.cleared: set[str] = set()  # the results cleared to fit (``CLEARED``), by replies.call_key
 
     def request(self) -> Request:
         """The next call's request (see ``TurnPlan.request``)."""
@@ -121,47 +122,61 @@ class Calls:
     def fit(self) -> None:
         """Keep the next call within the budget: cut the largest tool results in the middle,
         no shorter than ``CUT_FLOOR`` tokens; where that is not enough (a long loop of small
-        results), clear the oldest results to ``CLEARED``, the latest round's last. A call is
-        remembered with the text sent, and valued by the text as it came. What is still over
-        (the calls' own arguments, which are never cut) is sent, with a warning."""
+        results), clear the results of earlier rounds to ``CLEARED``, the oldest first (the
+        latest round's, which the model has not read, stay). A call is remembered with the
+        text sent, and valued by the text as it came. What is still over (the prompt, the
+        schemas, the calls' own arguments, the latest results) is sent, with a warning."""
         budget = self.engine.budget(self.plan.model)
         if budget is None:
             return
         tokenizer, loop = self.engine.tokenizer, self.loop
         results = [i for i in range(loop.prompt_length, len(loop.messages))
                    if loop.messages[i].get("role") == "tool" and isinstance(loop.messages[i].get("content"), str)]  # fmt: skip
-        oldest_first = list(results)
+        sizes = {i: tokenizer.count(loop.messages[i]["content"]) for i in results}
+        rounds, round_ = {}, -1  # each result's round (see ``_round``), in one pass
+        for i in range(loop.prompt_length, len(loop.messages)):
+            round_ += loop.messages[i].get("role") == "assistant"
+            rounds[i] = round_
         tools_tokens = self.plan.policy.counter.tokens(self.plan.schemas())
+        # Each text counted once: a message's content counts apart from the rest of it, so
+        # what a cut saves comes off the total (a client may send thousands of results).
         over = tokenizer.count_messages(loop.messages) + tools_tokens - budget
-        while results and over > 0:
-            at = max(results, key=lambda i: tokenizer.count(loop.messages[i]["content"]))
-            size = tokenizer.count(loop.messages[at]["content"])
-            if size <= CUT_FLOOR:
+        for at in sorted(results, key=lambda i: -sizes[i]):  # the largest first
+            if over <= 0 or sizes[at] <= CUT_FLOOR:
                 break
-            self._cut(at, tokenizer.cut_middle(loop.messages[at]["content"], max(size - over, CUT_FLOOR), CUT_MARKER))
-            results.remove(at)
-            over = tokenizer.count_messages(loop.messages) + tools_tokens - budget
+            cut = tokenizer.cut_middle(loop.messages[at]["content"], max(sizes[at] - over, CUT_FLOOR), CUT_MARKER)
+            self._cut(at, cut, rounds[at])
+            size = tokenizer.count(cut)
+            over -= sizes[at] - size
+            sizes[at] = size
+        # The latest round's results the model has not read yet: never cleared.
+        latest = max((i for i in range(loop.prompt_length, len(loop.messages)) if loop.messages[i].get("role") == "assistant"),
+                     default=len(loop.messages))  # fmt: skip
         cleared = tokenizer.count(CLEARED)
-        for at in oldest_first:
-            if over <= 0:
-                return
-            size = tokenizer.count(loop.messages[at]["content"])
-            if size > cleared:
-                self._cut(at, CLEARED)
-                over -= size - cleared  # a message's content counts apart from the rest
+        for at in results:  # the oldest first
+            if over <= 0 or at > latest:
+                break
+            if sizes[at] > cleared:
+                self._cut(at, CLEARED, rounds[at])
+                over -= sizes[at] - cleared
         if over > 0:
             log.warning("turn.over_budget", session=self.plan.session_id, model=self.plan.model, budget=budget, over=over,
-                        schemas=tools_tokens, hint="what is never cut (prompt, schemas, call arguments) exceeds it; every result is cleared")  # fmt: skip
+                        schemas=tools_tokens, hint="what is never cut (prompt, schemas, call arguments, the latest results "
+                        "cut to 64 tokens each) exceeds it")  # fmt: skip
 
-    def _cut(self, at: int, text: str) -> None:
-        """Send ``text`` for the tool result at ``at`` of the loop's messages, its whole text
-        kept (the first time it is cut) and the call remembered with the text sent."""
+    def _cut(self, at: int, text: str, round_: int) -> None:
+        """Send ``text`` for the tool result at ``at`` of the loop's messages (of round
+        ``round_``), its whole text kept (the first time it is cut) and the call remembered
+        with the text sent."""
         loop = self.loop
         result = loop.messages[at]
-        round_, call_id = self._round(at), str(result.get("tool_call_id") or "")
-        if call_id not in round_ids(self.whole, round_):  # cut before (saved by its bare id, maybe): kept as it came
-            self.whole[call_key(round_, call_id)] = result["content"]
+        call_id = str(result.get("tool_call_id") or "")
+        key = call_key(round_, call_id)
+        if key not in self.whole and call_id not in self.whole:  # cut before (saved by its bare id, maybe): kept as it came
+            self.whole[key] = result["content"]
         result["content"] = text
+        if text == CLEARED:
+            self.cleared.add(key)
         if at in loop.recorded:  # by place, not call id (a model may reuse an id across rounds)
             index = loop.recorded[at]
             loop.calls[index] = dataclasses.replace(loop.calls[index], result_sent=text)
