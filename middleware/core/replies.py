@@ -147,8 +147,8 @@ def ran_calls(
     loop: Sequence[Mapping[str, Any]], answered: Iterable[str], whole: Mapping[str, str] | None = None
 ) -> list[ToolCall]:
     """The tool calls a turn's tool loop ran, with their results (each round's calls with
-    the tool messages that follow them, numbered by round as ``chat()`` numbers them): those the turn ``answered`` itself (the disclosure
-    loader's, by ``call_key``) left out. A result cut to fit the budget is remembered with
+    the tool messages that follow them, numbered by round as ``chat()`` numbers them):
+    those the turn ``answered`` itself (the disclosure loader's, by ``call_key``) left out. A result cut to fit the budget is remembered with
     the text sent, and valued by its text as it came (``whole``, by ``call_key``), as
     ``chat()`` values a tool's return."""
     answered, ran = list(answered), []

@@ -149,12 +149,9 @@ class Calls:
             size = tokenizer.count(cut)
             over -= sizes[at] - size
             sizes[at] = size
-        # The latest round's results the model has not read yet: never cleared.
-        latest = max((i for i in range(loop.prompt_length, len(loop.messages)) if loop.messages[i].get("role") == "assistant"),
-                     default=len(loop.messages))  # fmt: skip
         cleared = tokenizer.count(CLEARED)
-        for at in results:  # the oldest first
-            if over <= 0 or at > latest:
+        for at in results:  # the oldest first; the latest round's, which the model has not read, never
+            if over <= 0 or rounds[at] == round_:
                 break
             if sizes[at] > cleared:
                 self._cut(at, CLEARED, rounds[at])
@@ -162,7 +159,7 @@ class Calls:
         if over > 0:
             log.warning("turn.over_budget", session=self.plan.session_id, model=self.plan.model, budget=budget, over=over,
                         schemas=tools_tokens, hint="what is never cut (prompt, schemas, call arguments, the latest results "
-                        "cut to 64 tokens each) exceeds it")  # fmt: skip
+                        f"cut to {CUT_FLOOR} tokens each) exceeds it")  # fmt: skip
 
     def _cut(self, at: int, text: str, round_: int) -> None:
         """Send ``text`` for the tool result at ``at`` of the loop's messages (of round
