@@ -423,6 +423,9 @@ def test_a_wrapped_single_call_chatbot_gets_its_loader_answered(managers: Manage
     assert reply.choices[0].message.tool_calls[0].function.name == "cat"  # the chatbot's own loop runs it
     assert [line["full_history_tokens"] > 0 for line in lines(log_path)] == [True, False]
     assert mgr.get_state("w").tool_uses == {"cat": (1001, 1)}
+    (trace,) = [json.loads(raw) for raw in mgr.inspect("w", traces=10).traces]
+    rounds = [(e["tool"], e["round"]) for e in trace["events"] if e["type"] == "tool_call"]
+    assert rounds == [("cat", 1)]  # after the loader's round, as chat() counts it
 
 
 def test_a_wrapped_chatbot_with_its_own_loop_answers_the_loader_from_its_tool_list(

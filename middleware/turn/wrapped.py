@@ -12,6 +12,7 @@ any other tool calls are the chatbot's to run. The model's caching rules are tho
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import time
@@ -104,7 +105,10 @@ class WrappedTurn:
             calls.loop.give([outcome for outcome in outcomes if outcome is not None])
             calls.round_done([outcome for outcome in outcomes if outcome is not None])
         text, ran, _, _ = interpret_reply(reply)
-        turn = Turn(user=message, assistant=text, tool_calls=tuple(call for call in ran if call.name != plan.loader))
+        # The loader rounds the turn answered came first: the chatbot's rounds are counted after them, as chat() counts.
+        after = calls.loop.rounds
+        turn = Turn(user=message, assistant=text,
+                    tool_calls=tuple(dataclasses.replace(call, round=call.round + after) for call in ran if call.name != plan.loader))  # fmt: skip
         yield from engine.record_planned(plan, turn, ended=True, billed=calls.first)
         return reply
 
