@@ -148,15 +148,14 @@ def resends(rules: Rules, *, history: int, history_stable: int, composed: int, c
     if not rules.input_price:
         return False
 
-    def cost(total: int, stable: int, step: int | None) -> float:
-        return per_call_cost(rules, total=total, stable=stable, step=step) + follow * per_call_cost(
-            rules, total=total, stable=total, step=step
+    def cost(total: int, stable: int) -> float:
+        # Token for token, not in the cache's steps: what a step leaves unread this call, the
+        # next reads (the history only grows), where the composed prompt's messages never are.
+        return per_call_cost(rules, total=total, stable=stable, step=1) + follow * per_call_cost(
+            rules, total=total, stable=total, step=1
         )
 
-    # The history token for token: what a cache step leaves unread this call, the next reads
-    # (the history only grows). The composed prompt in the cache's steps: its messages after
-    # the stable part are never sent again, so what a step leaves unread is paid in full.
-    return cost(history, history_stable, 1) <= cost(composed, composed_stable, None)
+    return cost(history, history_stable) <= cost(composed, composed_stable)
 
 
 def worth_writing(rules: Rules, chance: float) -> bool:
