@@ -473,8 +473,8 @@ def test_tool_results_are_cut_to_keep_the_next_call_within_the_budget(atlas: Con
 
 def test_a_long_loop_of_small_results_stays_within_the_budget(atlas: Config, managers: ManagerFactory) -> None:
     """Results too short to cut in the middle add up over a long loop: earlier rounds' are
-    cleared, the oldest first (the latest round's, not read yet, stay whole), so every call fits the budget; each call is remembered
-    with the text the model saw, its value whole."""
+    cleared, the oldest first (the latest round's, not read yet, stay whole), so every call
+    fits the budget; each call is remembered with the text the model saw, its value whole."""
 
     def probe(n: int) -> str:
         """A short reading."""

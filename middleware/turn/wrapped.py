@@ -105,7 +105,8 @@ class WrappedTurn:
             calls.loop.give([outcome for outcome in outcomes if outcome is not None])
             calls.round_done([outcome for outcome in outcomes if outcome is not None])
         text, ran, _, _ = interpret_reply(reply)
-        # The loader rounds the turn answered came first: the chatbot's rounds are counted after them, as chat() counts.
+        # The loader rounds the turn answered came first: the chatbot's rounds count after
+        # them, as chat() counts.
         after = calls.loop.rounds
         turn = Turn(user=message, assistant=text,
                     tool_calls=tuple(dataclasses.replace(call, round=call.round + after) for call in ran if call.name != plan.loader))  # fmt: skip
