@@ -86,9 +86,10 @@ class Calls:
         return [call_key(number, str(call.get("id"))) for number, m in enumerate(rounds) for call in m.get("tool_calls") or ()
                 if call.get("id") not in round_ids(self.answered, number)]  # fmt: skip
 
-    def _round(self) -> int:
-        """The latest round of the turn's tool loop (its assistant messages, less one)."""
-        messages = self.loop.messages[len(self.plan.prompt.messages) :]
+    def _round(self, index: int | None = None) -> int:
+        """The round of the turn's tool loop a message belongs to (the assistant messages of
+        the loop before it, up to ``index`` of the request's messages; the last round's by default)."""
+        messages = self.loop.messages[len(self.plan.prompt.messages) : index]
         return sum(1 for m in messages if m.get("role") == "assistant") - 1
 
     def answer(self, call: PendingCall, problem: Callable[[str, Any], str | None]) -> ToolOutcome | None:
@@ -132,7 +133,7 @@ class Calls:
         results = [i for i in range(loop.prompt_length, len(loop.messages))
                    if loop.messages[i].get("role") == "tool" and isinstance(loop.messages[i].get("content"), str)]  # fmt: skip
         sizes = {i: tokenizer.count(loop.messages[i]["content"]) for i in results}
-        rounds, round_ = {}, -1  # each message's round (as ``_round`` counts), in one pass
+        rounds, round_ = {}, -1  # each result's round (see ``_round``), in one pass
         for i in range(loop.prompt_length, len(loop.messages)):
             round_ += loop.messages[i].get("role") == "assistant"
             rounds[i] = round_
