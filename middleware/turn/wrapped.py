@@ -42,9 +42,13 @@ def _call_blocking(fn: Callable[..., Any], messages: list[dict[str, Any]], args:
 
 
 def _message(reply: Any) -> dict[str, Any] | None:
-    """The assistant message of a reply that is one (a response or a message dict), else None."""
+    """The assistant message of a reply that is one (a response, a message dict, or a list
+    holding only that message: one call's reply in the shape of a chatbot's own rounds),
+    else None."""
     if hasattr(reply, "choices"):
         return as_dict(reply.choices[0].message)
+    if isinstance(reply, (list, tuple)) and len(reply) == 1 and isinstance(reply[0], Mapping):
+        reply = reply[0] if reply[0].get("role") == "assistant" else None
     return dict(reply) if isinstance(reply, Mapping) else None
 
 
