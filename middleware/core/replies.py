@@ -148,9 +148,9 @@ def ran_calls(
 ) -> list[ToolCall]:
     """The tool calls a turn's tool loop ran, with their results (each round's calls with
     the tool messages that follow them, numbered by round as ``chat()`` numbers them):
-    those the turn ``answered`` itself (the disclosure loader's, by ``call_key``) left out. A result cut to fit the budget is remembered with
-    the text sent, and valued by its text as it came (``whole``, by ``call_key``), as
-    ``chat()`` values a tool's return."""
+    those the turn ``answered`` itself (the disclosure loader's, by ``call_key``) left out.
+    A result cut to fit the budget is remembered with the text sent, and valued by its text
+    as it came (``whole``, by ``call_key``), as ``chat()`` values a tool's return."""
     answered, ran = list(answered), []
     # ``number`` counts assistant messages, as the turn's own keys do (turn.calls.Calls); a
     # call's round counts runs of them, as chat()'s tool loop does (one per model reply).

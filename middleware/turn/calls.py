@@ -86,10 +86,9 @@ class Calls:
         return [call_key(number, str(call.get("id"))) for number, m in enumerate(rounds) for call in m.get("tool_calls") or ()
                 if call.get("id") not in round_ids(self.answered, number)]  # fmt: skip
 
-    def _round(self, index: int | None = None) -> int:
-        """The round of the turn's tool loop a message belongs to (the assistant messages of
-        the loop before it, up to ``index`` of the request's messages; the last round's by default)."""
-        messages = self.loop.messages[len(self.plan.prompt.messages) : index]
+    def _round(self) -> int:
+        """The last round of the turn's tool loop (the assistant messages of the loop, less one)."""
+        messages = self.loop.messages[len(self.plan.prompt.messages) :]
         return sum(1 for m in messages if m.get("role") == "assistant") - 1
 
     def answer(self, call: PendingCall, problem: Callable[[str, Any], str | None]) -> ToolOutcome | None:
