@@ -163,6 +163,17 @@ def test_a_similar_piece_is_admitted_by_similarity_alone() -> None:
     assert [r.text for r in ranked] == [near.text] and "similar (0.41)" in ranked[0].why
 
 
+def test_a_question_the_user_asked_is_recalled_only_when_it_names_something() -> None:
+    """A user's earlier question that names nothing specific told nothing, so it is not
+    recalled however near it is (the reply, archived apart, holds any answer); one naming a
+    code is, and so is the assistant's reply ending in a question."""
+    bare = Candidate(5, "user", "What do I drive?", 5, 0.0, (), ("drive",), 0.6)
+    named = Candidate(6, "user", "Is order SO-3391 on its way?", 9, 0.0, (), ("order", "so", "3391", "way"), 0.5)
+    asked_back = Candidate(7, "reply", "Shall I book the Volvo service?", 8, 0.0, (), ("book", "volvo", "servic"), 0.4)
+    ranked = rank([bare, named, asked_back], {}, query=[("car", 1.0)], **RANK)
+    assert sorted(r.text for r in ranked) == sorted([named.text, asked_back.text])
+
+
 def test_similar_pieces_fill_the_budget_however_far_below_the_best_they_score() -> None:
     """Semantic recall: pieces at MIN_SIMILARITY or above are kept beside a strong lexical
     match, however far below its score their similarity is, until the budget is spent; a

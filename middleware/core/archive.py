@@ -312,7 +312,7 @@ def rank(
             (c.asked or c.score) >= MIN_SCORE and bool(hits) and (len(hits) >= 2 or not hits.isdisjoint(c.terms) or not c.terms)
         )
         semantic = c.similarity >= MIN_SIMILARITY
-        if not (lexical or semantic) or known.issuperset(c.terms or terms(c.text)):
+        if not (lexical or semantic) or known.issuperset(c.terms or terms(c.text)) or _bare_question(c):
             continue  # a weak match, one the current message does not ask for, or nothing new
         recency = 1.0 + math.exp(-max(turns - c.turn, 0) / 40)
         lowered = c.text.lower() if values else ""
@@ -420,6 +420,12 @@ def _specific_terms(text: str) -> frozenset[str]:
     """The terms of ``text``'s specific words: capitalised after its first word (not opening
     a sentence), or holding a digit (cached as ``_specific`` is)."""
     return frozenset(terms(" ".join(_specific_patterns()[1].findall(text))))
+
+
+def _bare_question(c: Candidate) -> bool:
+    """A user's question that names nothing specific ("What do I drive?"): it asked and told
+    nothing, so recalling it only repeats the asking (the reply, archived apart, holds any answer)."""
+    return c.kind == "user" and c.text.rstrip().endswith("?") and not _specific(c.text)
 
 
 @functools.lru_cache(maxsize=4096)
