@@ -163,15 +163,26 @@ def test_a_similar_piece_is_admitted_by_similarity_alone() -> None:
     assert [r.text for r in ranked] == [near.text] and "similar (0.41)" in ranked[0].why
 
 
-def test_a_question_the_user_asked_is_recalled_only_when_it_names_something() -> None:
-    """A user's earlier question that names nothing specific told nothing, so it is not
-    recalled however near it is (the reply, archived apart, holds any answer); one naming a
-    code is, and so is the assistant's reply ending in a question."""
-    bare = Candidate(5, "user", "What do I drive?", 5, 0.0, (), ("drive",), 0.6)
-    named = Candidate(6, "user", "Is order SO-3391 on its way?", 9, 0.0, (), ("order", "so", "3391", "way"), 0.5)
-    asked_back = Candidate(7, "reply", "Shall I book the Volvo service?", 8, 0.0, (), ("book", "volvo", "servic"), 0.4)
-    ranked = rank([bare, named, asked_back], {}, query=[("car", 1.0)], **RANK)
-    assert sorted(r.text for r in ranked) == sorted([named.text, asked_back.text])
+def test_a_question_the_user_asked_is_recalled_only_when_it_tells_something() -> None:
+    """A user's earlier question and nothing else (one sentence opening as a question, naming
+    nothing specific, with no specific neighbour) told nothing, so it is not recalled however
+    near it is: the reply, archived apart, holds any answer. A question naming a code, one
+    asked about a statement or joined to one, one whose neighbour names something, and the
+    assistant's reply ending in a question all are."""
+
+    def near(turn: int, text: str, kind: str = "user", around: tuple[str, str] = ("", "")) -> Candidate:
+        return Candidate(turn, kind, text, TOKENIZER.count(text), 0.0, (), tuple(terms(text)), 0.6, 0.0, around)
+
+    bare = near(5, "What do I drive?")
+    kept = [
+        near(6, "Is order SO-3391 on its way?"),
+        near(7, "I just got a hatchback, is that fine in snow?"),
+        near(8, "I'm vegetarian. Any recipes?"),
+        near(9, "What food should we buy?", around=("We adopted a dog named Biscuit.", "")),
+        near(10, "Shall I book the service?", kind="reply"),
+    ]
+    ranked = rank([bare, *kept], {}, query=[("car", 1.0)], **{**RANK, "budget": 400})
+    assert sorted(r.turn for r in ranked) == [c.turn for c in kept]
 
 
 def test_similar_pieces_fill_the_budget_however_far_below_the_best_they_score() -> None:

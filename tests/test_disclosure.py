@@ -405,7 +405,7 @@ def test_a_tool_named_like_the_loader_is_refused(managers: ManagerFactory, log_p
         mgr.chat("s", "hi", model="scripted/echo", tools=[*toolset(), load_tools])
 
 
-@pytest.mark.parametrize("shape", ["response", "one-message list"])
+@pytest.mark.parametrize("shape", ["response", "one-message list", "message object in a list", "dict of call objects"])
 def test_a_wrapped_single_call_chatbot_gets_its_loader_answered(managers: ManagerFactory, log_path: Path, shape: str) -> None:
     """A chatbot that makes one LLM call with the tools it is handed: when the reply only asks
     for the loader, the middleware answers and calls the chatbot again with the schemas,
@@ -418,13 +418,17 @@ def test_a_wrapped_single_call_chatbot_gets_its_loader_answered(managers: Manage
     def bot(messages: list[dict[str, Any]], tools: list[Any]) -> Any:
         seen.append([t["function"]["name"] for t in tools])
         response = llm.complete(model.model, messages, tools)
-        return response if shape == "response" else [response.choices[0].message.model_dump()]
+        message = response.choices[0].message
+        if shape == "dict of call objects":  # the SDK's tool call objects in a message dict
+            return {"role": "assistant", "content": None, "tool_calls": message.tool_calls}
+        return {"response": response, "one-message list": [message.model_dump()]}.get(shape, [message])
 
     mgr = managers(disclosing(log_path, match_tools=0))
     reply = mgr.wrap(bot)("w", "show notes.txt", tools=schemas)
     assert seen == [["load_tools"], ["load_tools", "cat"]]
-    message = reply.choices[0].message.model_dump() if shape == "response" else reply[0]
-    assert message["tool_calls"][0]["function"]["name"] == "cat"  # the chatbot's own loop runs it
+    message = reply.choices[0].message if shape == "response" else reply if shape == "dict of call objects" else reply[0]
+    call = (message if isinstance(message, dict) else message.model_dump())["tool_calls"][0]
+    assert (call if isinstance(call, dict) else call.model_dump())["function"]["name"] == "cat"  # the chatbot's own loop runs it
     assert [line["full_history_tokens"] > 0 for line in lines(log_path)] == [True, False]
     assert mgr.get_state("w").tool_uses == {"cat": (1001, 1)}
     (trace,) = [json.loads(raw) for raw in mgr.inspect("w", traces=10).traces]

@@ -423,9 +423,24 @@ def _specific_terms(text: str) -> frozenset[str]:
 
 
 def _bare_question(c: Candidate) -> bool:
-    """A user's question that names nothing specific ("What do I drive?"): it asked and told
-    nothing, so recalling it only repeats the asking (the reply, archived apart, holds any answer)."""
-    return c.kind == "user" and c.text.rstrip().endswith("?") and not _specific(c.text)
+    """A user's question and nothing else ("What do I drive?"): one sentence that opens as a
+    question does and ends with "?", naming nothing specific, with no neighbour that does
+    (sentence windows). It asked and told nothing, so recalling it only repeats the asking
+    (the reply, archived apart, holds any answer). A statement asked about ("I just got a
+    hatchback, is that fine in snow?") or joined to one ("I'm vegetarian. Any recipes?") stays."""
+    text = c.text.rstrip()
+    return (
+        c.kind == "user" and text.endswith("?") and not any(c.around) and _QUESTION.match(text) is not None
+        and _SENTENCE_END.search(text) is None and not _specific(text)
+    )  # fmt: skip
+
+
+# How a question opens: a question word, or a verb put first ("Did I...", "Is there...").
+_QUESTION = re.compile(
+    r"(?:what|which|who|whom|whose|where|when|why|how|is|are|was|were|am|do|does|did|can|could|will|would|shall|should|"
+    r"may|might|have|has|had)\b",
+    re.IGNORECASE,
+)
 
 
 @functools.lru_cache(maxsize=4096)

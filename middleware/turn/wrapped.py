@@ -47,9 +47,20 @@ def _message(reply: Any) -> dict[str, Any] | None:
     else None."""
     if hasattr(reply, "choices"):
         return as_dict(reply.choices[0].message)
-    if isinstance(reply, (list, tuple)) and len(reply) == 1 and isinstance(reply[0], Mapping):
-        reply = reply[0] if reply[0].get("role") == "assistant" else None
-    return dict(reply) if isinstance(reply, Mapping) else None
+    if (
+        isinstance(reply, (list, tuple))
+        and len(reply) == 1
+        and (isinstance(reply[0], Mapping) or hasattr(reply[0], "model_dump"))
+    ):
+        reply = as_dict(reply[0])
+        if reply.get("role") != "assistant":
+            return None
+    if not isinstance(reply, Mapping):
+        return None
+    message = dict(reply)
+    if message.get("tool_calls"):  # the SDK's call objects as dicts, as the tool loop reads them
+        message["tool_calls"] = [as_dict(call) for call in message["tool_calls"]]
+    return message
 
 
 def _loader_only(message: Mapping[str, Any] | None, loader: str | None) -> bool:
