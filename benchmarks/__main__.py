@@ -130,13 +130,15 @@ def run_overhead(progress: Any, quick: bool) -> dict[str, Any]:
                 progress.advance(task)
         server_facts = {"version": node.version, "modules": node.modules, "binary": node.binary}
     plain: list[Any] = []  # the middleware and the floor again on the machine's plain Redis 7
-    with server(plain=True) as node:
-        admin = redis.Redis(port=node.port)
-        for history in histories:
-            for _ in range(repeats):
-                plain += measure_ours(node.url, history, 300 if quick else 800, admin)
-                progress.advance(task)
-        plain_facts = {"version": node.version, "modules": node.modules, "binary": node.binary}
+    plain_facts: dict[str, Any] = {}
+    if server_facts["modules"]:  # else the rows above were measured on it already
+        with server(plain=True) as node:
+            admin = redis.Redis(port=node.port)
+            for history in histories:
+                for _ in range(repeats):
+                    plain += measure_ours(node.url, history, 300 if quick else 800, admin)
+                    progress.advance(task)
+            plain_facts = {"version": node.version, "modules": node.modules, "binary": node.binary}
     imports = import_time(runs=5 if quick else 15)
     progress.advance(task)
     counting = counting_cost()
@@ -147,7 +149,7 @@ def run_overhead(progress: Any, quick: bool) -> dict[str, Any]:
         "imports": imports,
         "counting": counting,
         "repeats": repeats,
-        "plain": {"rows": plain, "server": plain_facts},
+        "plain": {"rows": plain, "server": plain_facts} if plain else None,
     }
 
 
@@ -247,15 +249,18 @@ def _ratios(rows: list[Any]) -> dict[int, tuple[float, float]]:
 
 def _within_floor(overhead: dict[str, Any]) -> str:
     """The summary row of recall's cost target: with recall on (the default), build and
-    record each within 1.5× the floor on Redis 8 and on the plain Redis 7, and flat (their
-    ratios grow at most 10%) from the shortest history measured to the longest."""
-    servers = [(overhead["server"]["version"], overhead["rows"])]
-    if overhead.get("plain"):
-        servers.append((overhead["plain"]["server"]["version"], overhead["plain"]["rows"]))
+    record each within 1.5× the floor on Redis 8 and on the plain Redis 7 (medians over
+    histories and repeats, as the row on 1.3× takes them), and flat: their ratios grow at
+    most 10% from the shortest history measured to the longest. A server without modules
+    (the bench packages missing) is not Redis 8: the target is then not measured there."""
+    servers = [(overhead["server"], overhead["rows"])] if overhead["server"]["modules"] else []
+    plain = overhead.get("plain") or {"server": overhead["server"], "rows": overhead["rows"]}
+    servers.append((plain["server"], plain["rows"]))
     parts, missed = [], []
-    for version, rows in servers:
+    for facts, rows in servers:
+        version, ours = facts["version"], [r for r in rows if r.system == "middleware"]
+        build, record = (statistics.median(getattr(r, f"paired_{kind}_ratio") for r in ours) for kind in ("build", "record"))
         ratios = _ratios(rows)
-        build, record = (statistics.median(v[i] for v in ratios.values()) for i in (0, 1))
         first, last = ratios[min(ratios)], ratios[max(ratios)]
         growth = [last[i] / first[i] - 1 for i in (0, 1)]
         missed += [f"{name} on Redis {version}" for name, ratio in (("build", build), ("record", record)) if ratio > 1.5]
@@ -264,7 +269,7 @@ def _within_floor(overhead: dict[str, Any]) -> str:
         parts.append(f"Redis {version}: build {build:.2f}×, record {record:.2f}×; from {min(ratios):,} to {max(ratios):,} turns "
                      f"build {growth[0]:+.1%}, record {growth[1]:+.1%}")  # fmt: skip
     if len(servers) < 2:
-        missed.append("not measured on Redis 7")
+        missed.append("not measured on Redis 8 (the bench packages are missing)")
     verdict = f"not met: {', '.join(missed)} (see 5.5)" if missed else "met"
     return (f"| with recall on (the default), build and record each ≤1.5× the floor on Redis 8 and on Redis 7, flat (≤10% growth) "
             f"from 10 to 10,000 turns | {'; '.join(parts)} (medians over histories and repeats) | {verdict} |")  # fmt: skip
