@@ -288,8 +288,9 @@ def rank(
     ``similarity`` a vector search found to the current message, not weighed by recency.
     A user's sentence that names nothing specific counts half in both. Left out: weak
     lexical matches, matches on the recent window's terms alone (they rank, the current
-    message selects), and pieces that say nothing the prompt does not already say (every
-    term of theirs is in ``shown``). A candidate that adds few terms to the prompt and the
+    message selects), pieces that say nothing the prompt does not already say (every term
+    of theirs is in ``shown``) and a user's sentence that only asks (``_bare_question``).
+    A candidate that adds few terms to the prompt and the
     lines already chosen waits until every other has had its room, and is left out unless
     what it adds is specific (``REDUNDANT``)."""
     if budget <= 0:
