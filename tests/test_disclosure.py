@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from openai.types.chat import ChatCompletionMessageToolCall
 
 from middleware import Config, InvalidToolCallError, Tool, llm
 from middleware.config import DisclosureConfig
@@ -419,8 +420,9 @@ def test_a_wrapped_single_call_chatbot_gets_its_loader_answered(managers: Manage
         seen.append([t["function"]["name"] for t in tools])
         response = llm.complete(model.model, messages, tools)
         message = response.choices[0].message
-        if shape == "dict of call objects":  # the SDK's tool call objects in a message dict
-            return {"role": "assistant", "content": None, "tool_calls": message.tool_calls}
+        if shape == "dict of call objects":  # the openai SDK's tool call objects in a message dict
+            calls = [ChatCompletionMessageToolCall.model_validate(call.model_dump()) for call in message.tool_calls]
+            return {"role": "assistant", "content": None, "tool_calls": calls}
         return {"response": response, "one-message list": [message.model_dump()]}.get(shape, [message])
 
     mgr = managers(disclosing(log_path, match_tools=0))
