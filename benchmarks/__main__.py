@@ -288,17 +288,24 @@ def _plain_table(overhead: dict[str, Any]) -> list[str]:
         "| history | system | read p50 / p95 | write p50 / p95 | read: commands / round trips | write: commands / round trips | vs floor (paired p50 ratio) |",
         "|---:|---|---:|---:|---:|---:|---:|",
     ]
-    ratios = _ratios(plain["rows"])
-    for history, (build, record) in ratios.items():
-        for system in ("floor (raw redis-py)", "middleware"):
-            group = _row_for(plain["rows"], system, history)
-            med = lambda attr: statistics.median(getattr(r, attr) for r in group)  # noqa: E731, B023 (used in this iteration)
-            ratio = f"{build:.2f}× / {record:.2f}×" if system == "middleware" else ""
-            lines.append(
-                f"| {history:,} | {system} | {med('build_p50'):,.0f} / {med('build_p95'):,.0f} | {med('record_p50'):,.0f} / {med('record_p95'):,.0f} | "
-                f"{med('build_commands'):.0f} / {med('build_round_trips'):.0f} | {med('record_commands'):.0f} / {med('record_round_trips'):.0f} | {ratio} |"
-            )
+    for history, (build, record) in _ratios(plain["rows"]).items():
+        lines.append(_overhead_row(history, "floor (raw redis-py)", _row_for(plain["rows"], "floor (raw redis-py)", history), ""))
+        lines.append(
+            _overhead_row(history, "middleware", _row_for(plain["rows"], "middleware", history), f"{build:.2f}× / {record:.2f}×")
+        )
     return lines
+
+
+def _overhead_row(history: int, system: str, group: list[Any], ratio: str) -> str:
+    """A row of section 2's tables: one system at one history, medians over its repeats."""
+
+    def med(attr: str) -> float:
+        return statistics.median(getattr(r, attr) for r in group)
+
+    return (
+        f"| {history:,} | {system} | {med('build_p50'):,.0f} / {med('build_p95'):,.0f} | {med('record_p50'):,.0f} / {med('record_p95'):,.0f} | "
+        f"{med('build_commands'):.0f} / {med('build_round_trips'):.0f} | {med('record_commands'):.0f} / {med('record_round_trips'):.0f} | {ratio} |"
+    )
 
 
 def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
@@ -365,10 +372,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
     # Absolute medians taken minutes apart drift with the shared machine; the floor, measured
     # interleaved with ours, sends the same commands at every history, so the ratio to it is the
     # measure of flatness, with the command and round-trip counts.
-    by_history = {
-        h: statistics.median(r.paired_build_ratio for r in ratio_rows if r.history == h)
-        for h in sorted({r.history for r in ratio_rows})
-    }
+    by_history = {h: build for h, (build, _) in _ratios(overhead["rows"]).items()}
     spread = max(by_history.values()) / min(by_history.values()) - 1
     # Round trips are the same at every length. Commands are too once the archive is full
     # (memory.archive_turns): until then a write has no oldest turn to drop from it.
@@ -487,18 +491,15 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
             group = _row_for(overhead["rows"], system, history)
             if not group:
                 continue
-            med = lambda attr: statistics.median(getattr(r, attr) for r in group)  # noqa: E731, B023 (used in this iteration)
             ratio = ""
             if system == "middleware":
                 ratio = f"{statistics.median(r.paired_build_ratio for r in group):.2f}× / {statistics.median(r.paired_record_ratio for r in group):.2f}×"
             elif system != "floor (raw redis-py)":
                 floor = _row_for(overhead["rows"], "floor (raw redis-py)", history)
                 base_b, base_r = statistics.median(r.build_p50 for r in floor), statistics.median(r.record_p50 for r in floor)
-                ratio = f"{med('build_p50') / base_b:.1f}× / {med('record_p50') / base_r:.1f}×"
-            lines.append(
-                f"| {history:,} | {system} | {med('build_p50'):,.0f} / {med('build_p95'):,.0f} | {med('record_p50'):,.0f} / {med('record_p95'):,.0f} | "
-                f"{med('build_commands'):.0f} / {med('build_round_trips'):.0f} | {med('record_commands'):.0f} / {med('record_round_trips'):.0f} | {ratio} |"
-            )
+                ours_b, ours_r = statistics.median(r.build_p50 for r in group), statistics.median(r.record_p50 for r in group)
+                ratio = f"{ours_b / base_b:.1f}× / {ours_r / base_r:.1f}×"
+            lines.append(_overhead_row(history, system, group, ratio))
     lines += _plain_table(overhead)
     ours_ms, litellm_ms, pulls = overhead["imports"]
     ours_row = next(r for r in overhead["rows"] if r.system == "middleware")
