@@ -37,7 +37,6 @@ end
 -- those are the list's opening run: the scan stops at the first later id, and a list that
 -- starts after `gone` (a common term's, capped long ago) comes back as it is, unread.
 local function after(list, gone)
-  -- Most lists (every common term's, capped long ago) start after `gone`: one match says so.
   local first = tonumber(string.match(list, '^(%d+)%.'))
   if first and first > gone then return list end
   local from = 1
