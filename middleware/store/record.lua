@@ -111,7 +111,10 @@ local max_keys, history = tonumber(max_keys), tonumber(key_history)
 -- whole number, or below the highest turn the ids or the archive hold (a hand-edited or
 -- corrupt counter); then it is rebuilt from that highest turn, so it never moves backwards
 -- and the next turn never overwrites the archive's.
-local stored = redis.pcall('HGET', meta, 'turns')
+-- (The archive's oldest turn is read with it: it changes only where the archive is cut, below.)
+local head = redis.pcall('HMGET', meta, 'turns', 'arc_from')
+local stored, arc_from = head, nil
+if type(head) == 'table' and not head.err then stored, arc_from = head[1], head[2] end
 local count = type(stored) == 'string' and tonumber(stored) or nil
 local last = redis.pcall('ZRANGE', ids, -1, -1, 'WITHSCORES')
 local top = type(last) == 'table' and tonumber(last[2] or '') or 0
@@ -182,47 +185,39 @@ end
 
 local archive, cap, n_pieces, vectors = tonumber(archive_turns), tonumber(postings), tonumber(ARGV[at]), vector_prefix
 if archive > 0 then
-  if n_pieces > 0 then
-    local fields, postings, terms = {}, {}, {}
-    for i = 0, n_pieces - 1 do
-      local base, id = at + 1 + 6 * i, turns .. '.' .. i
-      local record = ARGV[base] .. '\t' .. ARGV[base + 1] .. '\t' .. ARGV[base + 3] .. '\t' .. ARGV[base + 4]
-      fields[#fields + 1] = id
-      fields[#fields + 1] = record
-      if vectors ~= '' and ARGV[base + 5] ~= '' then  -- semantic recall: the piece's vector, for the server's index
-        local key = vectors .. id
-        redis.call('HSET', key, 's', vector_tag, 'turn', turns, 'vec', ARGV[base + 5], 'rec', record)
-        if ttl > 0 then redis.call('PEXPIRE', key, math.floor(ttl * 1.5)) end
-      end
-      for term in string.gmatch(ARGV[base + 2], '%S+') do
-        if postings[term] == nil then
-          postings[term] = id
-          terms[#terms + 1] = term
-        else
-          postings[term] = postings[term] .. ' ' .. id
-        end
-      end
+  local fields, postings, terms = {}, {}, {}
+  local prefix = turns .. '.'
+  for i = 0, n_pieces - 1 do
+    local base, id = at + 1 + 6 * i, prefix .. i
+    local record = ARGV[base] .. '\t' .. ARGV[base + 1] .. '\t' .. ARGV[base + 3] .. '\t' .. ARGV[base + 4]
+    fields[#fields + 1] = id
+    fields[#fields + 1] = record
+    if vectors ~= '' and ARGV[base + 5] ~= '' then  -- semantic recall: the piece's vector, for the server's index
+      local key = vectors .. id
+      redis.call('HSET', key, 's', vector_tag, 'turn', turns, 'vec', ARGV[base + 5], 'rec', record)
+      if ttl > 0 then redis.call('PEXPIRE', key, math.floor(ttl * 1.5)) end
     end
-    call('HSET', arc, unpack(fields))
-    if #terms > 0 then
-      local lists, updates = call('HMGET', idx, unpack(terms)), {}
-      for j, term in ipairs(terms) do
-        local list = lists[j] and (lists[j] .. ' ' .. postings[term]) or postings[term]
-        updates[#updates + 1] = term
-        updates[#updates + 1] = newest(list, cap)
+    for term in string.gmatch(ARGV[base + 2], '%S+') do
+      if postings[term] == nil then
+        postings[term] = id
+        terms[#terms + 1] = term
+      else
+        postings[term] = postings[term] .. ' ' .. id
       end
-      -- The turn's piece count and terms ("3|a b c"), read when it leaves the archive.
-      updates[#updates + 1] = '#' .. turns
-      updates[#updates + 1] = n_pieces .. '|' .. table.concat(terms, ' ')
-      call('HSET', idx, unpack(updates))
     end
   end
-  local gone = turns - archive  -- the turn that falls out of the archive now
+  if #fields > 0 then call('HSET', arc, unpack(fields)) end
+  local own = #terms  -- this turn's terms; those only the leaving turns hold follow
+  -- The turns leaving the archive now: its oldest (meta's arc_from) and, while that is older
+  -- than `gone` (turns kept while archive_turns was higher), the next four oldest with it.
+  -- A session archived before arc_from was kept has its oldest turn found once, in the
+  -- archive. Each takes its pieces (as many as its index entry says; 32, the most a turn
+  -- has, where it says none), their vectors, and its terms' ids of turns gone: a term left
+  -- with none goes, so the index holds the archive's terms and no more.
+  local gone = turns - archive
+  local from, upto, leaving, old, keys, emptied = nil, 0, {}, {}, {}, {}
   if gone >= 1 then
-    -- The archive's oldest turn (meta's arc_from) goes, and while it is older than `gone`
-    -- (turns kept while archive_turns was higher) the next four oldest with it. A session
-    -- archived before arc_from was kept has its oldest turn found once, in the archive.
-    local from = tonumber(call('HGET', meta, 'arc_from') or '')
+    from = tonumber(arc_from or '')
     if not from then
       from = gone
       for _, id in ipairs(call('HKEYS', arc)) do
@@ -230,44 +225,53 @@ if archive > 0 then
         if t and t < from then from = t end
       end
     end
-    local upto = math.min(gone, from + 4)
-    for t = from, upto do
-      -- Its pieces (as many as its index entry says; 32, the most a turn has, where it says
-      -- none), their vectors, and its terms' ids of turns gone: a term left with none goes,
-      -- so the index holds the archive's terms and no more.
-      local listed, terms = call('HGET', idx, '#' .. t), {}
-      local count, names = 32, listed or ''
-      local n, rest = string.match(names, '^(%d+)|(.*)$')
-      if n then count, names = tonumber(n), rest end
-      local old, keys = {}, {}
-      for i = 0, count - 1 do
-        old[#old + 1] = t .. '.' .. i
-        keys[#keys + 1] = vectors .. t .. '.' .. i
-      end
-      for term in string.gmatch(names, '%S+') do terms[#terms + 1] = term end
-      local emptied = {'#' .. t}
-      if #terms > 0 then
-        local lists, kept = call('HMGET', idx, unpack(terms)), {}
-        for j, term in ipairs(terms) do
-          local list = lists[j]
-          if list then
-            local left = after(list, gone)
-            if left == '' then
-              emptied[#emptied + 1] = term
-            elseif left ~= list then
-              kept[#kept + 1] = term
-              kept[#kept + 1] = left
-            end
-          end
+    upto = math.min(gone, from + 4)
+    if upto >= from then
+      local entries = {}
+      for t = from, upto do entries[#entries + 1] = '#' .. t end
+      local listed = call('HMGET', idx, unpack(entries))
+      for k = 1, #entries do
+        local t = from + k - 1
+        local count, names = 32, listed[k] or ''
+        local n, rest = string.match(names, '^(%d+)|(.*)$')
+        if n then count, names = tonumber(n), rest end
+        for i = 0, count - 1 do
+          old[#old + 1] = t .. '.' .. i
+          if vectors ~= '' then keys[#keys + 1] = vectors .. t .. '.' .. i end
         end
-        if #kept > 0 then call('HSET', idx, unpack(kept)) end
+        for term in string.gmatch(names, '%S+') do
+          if leaving[term] == nil and postings[term] == nil then terms[#terms + 1] = term end
+          leaving[term] = true
+        end
+        if listed[k] then emptied[#emptied + 1] = entries[k] end
       end
-      if listed then call('HDEL', idx, unpack(emptied)) end
-      if #old > 0 then call('HDEL', arc, unpack(old)) end
-      if vectors ~= '' and #keys > 0 then redis.call('DEL', unpack(keys)) end
     end
-    if upto >= from then call('HSET', meta, 'arc_from', upto + 1) end
   end
+  -- One read and one write of the lists of every term either touches: this turn's ids join
+  -- a list (the newest `cap` bytes of it kept), the leaving turns' ids go.
+  if #terms > 0 then
+    local lists, updates = call('HMGET', idx, unpack(terms)), {}
+    for j, term in ipairs(terms) do
+      local list, added = lists[j], postings[term]
+      if added then list = newest(list and (list .. ' ' .. added) or added, cap) end
+      if list and leaving[term] then list = after(list, gone) end
+      if list == '' then
+        emptied[#emptied + 1] = term
+      elseif list and list ~= lists[j] then
+        updates[#updates + 1] = term
+        updates[#updates + 1] = list
+      end
+    end
+    if own > 0 then  -- the turn's piece count and terms ("3|a b c"), read when it leaves the archive
+      updates[#updates + 1] = '#' .. turns
+      updates[#updates + 1] = n_pieces .. '|' .. table.concat(terms, ' ', 1, own)
+    end
+    if #updates > 0 then call('HSET', idx, unpack(updates)) end
+  end
+  if #emptied > 0 then call('HDEL', idx, unpack(emptied)) end
+  if #old > 0 then call('HDEL', arc, unpack(old)) end
+  if #keys > 0 then redis.call('DEL', unpack(keys)) end
+  if gone >= 1 and upto >= from then call('HSET', meta, 'arc_from', upto + 1) end
   -- Vectors outlive their pieces: written to expire half a TTL after the session would, and
   -- renewed every half TTL while the session is written, they are there for every piece the
   -- archive holds (and gone half a TTL after an idle session is).
