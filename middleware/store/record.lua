@@ -126,7 +126,11 @@ if count == nil or count < top or count ~= math.floor(count) then
   call('HSET', meta, 'turns', top)
   if top > 0 or stored then repaired[#repaired + 1] = meta .. ' turns' end
 end
-local turns = call('HINCRBY', meta, 'turns', 1)
+local turns = call('HINCRBY', meta, 'turns', '1')
+-- Numbers go to commands and ids as strings written with %d: a Lua number is written with a
+-- float format, for each argument, which took about 5% of the server's time.
+local function int(n) return string.format('%d', n) end
+local turn = int(turns)
 call('HINCRBY', meta, 'full_tokens', full_tokens)
 call('HSETNX', meta, 'created', now)
 call('HSET', meta, 'updated', now, 'last_turn', turn_id)
@@ -139,7 +143,7 @@ if n_context > 0 then
   local legacy = call('ZRANGEBYSCORE', ctx, '1e12', '+inf')
   for rank, member in ipairs(legacy) do call('ZADD', ctx, (turns - 1) * 1000 + rank, member) end
   for i = 0, n_context - 1 do
-    call('ZADD', ctx, turns * 1000 + i, ARGV[at + 2 * i] .. '=' .. ARGV[at + 2 * i + 1])
+    call('ZADD', ctx, int(turns * 1000 + i), ARGV[at + 2 * i] .. '=' .. ARGV[at + 2 * i + 1])
   end
   -- Keep the newest `history` values of each key, and the `max_keys` keys set last.
   local rank, count, drop = {}, {}, {}
@@ -163,38 +167,38 @@ at = at + 2 * n_context
 local keep = tonumber(summary_lines)
 if keep > 0 then
   call('RPUSH', sum, summary_line)
-  call('LTRIM', sum, -keep, -1)
+  call('LTRIM', sum, int(-keep), '-1')
 end
 local n_recent = tonumber(ARGV[at])
 keep = tonumber(recent_messages)
 if keep > 0 and n_recent > 0 then
   call('RPUSH', recent, unpack(ARGV, at + 1, at + n_recent))
-  call('LTRIM', recent, -keep, -1)
+  call('LTRIM', recent, int(-keep), '-1')
 end
 at = at + 1 + n_recent
 keep = tonumber(trace_entries)
 if keep > 0 and trace ~= '' then
   call('RPUSH', traces, trace)
-  call('LTRIM', traces, -keep, -1)
+  call('LTRIM', traces, int(-keep), '-1')
 end
 if prompt_json ~= '' then call('SET', prompt, prompt_json) end
 if turn_id ~= '' then
-  call('ZADD', ids, turns, turn_id)
-  call('ZREMRANGEBYRANK', ids, 0, -tonumber(turn_ids) - 1)
+  call('ZADD', ids, turn, turn_id)
+  call('ZREMRANGEBYRANK', ids, '0', int(-tonumber(turn_ids) - 1))
 end
 
 local archive, cap, n_pieces, vectors = tonumber(archive_turns), tonumber(postings), tonumber(ARGV[at]), vector_prefix
 if archive > 0 then
   local fields, postings, terms = {}, {}, {}
-  local prefix = turns .. '.'
+  local prefix = turn .. '.'
   for i = 0, n_pieces - 1 do
-    local base, id = at + 1 + 6 * i, prefix .. i
+    local base, id = at + 1 + 6 * i, prefix .. int(i)
     local record = ARGV[base] .. '\t' .. ARGV[base + 1] .. '\t' .. ARGV[base + 3] .. '\t' .. ARGV[base + 4]
     fields[#fields + 1] = id
     fields[#fields + 1] = record
     if vectors ~= '' and ARGV[base + 5] ~= '' then  -- semantic recall: the piece's vector, for the server's index
       local key = vectors .. id
-      redis.call('HSET', key, 's', vector_tag, 'turn', turns, 'vec', ARGV[base + 5], 'rec', record)
+      redis.call('HSET', key, 's', vector_tag, 'turn', turn, 'vec', ARGV[base + 5], 'rec', record)
       if ttl > 0 then redis.call('PEXPIRE', key, math.floor(ttl * 1.5)) end
     end
     for term in string.gmatch(ARGV[base + 2], '%S+') do
@@ -228,16 +232,16 @@ if archive > 0 then
     upto = math.min(gone, from + 4)
     if upto >= from then
       local entries = {}
-      for t = from, upto do entries[#entries + 1] = '#' .. t end
+      for t = from, upto do entries[#entries + 1] = '#' .. int(t) end
       local listed = call('HMGET', idx, unpack(entries))
       for k = 1, #entries do
-        local t = from + k - 1
+        local t = int(from + k - 1) .. '.'
         local count, names = 32, listed[k] or ''
         local n, rest = string.match(names, '^(%d+)|(.*)$')
         if n then count, names = tonumber(n), rest end
         for i = 0, count - 1 do
-          old[#old + 1] = t .. '.' .. i
-          if vectors ~= '' then keys[#keys + 1] = vectors .. t .. '.' .. i end
+          old[#old + 1] = t .. int(i)
+          if vectors ~= '' then keys[#keys + 1] = vectors .. t .. int(i) end
         end
         for term in string.gmatch(names, '%S+') do
           if leaving[term] == nil and postings[term] == nil then terms[#terms + 1] = term end
@@ -263,15 +267,15 @@ if archive > 0 then
       end
     end
     if own > 0 then  -- the turn's piece count and terms ("3|a b c"), read when it leaves the archive
-      updates[#updates + 1] = '#' .. turns
-      updates[#updates + 1] = n_pieces .. '|' .. table.concat(terms, ' ', 1, own)
+      updates[#updates + 1] = '#' .. turn
+      updates[#updates + 1] = int(n_pieces) .. '|' .. table.concat(terms, ' ', 1, own)
     end
     if #updates > 0 then call('HSET', idx, unpack(updates)) end
   end
   if #emptied > 0 then call('HDEL', idx, unpack(emptied)) end
   if #old > 0 then call('HDEL', arc, unpack(old)) end
   if #keys > 0 then redis.call('DEL', unpack(keys)) end
-  if gone >= 1 and upto >= from then call('HSET', meta, 'arc_from', upto + 1) end
+  if gone >= 1 and upto >= from then call('HSET', meta, 'arc_from', int(upto + 1)) end
   -- Vectors outlive their pieces: written to expire half a TTL after the session would, and
   -- renewed every half TTL while the session is written, they are there for every piece the
   -- archive holds (and gone half a TTL after an idle session is).
@@ -284,7 +288,7 @@ if archive > 0 then
     end
   end
   -- Sweep: a few terms at random; one whose newest piece fell out of the archive goes.
-  local sample = call('HRANDFIELD', idx, 3, 'WITHVALUES')
+  local sample = call('HRANDFIELD', idx, '3', 'WITHVALUES')
   if type(sample) ~= 'table' then sample = {} end  -- a missing key: an empty array (nil in some servers)
   for i = 1, #sample, 2 do
     -- Its newest id, the list's last: matched in the list's last bytes only (a pattern not
@@ -309,7 +313,7 @@ if window > 0 then
       local first, last = string.match(old, '^(%d+) (%d+)$')
       if first and turns - tonumber(last) <= window then order = first end
     end
-    call('HSET', meta, field, (order or tostring(turns * 1000 + i)) .. ' ' .. turns)
+    call('HSET', meta, field, (order or int(turns * 1000 + i)) .. ' ' .. turn)
   end
   local fields = call('HGETALL', meta)
   for i = 1, #fields, 2 do
@@ -320,8 +324,9 @@ if window > 0 then
   end
 end
 
+local ttl_arg = int(ttl)
 for i = 1, 9 do
-  if ttl > 0 then call('PEXPIRE', KEYS[i], ttl) else call('PERSIST', KEYS[i]) end
+  if ttl > 0 then call('PEXPIRE', KEYS[i], ttl_arg) else call('PERSIST', KEYS[i]) end
 end
 if KEYS[10] then  -- the listing index: best effort, never fails the turn
   redis.pcall('ZADD', KEYS[10], now, session_id)
