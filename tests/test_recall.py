@@ -482,6 +482,27 @@ def test_a_phrase_repeated_word_for_word_takes_one_place_of_the_vector_search(
     assert texts.count(repeated) == 1
 
 
+def test_questions_that_told_nothing_take_no_place_of_the_vector_search(
+    face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Found: recall leaves out a user's question that told nothing, but only after the
+    vector search's CANDIDATES places were filled, so questions nearer the message than the
+    answer held every place and the answer was never a candidate. They now give their
+    places to the next nearest, and the answer is recalled."""
+    search_server.client().flushall()
+    config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(store={"url": search_server.url})
+    asked = [f"Where does the blue kayak stay {word}?" for word in
+             ("now", "today", "again", "lately", "tonight", "usually", "mostly", "then", "there", "anyway", "exactly", "often",
+              "still", "instead")]  # fmt: skip
+    assert len(asked) > CANDIDATES
+    with open_manager(face, config, loop) as mgr:
+        say(mgr, "s", "The blue kayak stays at the boathouse on pier 9.", *asked, FILLER, FILLER)
+        prompt = mgr.prepare("s", "where does the blue kayak stay?")
+    texts = [r.text for r in prompt.recalled]
+    assert any("pier 9" in text for text in texts)
+    assert not any(text in asked for text in texts)
+
+
 def test_the_vectors_of_archived_pieces_live_as_long_as_the_pieces(
     face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
 ) -> None:

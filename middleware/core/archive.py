@@ -29,7 +29,7 @@ from .lexical import saturation, terms
 from .state import Piece, ToolCall, Turn, compact_json, to_text
 from .text import brief, one_line
 
-__all__ = ["MAX_PIECES", "Piece", "Recalled", "pieces_of", "query_terms", "rank", "recall_step", "render_recall"]
+__all__ = ["MAX_PIECES", "Piece", "Recalled", "bare_question", "pieces_of", "query_terms", "rank", "recall_step", "render_recall"]
 
 MAX_PIECES = 32
 _AVERAGE_TERMS = 8.0  # a piece's terms, about: BM25's average length
@@ -289,10 +289,10 @@ def rank(
     A user's sentence that names nothing specific counts half in both. Left out: weak
     lexical matches, matches on the recent window's terms alone (they rank, the current
     message selects), pieces that say nothing the prompt does not already say (every term
-    of theirs is in ``shown``) and a user's sentence that only asks (``_bare_question``).
-    A candidate that adds few terms to the prompt and the
-    lines already chosen waits until every other has had its room, and is left out unless
-    what it adds is specific (``REDUNDANT``)."""
+    of theirs is in ``shown``) and a user's sentence that only asks (``bare_question``).
+    A candidate that adds few terms to the prompt and the lines already chosen waits until
+    every other has had its room, and is left out unless what it adds is specific
+    (``REDUNDANT``)."""
     if budget <= 0:
         return []
     wanted = dict(query)
@@ -313,8 +313,8 @@ def rank(
             (c.asked or c.score) >= MIN_SCORE and bool(hits) and (len(hits) >= 2 or not hits.isdisjoint(c.terms) or not c.terms)
         )
         semantic = c.similarity >= MIN_SIMILARITY
-        if not (lexical or semantic) or known.issuperset(c.terms or terms(c.text)) or _bare_question(c):
-            continue  # a weak match, one the current message does not ask for, or nothing new
+        if not (lexical or semantic) or known.issuperset(c.terms or terms(c.text)) or bare_question(c):
+            continue  # a weak match, one the current message does not ask for, nothing new, or only a question
         recency = 1.0 + math.exp(-max(turns - c.turn, 0) / 40)
         lowered = c.text.lower() if values else ""
         overlap = 1.25 if any(value in lowered for value in values) else 1.0
@@ -423,7 +423,15 @@ def _specific_terms(text: str) -> frozenset[str]:
     return frozenset(terms(" ".join(_specific_patterns()[1].findall(text))))
 
 
-def _bare_question(c: Candidate) -> bool:
+# How a question opens: a question word, or a verb put first ("Did I...", "Is there...").
+_QUESTION = re.compile(
+    r"(?:what|which|who|whom|whose|where|when|why|how|is|are|was|were|am|do|does|did|can|could|will|would|shall|should|"
+    r"may|might|have|has|had)\b",
+    re.IGNORECASE,
+)
+
+
+def bare_question(c: Candidate) -> bool:
     """A user's question and nothing else ("What do I drive?"): one sentence that opens as a
     question does and ends with "?", naming nothing specific, with no neighbour that does
     (sentence windows). It asked and told nothing, so recalling it only repeats the asking
@@ -434,14 +442,6 @@ def _bare_question(c: Candidate) -> bool:
         c.kind == "user" and text.endswith("?") and not any(c.around) and _QUESTION.match(text) is not None
         and _SENTENCE_END.search(text) is None and not _specific(text)
     )  # fmt: skip
-
-
-# How a question opens: a question word, or a verb put first ("Did I...", "Is there...").
-_QUESTION = re.compile(
-    r"(?:what|which|who|whom|whose|where|when|why|how|is|are|was|were|am|do|does|did|can|could|will|would|shall|should|"
-    r"may|might|have|has|had)\b",
-    re.IGNORECASE,
-)
 
 
 @functools.lru_cache(maxsize=4096)

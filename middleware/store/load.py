@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.archive import MIN_SCORE, Candidate
+from ..core.archive import MIN_SCORE, Candidate, bare_question
 from ..core.effects import Batch, Command, Plan
 from .decoding import (
     LOAD_REPLIES,
@@ -142,10 +142,12 @@ def _merged(lexical: Sequence[Candidate], near: Sequence[Candidate]) -> tuple[Ca
 
 def _distinct(near: Sequence[Candidate], oldest: int, newest: int) -> list[Candidate]:
     """The nearest CANDIDATES pieces of archived turns out of the recent window, one of
-    each text (its newest: the search gives equal texts equal distances)."""
+    each text (its newest: the search gives equal texts equal distances), leaving out a
+    user's question that told nothing (``bare_question``: recall would leave it out, and
+    it would hold a place the next nearest can fill)."""
     kept: dict[str, Candidate] = {}
     for c in near:
-        if oldest <= c.turn <= newest:
+        if oldest <= c.turn <= newest and not bare_question(c):
             held = kept.get(c.text)
             if held is None:
                 if len(kept) == CANDIDATES:
