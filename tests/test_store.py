@@ -15,8 +15,19 @@ from typing import Any
 import pytest
 import redis
 
-from middleware import AsyncSessionManager, Config, RedisStore, SessionManager, StoreError, StoreUnavailableError, ToolCall
-from middleware.store.keys import session_keys
+from middleware import (
+    AsyncSessionManager,
+    Config,
+    RedisStore,
+    SessionManager,
+    StoreError,
+    StoreUnavailableError,
+    ToolCall,
+    apply_turn,
+)
+from middleware.core.state import Piece, Turn
+from middleware.store.keys import Layout, session_keys
+from middleware.store.record import record
 from middleware.testing import capture_events
 from tests.conftest import Manager, ManagerFactory, RedisServer
 
@@ -411,8 +422,10 @@ def test_a_turn_is_written_whole_or_not_at_all_whatever_command_the_acl_denies(
     atlas: Config, redis_server: RedisServer, archive_turns: int, ttl: int
 ) -> None:
     """The record script checks, before it writes, the commands the turn will run: with any
-    one of its commands denied, a turn either is recorded or fails leaving every key as it
-    was (an archive that drops a turn, expiry set or removed, the tool window)."""
+    one of its commands denied, a turn either is recorded, as the next turn, or fails
+    leaving every key as it was (an archive that drops a turn, expiry set or removed, the
+    tool window). Found: a read of the counter the checks left out, refused, was taken for
+    a missing counter, rebuilt and reported repaired."""
     admin = redis_server.client()
     admin.flushdb()
     url = f"redis://denied:pw-denied@127.0.0.1:{redis_server.port}/0"
@@ -426,23 +439,51 @@ def test_a_turn_is_written_whole_or_not_at_all_whatever_command_the_acl_denies(
     with SessionManager(config) as mgr:
         for _ in range(2):
             mgr.record_turn("acl", **turn)  # type: ignore[arg-type]
-    refused = []
+    refused, meta = [], session_keys("mw", "acl").meta
     try:
         for command in _RECORD_COMMANDS:
             admin.acl_setuser("denied", reset=True, enabled=True, passwords=["+pw-denied"], keys=["*"],
                               commands=["+@all", f"-{command}"])  # fmt: skip
-            before = _snapshot(admin)
-            with SessionManager(config.with_overrides(store={"url": url})) as denied:
+            before, turns = _snapshot(admin), int(admin.hget(meta, "turns") or 0)
+            with SessionManager(config.with_overrides(store={"url": url})) as denied, capture_events() as events:
                 try:
-                    denied.record_turn("acl", **turn)  # type: ignore[arg-type]
+                    recorded = denied.record_turn("acl", **turn)  # type: ignore[arg-type]
                 except StoreError as error:
                     assert f"may not run {command.upper()}" in str(error) or "can't run this command" in str(error)
                     assert _snapshot(admin) == before, command
                     refused.append(command)
+                else:  # as the next turn, nothing taken for corrupt
+                    assert recorded == turns + 1 == int(admin.hget(meta, "turns") or 0), command
+                    assert not [e for e in events if e["event"] == "store.repaired"], command
     finally:
         admin.acl_deluser("denied")
     assert {"hincrby", "rpush", "zadd", "pexpire" if ttl else "persist"} <= set(refused)
     assert ("hrandfield" in refused) == bool(archive_turns) and ("unlink" in refused) == (not archive_turns)
+
+
+def test_a_turn_with_thousands_of_terms_is_indexed_as_turns_leave_the_archive(atlas: Config, redis_server: RedisServer) -> None:
+    """The store takes any turn update: pieces holding thousands of terms (more than the core
+    makes today: a piece's terms are capped) are archived and indexed as turns leave the
+    archive. Found in review: a turn's terms and those of the turns leaving the archive went
+    to the index in one command, past what Lua's unpack takes (about 8,000 arguments), and
+    the script stopped with the turn's pieces archived but not indexed."""
+    redis_server.client().flushdb()
+    config = atlas.with_overrides(memory={"archive_turns": 2}, store={"url": redis_server.url}, usage_log={"path": None})
+    layout, keys = Layout.of(config), session_keys("mw", "wide")
+    first, second = (tuple(f"w{n:05d}y" for n in range(start, start + 2_000)) for start in (0, 10_000))
+    store = RedisStore.from_url(redis_server.url, config.store)
+    try:
+        for words in (first, first, second):  # the third turn's terms go in as the first turn's leave
+            update = apply_turn(Turn(user="many words", assistant="noted"), config)
+            update = dataclasses.replace(update, pieces=(Piece("user", "many words", words, 3),))
+            store.execute(record(layout, "wide", update, now=time.time()))
+    finally:
+        store.close()
+    raw = redis_server.client()
+    assert int(raw.hget(keys.meta, "turns")) == 3
+    assert {turn.split(b".")[0] for turn in raw.hkeys(keys.arc)} == {b"2", b"3"}
+    assert raw.hget(keys.idx, second[0]) == b"3.0" and raw.hget(keys.idx, first[0]) == b"2.0"
+    assert raw.hlen(keys.idx) == 2 * 2_000 + 2  # the two turns' terms and their entries, no more
 
 
 def test_a_corrupt_counter_is_repaired_field_by_field(managers: ManagerFactory, raw: Any) -> None:

@@ -33,6 +33,20 @@ local function newest(list, cap)
   return at and string.sub(list, at + 1) or list
 end
 
+-- `command` on `key` with the items of `list` as its arguments, 1000 at a time (Lua's unpack
+-- takes about 8000 at most; a turn's terms and those of the turns leaving the archive can be
+-- more), none for an empty list; the replies of a read joined in order.
+local function each(command, key, list)
+  local out = {}
+  for i = 1, #list, 1000 do
+    local reply = call(command, key, unpack(list, i, math.min(i + 999, #list)))
+    if type(reply) == 'table' then
+      for j = 1, #reply do out[#out + 1] = reply[j] end
+    end
+  end
+  return out
+end
+
 -- A posting list without the ids of turns up to `gone`. Ids are appended in turn order, so
 -- those are the list's opening run: the scan stops at the first later id, and a list that
 -- starts after `gone` (a common term's, capped long ago) comes back as it is, unread.
@@ -63,6 +77,7 @@ local function permitted()
     if not denied and not redis.acl_check_cmd(...) then denied = {...} end
   end
   need('HINCRBY', meta, 'f', '1') need('HSET', meta, 'f', 'v') need('HSETNX', meta, 'f', 'v') need('HGET', meta, 'f')
+  need('HMGET', meta, 'f')
   need('ZRANGE', ids, '0', '1')
   -- Where the variable tail's counts are (as record() walks it below).
   local n_context = tonumber(ARGV[at])
@@ -81,7 +96,7 @@ local function permitted()
   if turn_id ~= '' then need('ZADD', ids, '0', 'm') need('ZREMRANGEBYRANK', ids, '0', '1') end
   if tonumber(archive_turns) > 0 then
     need('HSET', arc, 'f', 'v') need('HDEL', arc, 'f') need('HKEYS', arc)
-    need('HSET', idx, 'f', 'v') need('HDEL', idx, 'f') need('HGET', idx, 'f') need('HMGET', idx, 'f') need('HRANDFIELD', idx, '1')
+    need('HSET', idx, 'f', 'v') need('HDEL', idx, 'f') need('HMGET', idx, 'f') need('HRANDFIELD', idx, '1')
     if vector_prefix ~= '' then
       need('HSET', vector_prefix .. '0.0', 'f', 'v') need('DEL', vector_prefix .. '0.0') need('PEXPIRE', vector_prefix .. '0.0', '1')
     end
@@ -127,8 +142,9 @@ if count == nil or count < top or count ~= math.floor(count) then
   if top > 0 or stored then repaired[#repaired + 1] = meta .. ' turns' end
 end
 local turns = call('HINCRBY', meta, 'turns', '1')
--- Numbers go to commands and ids as strings written with %d: a Lua number is written with a
--- float format, for each argument, which took about 5% of the server's time.
+-- The numbers every turn sends go to commands and ids as strings written with %d: a Lua
+-- number is written with a float format, for each argument, which took about 5% of the
+-- server's time.
 local function int(n) return string.format('%d', n) end
 local turn = int(turns)
 call('HINCRBY', meta, 'full_tokens', full_tokens)
@@ -233,7 +249,7 @@ if archive > 0 then
     if upto >= from then
       local entries = {}
       for t = from, upto do entries[#entries + 1] = '#' .. int(t) end
-      local listed = call('HMGET', idx, unpack(entries))
+      local listed = each('HMGET', idx, entries)
       for k = 1, #entries do
         local t = int(from + k - 1) .. '.'
         local count, names = 32, listed[k] or ''
@@ -252,9 +268,9 @@ if archive > 0 then
     end
   end
   -- One read and one write of the lists of every term either touches: this turn's ids join
-  -- a list (the newest `cap` bytes of it kept), the leaving turns' ids go.
+  -- a list (cut back to its newest `cap` bytes past twice that), the leaving turns' ids go.
   if #terms > 0 then
-    local lists, updates = call('HMGET', idx, unpack(terms)), {}
+    local lists, updates = each('HMGET', idx, terms), {}
     for j, term in ipairs(terms) do
       local list, added = lists[j], postings[term]
       if added then list = newest(list and (list .. ' ' .. added) or added, cap) end
@@ -270,10 +286,10 @@ if archive > 0 then
       updates[#updates + 1] = '#' .. turn
       updates[#updates + 1] = int(n_pieces) .. '|' .. table.concat(terms, ' ', 1, own)
     end
-    if #updates > 0 then call('HSET', idx, unpack(updates)) end
+    each('HSET', idx, updates)
   end
-  if #emptied > 0 then call('HDEL', idx, unpack(emptied)) end
-  if #old > 0 then call('HDEL', arc, unpack(old)) end
+  each('HDEL', idx, emptied)
+  each('HDEL', arc, old)
   if #keys > 0 then redis.call('DEL', unpack(keys)) end
   if gone >= 1 and upto >= from then call('HSET', meta, 'arc_from', int(upto + 1)) end
   -- Vectors outlive their pieces: written to expire half a TTL after the session would, and
@@ -292,7 +308,8 @@ if archive > 0 then
   if type(sample) ~= 'table' then sample = {} end  -- a missing key: an empty array (nil in some servers)
   for i = 1, #sample, 2 do
     -- Its newest id, the list's last: matched in the list's last bytes only (a pattern not
-    -- anchored at the start is tried from every position of a list of hundreds of bytes).
+    -- anchored at the start is tried from every position of a list of hundreds of bytes). A
+    -- turn's entry ("#<turn>" = "<count>|<terms>") holds no id, and is never matched.
     local last = tonumber(string.match(string.sub(sample[i + 1], -32), '(%d+)%.%d+$'))
     if last and last <= gone then call('HDEL', idx, sample[i]) end
   end
