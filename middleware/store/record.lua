@@ -131,7 +131,7 @@ local head = redis.pcall('HMGET', meta, 'turns', 'arc_from')
 local stored, arc_from = head, nil
 if type(head) == 'table' and not head.err then stored, arc_from = head[1], head[2] end
 local count = type(stored) == 'string' and tonumber(stored) or nil
-local last = redis.pcall('ZRANGE', ids, -1, -1, 'WITHSCORES')
+local last = redis.pcall('ZRANGE', ids, '-1', '-1', 'WITHSCORES')
 local top = type(last) == 'table' and tonumber(last[2] or '') or 0
 if count == nil or count < top or count ~= math.floor(count) then
   local pieces = redis.pcall('HKEYS', arc)
@@ -163,7 +163,7 @@ if n_context > 0 then
   end
   -- Keep the newest `history` values of each key, and the `max_keys` keys set last.
   local rank, count, drop = {}, {}, {}
-  for _, member in ipairs(call('ZREVRANGE', ctx, 0, -1)) do
+  for _, member in ipairs(call('ZREVRANGE', ctx, '0', '-1')) do
     local key = string.match(member, '^([^=]+)=')
     if key == nil then
       drop[#drop + 1] = member
@@ -206,7 +206,7 @@ end
 local archive, cap, n_pieces, vectors = tonumber(archive_turns), tonumber(postings), tonumber(ARGV[at]), vector_prefix
 if archive > 0 then
   local fields, postings, terms = {}, {}, {}
-  local prefix = turn .. '.'
+  local prefix, vector_ttl = turn .. '.', int(math.floor(ttl * 1.5))
   for i = 0, n_pieces - 1 do
     local base, id = at + 1 + 6 * i, prefix .. int(i)
     local record = ARGV[base] .. '\t' .. ARGV[base + 1] .. '\t' .. ARGV[base + 3] .. '\t' .. ARGV[base + 4]
@@ -215,7 +215,7 @@ if archive > 0 then
     if vectors ~= '' and ARGV[base + 5] ~= '' then  -- semantic recall: the piece's vector, for the server's index
       local key = vectors .. id
       redis.call('HSET', key, 's', vector_tag, 'turn', turn, 'vec', ARGV[base + 5], 'rec', record)
-      if ttl > 0 then redis.call('PEXPIRE', key, math.floor(ttl * 1.5)) end
+      if ttl > 0 then redis.call('PEXPIRE', key, vector_ttl) end
     end
     for term in string.gmatch(ARGV[base + 2], '%S+') do
       if postings[term] == nil then
@@ -299,7 +299,7 @@ if archive > 0 then
     local renewed = tonumber(redis.pcall('HGET', meta, 'vectors_renewed') or '')
     if not renewed or (tonumber(now) - renewed) * 1000 > ttl / 2 then
       local pieces = call('HKEYS', arc)
-      for _, id in ipairs(pieces) do redis.call('PEXPIRE', vectors .. id, math.floor(ttl * 1.5)) end
+      for _, id in ipairs(pieces) do redis.call('PEXPIRE', vectors .. id, vector_ttl) end
       call('HSET', meta, 'vectors_renewed', now)
     end
   end
