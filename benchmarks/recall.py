@@ -287,19 +287,19 @@ def _script_split(admin: redis.Redis, ours: Any, calls: int) -> dict[str, float]
     scripts ``calls`` builds of ``ours`` sent."""
     from middleware.store.load import LOAD, load_script_until
 
-    client, sent = ours.mgr.store.client, []
-    real = client.evalsha
+    store, sent = ours.mgr.store, []
+    real = store.send
 
-    def capture(sha: str, numkeys: int, *args: Any) -> Any:
-        sent.append((numkeys, *args))
-        return real(sha, numkeys, *args)
+    def capture(batch: Any) -> Any:  # the store sends a script itself, not through client.evalsha
+        sent.extend(tuple(command[2:]) for command in batch.commands if command[0] == "evalsha")
+        return real(batch)
 
-    client.evalsha = capture
+    store.send = capture
     try:
         for _ in range(calls):
             ours.build()
     finally:
-        del client.evalsha
+        del store.send
     scripts = {name: load_script_until(following) for name, following in _PARTS.items()}
     out = {}
     for name, script in (*scripts.items(), ("whole", LOAD.text)):

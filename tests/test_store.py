@@ -277,6 +277,55 @@ def test_load_is_one_round_trip_and_record_is_one_transaction(redis_managers: Ma
     assert not any(name in stats for name in ("cmdstat_eval", "cmdstat_multi", "cmdstat_watch", "cmdstat_get", "cmdstat_lrange"))
 
 
+def test_scripts_survive_a_dropped_connection_and_a_flushed_script_cache(
+    redis_managers: ManagerFactory, redis_server: RedisServer
+) -> None:
+    """The sync store sends its scripts on a pooled connection itself, past redis-py's
+    per-command layers: connections the server closed (CLIENT KILL) are replaced when
+    taken from the pool, and a server that forgot the scripts (SCRIPT FLUSH) gets their
+    text, on both faces."""
+    mgr = redis_managers()
+    mgr.record_turn("s", user="goto shop", assistant="ok", tool_calls=[nav("shop")])
+    admin = redis_server.client()
+    assert admin.client_kill_filter(_type="normal", skipme=True) >= 1
+    assert mgr.record_turn("s", user="goto home", assistant="ok", tool_calls=[nav("home")]) == 2
+    admin.client_kill_filter(_type="normal", skipme=True)
+    assert mgr.build_messages("s", "goto shop")[-1] == {"role": "user", "content": "goto shop"}
+    admin.script_flush()
+    assert mgr.record_turn("s", user="goto live", assistant="ok", tool_calls=[nav("live")]) == 3
+    admin.script_flush()
+    state = mgr.get_state("s")
+    assert state.turns == 3 and state.recent[0] == {"role": "user", "content": "goto live"}
+    assert mgr.build_messages("s", "goto shop")[-1] == {"role": "user", "content": "goto shop"}
+
+
+def test_a_script_whose_connection_drops_is_sent_again_once(atlas: Config, real_redis_url: str, monkeypatch: Any) -> None:
+    """A pooled connection can pass the pool's check and still be gone when the script is
+    sent (the server restarted in between): the sync store opens it again and sends once
+    more, as the client's retry policy (one retry) says; a second drop is the store
+    unreachable. Dropped here where redis-py writes to the socket."""
+    drops: list[str] = []
+    real = redis.connection.AbstractConnection.send_command
+
+    def dropping(self: Any, *args: Any, **kwargs: Any) -> None:
+        if args[0] in {"EVALSHA", "EVAL"} and len(drops) < budget:
+            drops.append(args[0])
+            self.disconnect()
+            raise redis.ConnectionError("Connection closed by server.")
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_command", dropping)
+    with SessionManager(atlas.with_overrides(usage_log={"path": None}), redis_url=real_redis_url) as mgr:
+        budget = 1
+        assert mgr.record_turn("dropped", user="goto shop", assistant="ok", tool_calls=[nav("shop")]) == 1
+        assert drops == ["EVALSHA"]
+        budget = 3
+        with pytest.raises(StoreUnavailableError, match="Connection closed by server"):
+            mgr.build_messages("dropped", "goto shop")
+        assert drops == ["EVALSHA"] * 3  # the record's drop, then the load's first try and its one retry
+        assert mgr.get_state("dropped").turns == 1
+
+
 def test_eight_threads_recording_into_one_session_lose_nothing(atlas: Config, real_redis_url: str) -> None:
     """8 threads x 100 turns into one session (one sync manager): the counter ends at 800, nothing raised."""
     errors: list[BaseException] = []

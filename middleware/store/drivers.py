@@ -15,7 +15,7 @@ import threading
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..config.service import StoreConfig
-from ..core.effects import Batch, Plan
+from ..core.effects import Batch, Command, Plan
 from ..core.text import redact_url
 from ..exceptions import StoreError, StoreUnavailableError
 from ..runner import arun, run
@@ -82,16 +82,39 @@ class _Driver:
 class RedisStore(_Driver):
     """A ``SessionStore`` over a redis-py client (fakeredis for ``memory://``)."""
 
+    def __init__(self, client: Any, *, url: str = "", owns_client: bool = False) -> None:
+        super().__init__(client, url=url, owns_client=owns_client)
+        self._pool = _plain_pool(client)
+
     @classmethod
     def from_url(cls, url: str, config: StoreConfig) -> RedisStore:
         return cls(make_client(url, config), url=url, owns_client=True)
 
     def send(self, batch: Batch) -> list[Any]:
+        commands = batch.commands
+        if self._pool is not None and len(commands) == 1 and not batch.transaction and commands[0][0] in _SCRIPT_COMMANDS:
+            try:
+                return [self._script(commands[0])]
+            except Exception as exc:
+                return self._failed(exc, single=True)
         method = self._single(batch)
         try:
-            return [method(*batch.commands[0][1:])] if method else self._pipeline(batch).execute(raise_on_error=False)
+            return [method(*commands[0][1:])] if method else self._pipeline(batch).execute(raise_on_error=False)
         except Exception as exc:
             return self._failed(exc, single=method is not None)
+
+    def _script(self, command: Command) -> Any:
+        """A script run on a pooled connection as the client's ``execute_command`` runs it
+        (the connection's retry policy; a failed connection closed before a retry), without
+        the per-command layers around it (observability hooks, argument and deprecation
+        checks) that a turn's load and record, one script each, would pay on every call."""
+        assert self._pool is not None
+        args = (_SCRIPT_COMMANDS[command[0]], *command[1:])
+        connection = self._pool.get_connection()
+        try:
+            return connection.retry.call_with_retry(lambda: _round_trip(connection, args), lambda _: connection.disconnect())
+        finally:
+            self._pool.release(connection)
 
     def execute(self, plan: Plan[T]) -> T:
         return run(plan, self.send)
@@ -150,6 +173,23 @@ class ThreadedStore:
 
 
 # --- clients -----------------------------------------------------------------
+
+_SCRIPT_COMMANDS = {"evalsha": "EVALSHA", "eval": "EVAL"}  # what a plain client's scripts are sent as
+
+
+def _plain_pool(client: Any) -> Any:
+    """The connection pool of a plain ``redis.Redis`` client (not a subclass such as
+    fakeredis's, nor a single-connection client), whose scripts ``RedisStore`` sends on
+    a pooled connection itself; else None."""
+    import redis
+
+    return client.connection_pool if type(client) is redis.Redis and client.connection is None else None
+
+
+def _round_trip(connection: Any, args: tuple[Any, ...]) -> Any:
+    connection.send_command(*args)
+    return connection.read_response()
+
 
 _MEMORY_SERVERS: dict[str, Any] = {}
 _MEMORY_LOCK = threading.Lock()
