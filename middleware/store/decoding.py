@@ -204,6 +204,8 @@ def _missing(replies: Sequence[Any], turns: int, layout: Layout, bad: list[Corru
     eviction policy left of the session (a session expires whole; nothing else removes
     one part). Parts read as corrupt are reported as such, not here."""
     ctx, summary, recent, meta = replies[:LOAD_REPLIES]
+    if meta and summary and recent:  # every part there (a part read as corrupt is None here)
+        return ()
     unreadable = {c.part for c in bad if c.reason.startswith("unreadable")}
     if not meta and "meta" not in unreadable:
         return ("meta",) if summary or recent or ctx else ()

@@ -104,10 +104,24 @@ def load_commands(keys: SessionKeys) -> tuple[Command, ...]:
 
 
 def _load_command(layout: Layout, keys: SessionKeys, query: Sequence[tuple[str, float]], traces: int) -> Command:
-    arguments = LoadArguments(archive_turns=layout.archive_turns, recent_turns=layout.recent_messages // 2,
-                              candidates=CANDIDATES, n_terms=len(query), query=query_argument(query), min_score=MIN_SCORE,
-                              scan=POSTINGS, common=COMMON_TERMS, traces=traces)  # fmt: skip
-    return LOAD.by_sha((keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx, keys.traces), arguments)
+    head, tail = _load_frame(keys, layout.archive_turns, layout.recent_messages // 2, traces)
+    return (*head, len(query), query_argument(query), *tail)
+
+
+_QUERY_AT = LoadArguments.names().index("n_terms")  # the query's two arguments: n_terms, then query
+if LoadArguments.names()[_QUERY_AT + 1] != "query":
+    raise TypeError("LoadArguments: query must follow n_terms (_load_frame leaves their two places open)")
+
+
+@functools.lru_cache(maxsize=65_536)
+def _load_frame(keys: SessionKeys, archive_turns: int, recent_turns: int, traces: int) -> tuple[Command, Command]:
+    """The load script's command before and after its query's two arguments: the same for
+    a session every time, so built once."""
+    arguments = LoadArguments(archive_turns=archive_turns, recent_turns=recent_turns, candidates=CANDIDATES, n_terms=0,
+                              query="", min_score=MIN_SCORE, scan=POSTINGS, common=COMMON_TERMS, traces=traces)  # fmt: skip
+    command = LOAD.by_sha((keys.ctx, keys.sum, keys.recent, keys.meta, keys.arc, keys.idx, keys.traces), arguments)
+    at = len(command) - len(arguments.argv()) + _QUERY_AT
+    return command[:at], command[at + 2 :]
 
 
 def query_argument(query: Sequence[tuple[str, float]]) -> str:
