@@ -51,16 +51,15 @@ end
 -- those are the list's opening run: the scan stops at the first later id, and a list that
 -- starts after `gone` (a common term's, capped long ago) comes back as it is, unread.
 local function after(list, gone)
-  local first = tonumber(string.match(list, '^(%d+)%.'))
-  if first and first > gone then return list end
-  local from = 1
-  while true do
-    local first, last = string.find(list, '%S+', from)
-    if first == nil then return '' end
-    local turn = tonumber(string.match(string.sub(list, first, last), '^(%d+)%.'))
-    if turn and turn > gone then return first == 1 and list or string.sub(list, first) end
-    from = last + 1
+  local at = 1
+  while at <= #list do
+    local turn = tonumber(string.match(list, '^(%d+)%.', at))  -- anchored at `at`: no copy of the id
+    if turn and turn > gone then return at == 1 and list or string.sub(list, at) end
+    local space = string.find(list, ' ', at, true)
+    if space == nil then break end
+    at = space + 1
   end
+  return ''
 end
 
 -- All or nothing: a server refuses a command by its ACL (NOPERM) before the script writes
@@ -235,7 +234,7 @@ if archive > 0 then
   -- has, where it says none), their vectors, and its terms' ids of turns gone: a term left
   -- with none goes, so the index holds the archive's terms and no more.
   local gone = turns - archive
-  local from, upto, leaving, old, keys, emptied = nil, 0, {}, {}, {}, {}
+  local from, upto, leaving, old, keys, emptied = 1, 0, {}, {}, {}, {}  -- from > upto: none leave
   if gone >= 1 then
     from = tonumber(arc_from or '')
     if not from then
@@ -291,7 +290,7 @@ if archive > 0 then
   each('HDEL', idx, emptied)
   each('HDEL', arc, old)
   if #keys > 0 then redis.call('DEL', unpack(keys)) end
-  if gone >= 1 and upto >= from then call('HSET', meta, 'arc_from', int(upto + 1)) end
+  if upto >= from then call('HSET', meta, 'arc_from', int(upto + 1)) end
   -- Vectors outlive their pieces: written to expire half a TTL after the session would, and
   -- renewed every half TTL while the session is written, they are there for every piece the
   -- archive holds (and gone half a TTL after an idle session is).
