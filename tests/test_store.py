@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import threading
 import time
@@ -324,6 +325,40 @@ def test_a_script_whose_connection_drops_is_sent_again_once(atlas: Config, real_
             mgr.build_messages("dropped", "goto shop")
         assert drops == ["EVALSHA"] * 3  # the record's drop, then the load's first try and its one retry
         assert mgr.get_state("dropped").turns == 1
+
+
+def test_an_instrumented_client_still_sees_every_script(atlas: Config, real_redis_url: str, monkeypatch: Any) -> None:
+    """Instrumentation that wraps redis-py's ``Redis.execute_command`` (OpenTelemetry's
+    does), or replaces it on one client, keeps seeing the load and record scripts: the
+    store then sends them through the client instead of on a connection of its own."""
+    seen: list[str] = []
+    real = redis.Redis.execute_command
+
+    @functools.wraps(real)
+    def traced(self: redis.Redis, *args: Any, **options: Any) -> Any:
+        seen.append(args[0])
+        return real(self, *args, **options)
+
+    config = atlas.with_overrides(usage_log={"path": None})
+    monkeypatch.setattr(redis.Redis, "execute_command", traced)
+    with SessionManager(config, redis_url=real_redis_url) as mgr:
+        mgr.record_turn("traced", user="goto shop", assistant="ok", tool_calls=[nav("shop")])
+        mgr.build_messages("traced", "goto shop")
+    assert len([name for name in seen if name in {"EVALSHA", "EVAL"}]) >= 2  # the record's script and the load's
+    monkeypatch.undo()
+
+    client, own = redis.Redis.from_url(real_redis_url), []
+
+    def replaced(*args: Any, **options: Any) -> Any:
+        own.append(args[0])
+        return real(client, *args, **options)
+
+    client.execute_command = replaced  # type: ignore[method-assign]
+    with SessionManager(config, client=client) as mgr:
+        mgr.record_turn("traced", user="goto home", assistant="ok", tool_calls=[nav("home")])
+        mgr.build_messages("traced", "goto home")
+    assert len([name for name in own if name in {"EVALSHA", "EVAL"}]) >= 2
+    client.close()
 
 
 def test_eight_threads_recording_into_one_session_lose_nothing(atlas: Config, real_redis_url: str) -> None:

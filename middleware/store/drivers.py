@@ -11,6 +11,9 @@ for ``memory://``) and ``AsyncRedisStore`` (``redis.asyncio``) implement it, and
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import inspect
 import threading
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -92,7 +95,10 @@ class RedisStore(_Driver):
 
     def send(self, batch: Batch) -> list[Any]:
         commands = batch.commands
-        if self._pool is not None and len(commands) == 1 and not batch.transaction and commands[0][0] in _SCRIPT_COMMANDS:
+        if (
+            self._pool is not None and len(commands) == 1 and not batch.transaction and commands[0][0] in _SCRIPT_COMMANDS
+            and _unwatched(self.client)
+        ):  # fmt: skip
             try:
                 return [self._script(commands[0])]
             except Exception as exc:
@@ -184,6 +190,34 @@ def _plain_pool(client: Any) -> Any:
     import redis
 
     return client.connection_pool if type(client) is redis.Redis and client.connection is None else None
+
+
+def _unwatched(client: Any) -> bool:
+    """Nothing watches the client's commands: its ``execute_command`` is redis-py's own,
+    not wrapped by an instrumentation (OpenTelemetry's wraps the class's) nor replaced on
+    the client, and redis-py's own telemetry is off. Otherwise scripts go through the client."""
+    redis_class, own, telemetry = _redis_py()
+    if "execute_command" in vars(client) or redis_class.execute_command is not own:
+        return False
+    if telemetry is None:  # redis-py before 7.1 has no telemetry of its own
+        return True
+    try:
+        manager = telemetry().get_provider_manager()
+        return manager is None or not manager.config.enabled_telemetry
+    except Exception:  # an API that moved: send through the client, which knows its own
+        return False
+
+
+@functools.cache
+def _redis_py() -> tuple[Any, Any, Any]:
+    """``redis.Redis``, its own ``execute_command`` (under any wrapper put on it) and
+    redis-py's telemetry instance getter (None where it has none)."""
+    import redis
+
+    telemetry: Any = None
+    with contextlib.suppress(ImportError):
+        from redis.observability.providers import get_observability_instance as telemetry
+    return redis.Redis, inspect.unwrap(redis.Redis.execute_command), telemetry
 
 
 def _round_trip(connection: Any, args: tuple[Any, ...]) -> Any:
