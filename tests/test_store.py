@@ -329,8 +329,9 @@ def test_a_script_whose_connection_drops_is_sent_again_once(atlas: Config, real_
 
 def test_an_instrumented_client_still_sees_every_script(atlas: Config, real_redis_url: str, monkeypatch: Any) -> None:
     """Instrumentation that wraps redis-py's ``Redis.execute_command`` (OpenTelemetry's
-    does), or replaces it on one client, keeps seeing the load and record scripts: the
-    store then sends them through the client instead of on a connection of its own."""
+    does), or replaces it on one client, keeps seeing the load and record scripts, and a
+    response callback set for them runs: the store then sends them through the client
+    instead of on a connection of its own."""
     seen: list[str] = []
     real = redis.Redis.execute_command
 
@@ -358,6 +359,14 @@ def test_an_instrumented_client_still_sees_every_script(atlas: Config, real_redi
         mgr.record_turn("traced", user="goto home", assistant="ok", tool_calls=[nav("home")])
         mgr.build_messages("traced", "goto home")
     assert len([name for name in own if name in {"EVALSHA", "EVAL"}]) >= 2
+    client.close()
+
+    client, remade = redis.Redis.from_url(real_redis_url), []  # a reply the client remakes: its callback runs
+    client.set_response_callback("EVALSHA", lambda reply, **options: remade.append(1) or reply)
+    with SessionManager(config, client=client) as mgr:
+        mgr.record_turn("traced", user="goto live", assistant="ok", tool_calls=[nav("live")])
+        mgr.build_messages("traced", "goto live")
+    assert len(remade) >= 2
     client.close()
 
 

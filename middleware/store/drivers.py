@@ -195,9 +195,13 @@ def _plain_pool(client: Any) -> Any:
 def _unwatched(client: Any) -> bool:
     """Nothing watches the client's commands: its ``execute_command`` is redis-py's own,
     not wrapped by an instrumentation (OpenTelemetry's wraps the class's) nor replaced on
-    the client, and redis-py's own telemetry is off. Otherwise scripts go through the client."""
+    the client, no response callback is set for scripts, and redis-py's own telemetry is
+    off. Otherwise scripts go through the client."""
     redis_class, own, telemetry = _redis_py()
     if "execute_command" in vars(client) or redis_class.execute_command is not own:
+        return False
+    callbacks = getattr(client, "response_callbacks", None)
+    if callbacks is None or "EVALSHA" in callbacks or "EVAL" in callbacks:  # a reply the client would remake
         return False
     if telemetry is None:  # redis-py before 7.1 has no telemetry of its own
         return True

@@ -55,7 +55,7 @@ local function after(list, gone)
   while at <= #list do
     local turn = tonumber(string.match(list, '^(%d+)%.', at))  -- anchored at `at`: no copy of the id
     if turn and turn > gone then return at == 1 and list or string.sub(list, at) end
-    local space = string.find(list, ' ', at, true)
+    local space = string.find(list, '%s', at)  -- any white space ends an id, as %S+ reads one
     if space == nil then break end
     at = space + 1
   end
