@@ -203,7 +203,7 @@ def _unwatched(client: Any) -> bool:
     callbacks = getattr(client, "response_callbacks", None)
     if callbacks is None or "EVALSHA" in callbacks or "EVAL" in callbacks:  # a reply the client would remake
         return False
-    if telemetry is None:  # redis-py before 7.1 has no telemetry of its own
+    if telemetry is None:  # a redis-py without telemetry of its own
         return True
     try:
         manager = telemetry().get_provider_manager()
