@@ -146,12 +146,18 @@ def arrive(config: Config, driver: RedisStore, *, waiting: tuple[str, ...] = (),
     return live.arrival(loaded.ahead[0])
 
 
-def finish(config: Config, driver: RedisStore, seq: int, text: str, *, wait: float = 3600) -> None:
+def finish(config: Config, driver: RedisStore, seq: int, text: str, *, wait: float = 3600) -> bool:
+    """Finish turn ``seq`` saying ``text``; whether it was applied (False: queued)."""
     layout = store_keys.Layout.of(config)
     composer = Composer(config, get_tokenizer("gpt-4o-mini"))
     update = composer.apply_turn(Turn(user=text, assistant=f"re {text}"), turn_id=text)
     record = store_record.record_arguments(layout, "s", update, now=time.time())
-    run(live.finish(layout, "s", seq, record, drop=None, now=time.time(), wait=wait), driver.send)
+    return run(live.finish(layout, "s", seq, record, drop=None, now=time.time(), wait=wait), driver.send)
+
+
+def catch_up(config: Config, driver: RedisStore, seq: int, *, now: float | None = None) -> bool:
+    layout = store_keys.Layout.of(config)
+    return run(live.catch_up(layout, "s", seq, now=now or time.time(), wait=3600), driver.send)
 
 
 def recorded(config: Config, url: str) -> list[str]:
@@ -164,11 +170,29 @@ def test_finished_turns_are_recorded_in_arrival_order(store: Any, store_url: str
     config, driver = store
     seqs = [arrive(config, driver).seq for _ in range(3)]
     assert seqs == [1, 2, 3]
-    finish(config, driver, 3, "third")
-    finish(config, driver, 2, "second")
+    assert not finish(config, driver, 3, "third")
+    assert not finish(config, driver, 2, "second")
     assert recorded(config, store_url) == []  # both wait for the first
-    finish(config, driver, 1, "first")
+    assert finish(config, driver, 1, "first")
     assert recorded(config, store_url) == ["first", "second", "third"]
+
+
+def test_a_queued_turn_is_applied_by_its_own_catch_up_once_the_lease_ahead_lapses(store: Any, store_url: str) -> None:
+    """A turn queued behind one whose process died needs no later request: flushing again for
+    it (as its process does) applies it once the lease ahead lapsed, and says so."""
+    config, driver = store
+    first, second = arrive(config, driver).seq, arrive(config, driver).seq
+    assert not finish(config, driver, second, "second")
+    assert not catch_up(config, driver, second)  # the first's lease still holds the line
+    assert recorded(config, store_url) == []
+    assert catch_up(config, driver, second, now=time.time() + live.LEASE_SECONDS + 0.1)
+    assert recorded(config, store_url) == ["second"]
+    assert finish(config, driver, first, "late first")  # passed over, still recorded when it ends
+    assert recorded(config, store_url) == ["second", "late first"]
+    with SessionManager(config) as mgr:
+        mgr.reset("s")
+    assert catch_up(config, driver, second)  # a session gone has nothing left to wait for
+    assert not driver.client.exists(store_keys.Layout.of(config).session("s").live)
 
 
 def test_a_turn_that_never_finishes_holds_the_line_only_so_long(store: Any, store_url: str) -> None:

@@ -222,6 +222,34 @@ def test_an_arrival_whose_request_is_gone_holds_its_session_two_seconds_at_most(
     assert "7310" in say(url, "unused", "Which code, now?", extra_headers={"X-Session-Id": "victim"})
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_turn_queued_behind_a_dead_request_reaches_memory_with_no_later_request(
+    served: Callable[..., str], config: Config, stream: bool
+) -> None:
+    """Found: a turn that finished behind one whose process died stayed queued until the
+    session's next request flushed it, so a session whose traffic stopped there kept the
+    answered turn out of its memory. Its own process now flushes again until it is applied."""
+    url = served(order_wait_seconds=3600)
+    layout = Layout.of(config)
+    arrive = live.arrive_command(layout, "victim", waiting=(), reserve=True, mark_import=False, now=time.time(), wait=3600)
+
+    def leaked() -> Program[Any]:  # an arrival nobody will settle, as a process killed mid-call leaves
+        return (yield Batch([arrive]))
+
+    with SessionManager(config) as mgr:
+        assert live.arrival(run(leaked(), mgr.store.send)[0]).seq == 1
+        response = httpx.post(f"{url}/v1/chat/completions", headers={"X-Session-Id": "victim"}, timeout=30,
+                              json={"model": MODEL, "messages": [{"role": "user", "content": "The door code is 7310."}],
+                                    "stream": stream})  # fmt: skip
+        assert response.status_code == 200 and "7310" in response.text
+        assert mgr.get_state("victim").turns == 0  # queued behind the leaked arrival's lease
+        deadline = time.monotonic() + live.LEASE_SECONDS + 3
+        while mgr.get_state("victim").turns == 0:
+            assert time.monotonic() < deadline, "the queued turn waited for the session's next request"
+            time.sleep(0.1)
+        assert "The door code is 7310." in [m["content"] for m in mgr.get_state("victim").recent]
+
+
 PAUSED: list[str] = []  # a Redis URL whose writes the next call of scripted/pauses holds up while it answers
 
 

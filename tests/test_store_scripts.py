@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from middleware.store.live import ARRIVE, FINISH, RENEW, ArriveArguments, FinishArguments, RenewArguments
+from middleware.store.live import (
+    ARRIVE,
+    FINISH,
+    FLUSH,
+    RENEW,
+    ArriveArguments,
+    FinishArguments,
+    FlushArguments,
+    RenewArguments,
+)
 from middleware.store.load import LOAD, LoadArguments, load_script_until
 from middleware.store.notes import NOTES_EDIT, EditArguments
 from middleware.store.record import RECORD, RecordArguments
@@ -22,6 +31,7 @@ SCRIPTS: list[tuple[Script, type[Arguments]]] = [
     (NOTES_EDIT, EditArguments),
     (ARRIVE, ArriveArguments),
     (FINISH, FinishArguments),
+    (FLUSH, FlushArguments),
     (RENEW, RenewArguments),
 ]
 _ARGUMENT_LINE = re.compile(r"^local ([\w, ]+) = unpack\(ARGV, 1, (\d+)\)$", re.M)

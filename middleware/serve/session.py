@@ -128,8 +128,10 @@ class SessionRequests:
     def pay(self, turns: Turns, exchange: Exchange) -> None:
         """Write what the turn still owes its session (see ``Turns.pay``) beside the request,
         again and again while the store fails, for HOLD_SECONDS at most: the turn the model
-        answered (and was paid for) is held, not lost, through a short outage."""
+        answered (and was paid for) is held, not lost, through a short outage. A turn written
+        but queued behind an earlier one is then followed until it is applied (``follow``)."""
         if exchange.owed is False:
+            self.follow(turns, exchange)
             return
 
         async def paying() -> None:
@@ -137,6 +139,7 @@ class SessionRequests:
             while True:
                 try:
                     await self.run(turns.pay(exchange))
+                    self.follow(turns, exchange)
                     return
                 except StoreError as exc:
                     if time.monotonic() + delay > deadline or self.closing:
@@ -146,6 +149,27 @@ class SessionRequests:
                 delay = min(delay * 2, 5.0)
 
         self.start(paying())
+
+    def follow(self, turns: Turns, exchange: Exchange) -> None:
+        """A turn written but queued behind an earlier one that holds the line (a request still
+        running, or one whose process died): flush the session beside the request until it is
+        applied, so it reaches the session's memory without waiting for its next request. The
+        turn ahead holds the line while its request renews its lease, ``turns.wait`` at most,
+        and ``LEASE_SECONDS`` once its request is gone."""
+        if not exchange.queued:
+            return
+        exchange.queued = False  # one follower per turn
+
+        async def following() -> None:
+            deadline = time.monotonic() + turns.wait + LEASE_SECONDS
+            with contextlib.suppress(StoreError):  # the session's next request flushes it then
+                while True:
+                    await asyncio.sleep(LEASE_SECONDS / 4)
+                    last = self.closing or time.monotonic() > deadline
+                    if await self.run(turns.catch_up(exchange)) or last:
+                        return
+
+        self.start(following())
 
     # --- plain ------------------------------------------------------------------------------
 
@@ -281,6 +305,7 @@ class _Events:
         if step is not None:
             try:
                 if await step != "again":
+                    self.owner.follow(self.turns, self.exchange)
                     return
             except Exception:  # the step failed: its turn is held, or its place given up
                 self.owner.pay(self.turns, self.exchange)
@@ -288,6 +313,7 @@ class _Events:
         settle = self.turns.settle(self.exchange, request, reply, usage, model=self.upstream, latency=latency)
         try:
             await self.owner.run(settle)
+            self.owner.follow(self.turns, self.exchange)
         except Exception:  # the store failed (the turn is held), or the turn could not be recorded (its place is given up)
             self.owner.pay(self.turns, self.exchange)
 

@@ -32,7 +32,7 @@ from ..exceptions import InvalidMessageError, InvalidRequestError, InvalidToolCa
 from ..session.engine import Engine
 from ..store.decoding import Loaded
 from ..store.keys import Layout
-from ..store.live import Arrival, arrival, arrive_command, finish, renew, wait_for_results
+from ..store.live import Arrival, arrival, arrive_command, catch_up, finish, renew, wait_for_results
 from ..store.record import RecordArguments, record_arguments
 from ..tools import Toolset, as_tools, not_an_object
 from ..turn.calls import Calls
@@ -59,6 +59,9 @@ class Exchange:
     # What the turn still owes the session: its record (made, not yet written), the turn to
     # keep for the client's results, or its place (True); False once it owes nothing.
     owed: RecordArguments | OpenTurn | bool = True
+    # Its record was written but waits, queued behind an earlier turn that holds the line:
+    # its process flushes the session until it is applied (``catch_up``).
+    queued: bool = False
 
     @property
     def plan(self) -> TurnPlan:
@@ -270,9 +273,16 @@ class Turns:
             if ran_calls(sent, calls.answered):
                 yield from self._record(exchange, "(the model failed after the tools ran)", ended=False)
                 return
-        yield from finish(self.layout, exchange.session_id, exchange.turn.seq, record, drop=exchange.drop, now=time.time(),
-                          wait=self.wait)  # fmt: skip
-        exchange.owed = False
+        applied = yield from finish(self.layout, exchange.session_id, exchange.turn.seq, record, drop=exchange.drop,
+                                    now=time.time(), wait=self.wait)  # fmt: skip
+        exchange.owed, exchange.queued = False, not applied and record is not None
+
+    def catch_up(self, exchange: Exchange) -> Program[bool]:
+        """Apply the session's turns due, for a turn queued behind an earlier one; True once
+        it is applied (see ``middleware.store.live.catch_up``)."""
+        applied: bool = yield from catch_up(self.layout, exchange.session_id, exchange.turn.seq, now=time.time(),
+                                            wait=self.wait)  # fmt: skip
+        return applied
 
     # --- a turn that did not end normally ----------------------------------------------------
 

@@ -1,6 +1,7 @@
 -- A turn ends (see live.py): record it in its place (`entry`: its record arguments as JSON,
 -- [] to give the place up), or queue it until the turns before it are recorded.
--- ARGV: FinishArguments, in its order. Returns 1.
+-- ARGV: FinishArguments, in its order. Returns 1 when the turn is applied, 0 when it waits
+-- (its process then flushes again: see flush.lua).
 local now_text, wait_text, ttl_text, lease_text, seq, entry, drop = unpack(ARGV, 1, 7)
 --#include order.lua
 if drop ~= '' then redis.call('HDEL', live, drop) end
@@ -14,4 +15,5 @@ else
 end
 flush()
 if ttl > 0 then redis.call('PEXPIRE', live, ttl) end
-return 1
+if number('applied') >= seq then return 1 end
+return 0

@@ -18,7 +18,9 @@ waits for the client's tool results gives its place up (the client decides how l
 takes) and is recorded when it ends. A turn in flight holds the line while its request
 renews its lease, for ``serve.order_wait_seconds`` at most; one whose request is gone (its
 process died, its arrival reply was lost) for ``LEASE_SECONDS``; either is recorded
-whenever it does finish.
+whenever it does finish. A turn queued behind one holding the line is applied by the next
+script to flush the session: its own process flushes again (``catch_up``) until it is, so
+it never waits for the session's next request.
 """
 
 from __future__ import annotations
@@ -40,14 +42,17 @@ from .scripts import Arguments, Script
 __all__ = [
     "ARRIVE",
     "FINISH",
+    "FLUSH",
     "LEASE_SECONDS",
     "RENEW",
     "Arrival",
     "ArriveArguments",
     "FinishArguments",
+    "FlushArguments",
     "RenewArguments",
     "arrival",
     "arrive_command",
+    "catch_up",
     "finish",
     "renew",
     "wait_for_results",
@@ -55,6 +60,7 @@ __all__ = [
 
 ARRIVE = Script.named("arrive")
 FINISH = Script.named("finish")
+FLUSH = Script.named("flush")
 RENEW = Script.named("renew")
 # How long a turn in flight holds its session's line without renewing its lease, in seconds:
 # a request renews it every LEASE_SECONDS / 4 while it runs, so only a request whose process
@@ -171,11 +177,35 @@ def renew(layout: Layout, session_id: str, seq: int, *, now: float) -> Plan[bool
 
 def finish(
     layout: Layout, session_id: str, seq: int, record: RecordArguments | None, *, drop: str | None, now: float, wait: float
-) -> Plan[None]:
+) -> Plan[bool]:
     """Record a finished turn in its place (``record``: what record.lua is given for it;
-    None gives the place up). On a cluster the listing index, in another slot, is written
+    None gives the place up); False when it was queued behind an earlier turn still holding
+    the line (see ``catch_up``). On a cluster the listing index, in another slot, is written
     beside the script (best effort, as ``record.record`` does)."""
     arguments = FinishArguments(now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, lease_text=repr(LEASE_SECONDS),
                                 seq=seq, entry=_entry(record), drop=drop or "")  # fmt: skip
     outside = index_commands(layout, session_id, now=now) if layout.cluster and record is not None else []
-    checked((yield Batch([FINISH.inline(_keys(layout, session_id), arguments), *outside]))[:1])
+    (applied,) = checked((yield Batch([FINISH.inline(_keys(layout, session_id), arguments), *outside]))[:1])
+    return bool(applied)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlushArguments(Arguments):
+    """ARGV of flush.lua: the clock, the wait, the TTL and the lease (as for arriving), and
+    the arrival number of the queued turn."""
+
+    now_text: str
+    wait_text: str
+    ttl_text: int
+    lease_text: str
+    seq: int
+
+
+def catch_up(layout: Layout, session_id: str, seq: int, *, now: float, wait: float) -> Plan[bool]:
+    """Apply the session's turns due, for turn ``seq``, which ``finish`` queued; True once
+    it is applied (or the session is gone). A turn ahead that holds the line is passed over
+    when its lease lapses or the wait ends, so its process calls this until then."""
+    arguments = FlushArguments(now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, lease_text=repr(LEASE_SECONDS),
+                               seq=seq)  # fmt: skip
+    (applied,) = checked((yield Batch([FLUSH.inline(_keys(layout, session_id), arguments)])))
+    return bool(applied)

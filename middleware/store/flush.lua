@@ -1,0 +1,12 @@
+-- A turn finished but queued behind an earlier one still holding the line (see live.py):
+-- its process applies the turns due again, until its own is applied, so a session whose
+-- requests stop does not keep it out of memory until its next request.
+-- ARGV: FlushArguments, in its order. Returns 1 once turn `seq` is applied (or the session
+-- is gone), else 0.
+local now_text, wait_text, ttl_text, lease_text, seq = unpack(ARGV, 1, 5)
+--#include order.lua
+if redis.call('EXISTS', live) == 0 then return 1 end
+flush()
+if ttl > 0 then redis.call('PEXPIRE', live, ttl) end
+if number('applied') >= tonumber(seq) then return 1 end
+return 0
