@@ -291,7 +291,7 @@ def _script_split(admin: redis.Redis, ours: Any, calls: int) -> dict[str, float]
     real = store.send
 
     def capture(batch: Any) -> Any:  # the store sends a script itself, not through client.evalsha
-        sent.extend(tuple(command[2:]) for command in batch.commands if command[0] == "evalsha")
+        sent.extend(command[2:] for command in batch.commands if command[0] == "evalsha")
         return real(batch)
 
     store.send = capture

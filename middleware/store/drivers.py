@@ -93,29 +93,27 @@ class RedisStore(_Driver):
     def from_url(cls, url: str, config: StoreConfig) -> RedisStore:
         return cls(make_client(url, config), url=url, owns_client=True)
 
+    def _single(self, batch: Batch) -> Any:
+        method = super()._single(batch)
+        name = batch.commands[0][0] if method is not None else ""
+        if name in _SCRIPT_COMMANDS and self._pool is not None and _unwatched(self.client):
+            return functools.partial(self._script, _SCRIPT_COMMANDS[name])
+        return method
+
     def send(self, batch: Batch) -> list[Any]:
-        commands = batch.commands
-        if (
-            self._pool is not None and len(commands) == 1 and not batch.transaction and commands[0][0] in _SCRIPT_COMMANDS
-            and _unwatched(self.client)
-        ):  # fmt: skip
-            try:
-                return [self._script(commands[0])]
-            except Exception as exc:
-                return self._failed(exc, single=True)
         method = self._single(batch)
         try:
-            return [method(*commands[0][1:])] if method else self._pipeline(batch).execute(raise_on_error=False)
+            return [method(*batch.commands[0][1:])] if method else self._pipeline(batch).execute(raise_on_error=False)
         except Exception as exc:
             return self._failed(exc, single=method is not None)
 
-    def _script(self, command: Command) -> Any:
-        """A script run on a pooled connection as the client's ``execute_command`` runs it
-        (the connection's retry policy; a failed connection closed before a retry), without
-        the per-command layers around it (observability hooks, argument and deprecation
-        checks) that a turn's load and record, one script each, would pay on every call."""
+    def _script(self, *args: Any) -> Any:
+        """A script (``EVALSHA``/``EVAL`` and its arguments) run on a pooled connection as
+        the client's ``execute_command`` runs it (the connection's retry policy; a failed
+        connection closed before a retry), without the per-command layers around it
+        (observability hooks, argument and deprecation checks) that a turn's load and
+        record, one script each, would pay on every call."""
         assert self._pool is not None
-        args = (_SCRIPT_COMMANDS[command[0]], *command[1:])
         connection = self._pool.get_connection()
         try:
             return connection.retry.call_with_retry(lambda: _round_trip(connection, args), lambda _: connection.disconnect())
