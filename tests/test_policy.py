@@ -342,6 +342,20 @@ def test_a_history_is_resent_while_its_turn_costs_no_more_than_the_composed_prom
     assert not resends(rules_for("openai", {}), **figures)
 
 
+def test_a_composed_prompt_pays_for_the_part_of_its_stable_prefix_a_cache_step_leaves_unread() -> None:
+    """Hand-worked, OpenAI's 128-token steps, reads at a tenth: a 3,100-token history with
+    3,000 cached costs 300 + 100 = 400 a call (what a step leaves unread, the next call
+    reads: the history only grows). The composed 3,000 with 2,940 the same on every call
+    is cached to 2,816, the last full step, on every call: 281.6 + 184 = 465.6, so the
+    history is resent. Token for token it would have been 294 + 60 = 354, and composed."""
+    from middleware.core.policy import resends
+
+    tenth = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
+    figures = {"history": 3_100, "history_stable": 3_000, "composed": 3_000, "composed_stable": 2_940}
+    assert resends(tenth, **figures)
+    assert not resends(tenth, **{**figures, "composed_stable": 2_944})  # a whole step: 294.4 + 56 = 350.4
+
+
 def test_a_first_turn_judges_every_schema_against_the_pace_seen_after_first_turns() -> None:
     """A first turn's matched tools all join the ones that stay at once (here 300 tokens), but
     later turns mostly call tools already sent: growing 300 a turn, the stable part would be

@@ -148,14 +148,15 @@ def resends(rules: Rules, *, history: int, history_stable: int, composed: int, c
     if not rules.input_price:
         return False
 
-    def cost(total: int, stable: int) -> float:
-        # Token for token, not in the cache's steps: what a step leaves unread this call, the
-        # next reads (the history only grows), where the composed prompt's messages never are.
-        return per_call_cost(rules, total=total, stable=stable, step=1) + follow * per_call_cost(
+    def cost(total: int, stable: int, step: int) -> float:
+        return per_call_cost(rules, total=total, stable=stable, step=step) + follow * per_call_cost(
             rules, total=total, stable=total, step=1
         )
 
-    return cost(history, history_stable) <= cost(composed, composed_stable)
+    # The history only grows, so what the cache's last step leaves unread this call the next
+    # call reads: token for token. The composed prompt's stable part is the same on every call,
+    # so what its last step leaves unread is never read: in the cache's steps (OpenAI's 128).
+    return cost(history, history_stable, 1) <= cost(composed, composed_stable, rules.step)
 
 
 def worth_writing(rules: Rules, chance: float) -> bool:

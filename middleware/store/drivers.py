@@ -18,7 +18,7 @@ import threading
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..config.service import StoreConfig
-from ..core.effects import Batch, Command, Plan
+from ..core.effects import Batch, Plan
 from ..core.text import redact_url
 from ..exceptions import StoreError, StoreUnavailableError
 from ..runner import arun, run
