@@ -189,10 +189,15 @@ def test_a_queued_turn_is_applied_by_its_own_catch_up_once_the_lease_ahead_lapse
     assert recorded(config, store_url) == ["second"]
     assert finish(config, driver, first, "late first")  # passed over, still recorded when it ends
     assert recorded(config, store_url) == ["second", "late first"]
+    third = arrive(config, driver).seq
     with SessionManager(config) as mgr:
         mgr.reset("s")
     assert catch_up(config, driver, second)  # a session gone has nothing left to wait for
+    assert finish(config, driver, third, "from before the reset")  # its place is gone with the session: dropped
     assert not driver.client.exists(store_keys.Layout.of(config).session("s").live)
+    arrive(config, driver)
+    assert finish(config, driver, 1, "after the reset")
+    assert recorded(config, store_url) == ["after the reset"]
 
 
 def test_a_turn_that_never_finishes_holds_the_line_only_so_long(store: Any, store_url: str) -> None:

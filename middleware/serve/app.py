@@ -98,7 +98,8 @@ class Endpoint:
                         hint="requests that name a session get 503 until the store answers")  # fmt: skip
         yield
         self.sessions.closing = True  # turns held through an outage are tried once more
-        await asyncio.gather(*self.sessions.tasks, return_exceptions=True)
+        while self.sessions.tasks:  # a task may start another (a held turn paid, then followed)
+            await asyncio.gather(*tuple(self.sessions.tasks), return_exceptions=True)
         await self.store.close()
         self.engine.close()
 

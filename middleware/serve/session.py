@@ -164,7 +164,8 @@ class SessionRequests:
             deadline = time.monotonic() + turns.wait + LEASE_SECONDS
             with contextlib.suppress(StoreError):  # the session's next request flushes it then
                 while True:
-                    await asyncio.sleep(LEASE_SECONDS / 4)
+                    if not self.closing:
+                        await asyncio.sleep(LEASE_SECONDS / 4)
                     last = self.closing or time.monotonic() > deadline
                     if await self.run(turns.catch_up(exchange)) or last:
                         return

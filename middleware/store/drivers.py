@@ -94,6 +94,8 @@ class RedisStore(_Driver):
         return cls(make_client(url, config), url=url, owns_client=True)
 
     def _single(self, batch: Batch) -> Any:
+        """As ``_Driver._single``; a script on a plain client nothing watches goes by
+        ``_script``, on a pooled connection of the store's own."""
         method = super()._single(batch)
         name = batch.commands[0][0] if method is not None else ""
         if name in _SCRIPT_COMMANDS and self._pool is not None and _unwatched(self.client):

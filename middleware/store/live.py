@@ -20,7 +20,8 @@ renews its lease, for ``serve.order_wait_seconds`` at most; one whose request is
 process died, its arrival reply was lost) for ``LEASE_SECONDS``; either is recorded
 whenever it does finish. A turn queued behind one holding the line is applied by the next
 script to flush the session: its own process flushes again (``catch_up``) until it is, so
-it never waits for the session's next request.
+it does not wait for the session's next request (unless that process stops, or the store
+fails, first). A turn whose session was reset while it ran is not recorded.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from ..core.effects import Batch, Command, Plan
 from .decoding import checked
 from .keys import Layout, recorded_keys
 from .record import RecordArguments, index_commands
-from .scripts import Arguments, Script
+from .scripts import Arguments, Script, no_script
 
 __all__ = [
     "ARRIVE",
@@ -207,5 +208,9 @@ def catch_up(layout: Layout, session_id: str, seq: int, *, now: float, wait: flo
     when its lease lapses or the wait ends, so its process calls this until then."""
     arguments = FlushArguments(now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, lease_text=repr(LEASE_SECONDS),
                                seq=seq)  # fmt: skip
-    (applied,) = checked((yield Batch([FLUSH.inline(_keys(layout, session_id), arguments)])))
+    command = FLUSH.by_sha(_keys(layout, session_id), arguments)  # sent again and again: not its text each time
+    (reply,) = yield Batch([command])
+    if no_script(reply):
+        (reply,) = yield Batch([FLUSH.by_text(command)])
+    (applied,) = checked([reply])
     return bool(applied)

@@ -1,4 +1,4 @@
--- Shared by arrive.lua and finish.lua (included after their argument line, which names
+-- Shared by arrive.lua, finish.lua and flush.lua (included after their argument line, which names
 -- now_text, wait_text, ttl_text and lease_text): apply queued turns strictly in arrival
 -- order. A turn is applied by the store's own record script (record.lua), run here as a
 -- function: scripts cannot call scripts. A turn not yet finished holds the line while its
