@@ -327,27 +327,29 @@ def test_a_slowly_growing_disclosed_prompt_counts_its_turns_in_bounded_work(monk
 
 
 def test_a_history_is_resent_while_its_turn_costs_no_more_than_the_composed_prompts() -> None:
-    """Hand-worked, reads at a tenth (OpenAI rules, token for token): a 10,000-token history
-    9,000 of them cached costs 9,000 x 0.1 + 1,000 = 1,900 a call, the composed 4,000 with
-    2,000 cached 2,000 x 0.1 + 2,000 = 2,200: resent. With one call after tool results,
-    which reads the whole first call, the turns cost 1,900 + 1,000 = 2,900 and
-    2,200 + 400 = 2,600: composed. A model without prices never resends."""
+    """Hand-worked, reads at a tenth (OpenAI rules): a 10,000-token history 9,000 of them
+    sent before costs 9,000 x 0.1 + 1,000 = 1,900 a call (token for token); the composed
+    4,000 with 2,000 the same each call, cached to 1,920 (the last whole 128-token step),
+    costs 192 + 2,080 = 2,272: resent. With one call after tool results, which reads the
+    whole first call, the turns cost 1,900 + 1,000 = 2,900 and 2,272 + 400 = 2,672:
+    composed. A model without prices never resends."""
     from middleware.core.policy import resends
 
     tenth = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
     figures = {"history": 10_000, "history_stable": 9_000, "composed": 4_000, "composed_stable": 2_000}
     assert resends(tenth, **figures)
     assert not resends(tenth, **figures, follow=1.0)
-    assert resends(tenth, **figures, follow=0.2)  # 1,900 + 200 against 2,200 + 80
+    assert resends(tenth, **figures, follow=0.2)  # 1,900 + 200 against 2,272 + 80
     assert not resends(rules_for("openai", {}), **figures)
 
 
 def test_a_composed_prompt_pays_for_the_part_of_its_stable_prefix_a_cache_step_leaves_unread() -> None:
     """Hand-worked, OpenAI's 128-token steps, reads at a tenth: a 3,100-token history with
-    3,000 cached costs 300 + 100 = 400 a call (what a step leaves unread, the next call
-    reads: the history only grows). The composed 3,000 with 2,940 the same on every call
-    is cached to 2,816, the last full step, on every call: 281.6 + 184 = 465.6, so the
-    history is resent. Token for token it would have been 294 + 60 = 354, and composed."""
+    3,000 sent before costs 300 + 100 = 400 a call, token for token (what a step leaves
+    unread, the next call reads: the history only grows). The composed 3,000 with 2,940
+    the same on every call is cached to 2,816, the last whole step, on every call: 281.6 +
+    184 = 465.6, so the history is resent. Token for token it would have been 294 + 60 =
+    354, and composed."""
     from middleware.core.policy import resends
 
     tenth = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})

@@ -153,9 +153,11 @@ def resends(rules: Rules, *, history: int, history_stable: int, composed: int, c
             rules, total=total, stable=total, step=1
         )
 
-    # The history only grows, so what the cache's last step leaves unread this call the next
-    # call reads: token for token. The composed prompt's stable part is the same on every call,
-    # so what its last step leaves unread is never read: in the cache's steps (OpenAI's 128).
+    # Both sides are what later turns pay at least, since the choice holds for them too: the
+    # history token for token (what a cache step leaves unread, the next call reads), the
+    # composed prompt at this turn's size (its memory grows while the session is young). One
+    # cost is certain and counted: the composed prompt's stable part is the same on every
+    # call, so what the cache's last step (OpenAI's 128 tokens) leaves of it is never read.
     return cost(history, history_stable, 1) <= cost(composed, composed_stable, rules.step)
 
 
