@@ -4,12 +4,13 @@
 -- (its process then flushes again: see flush.lua).
 local now_text, wait_text, ttl_text, lease_text, seq, entry, drop = unpack(ARGV, 1, 7)
 --#include order.lua
+local place = seq
+seq = tonumber(seq)
 -- a place this hash never gave out: the session was reset (or expired) while the turn ran,
 -- and the turn belongs to no session that still stands
-if tonumber(seq) > number('arrived') then return 1 end
+if seq > number('arrived') then return 1 end
 if drop ~= '' then redis.call('HDEL', live, drop) end
-redis.call('HDEL', live, 'l:' .. seq)
-seq = tonumber(seq)
+redis.call('HDEL', live, 'l:' .. place)
 if seq <= number('applied') then
   apply(entry)
 else
