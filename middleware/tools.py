@@ -293,9 +293,10 @@ class ToolList(list):  # type: ignore[type-arg]
 
     def __init__(
         self, disclosed: DisclosedTools, originals: Mapping[str, Any], *, callables: bool,
-        schemas: Sequence[Mapping[str, Any]] | None = None,
+        schemas: Sequence[Mapping[str, Any]] | None = None, companions: Callable[[Sequence[str]], Sequence[str]] | None = None,
     ) -> None:  # fmt: skip
         self.disclosed, self.originals, self.callables = disclosed, originals, callables
+        self.companions = companions  # the tools usually called with the turn's (a load adds them)
         self.loader_name = disclosed.catalog.loader_name
         if callables:
             super().__init__([self._loader(), *(originals[name] for name in disclosed.names)])
@@ -323,7 +324,7 @@ class ToolList(list):  # type: ignore[type-arg]
             except ValueError:
                 arguments = None
         before = len(self.disclosed.names)
-        answer = self.disclosed.load(arguments)
+        answer = self.disclosed.load(arguments, companions=self.companions)
         if self.callables:
             self.extend(self.originals[name] for name in self.disclosed.names[before:])
         else:  # as chat() sends them: a group's shared opening only in the first of its tools sent

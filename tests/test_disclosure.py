@@ -935,6 +935,49 @@ def test_chat_learns_companions_from_the_turns_it_records(managers: ManagerFacto
         assert bool(result.loaded) is loads, (co_use_tools, model.requests[before:])
 
 
+class OneAtATime(Needs):
+    """A model that loads the tools it lacks one name at a time, as a model that reads one
+    tool's name in the index and not the rest would."""
+
+    def __call__(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+        reply = super().__call__(messages, tools)
+        for call in reply.get("tool_calls") or ():
+            if call["function"]["name"] == "load_tools":
+                names = json.loads(call["function"]["arguments"])["names"]
+                call["function"]["arguments"] = json.dumps({"names": names[:1]})
+        return reply
+
+
+def test_a_load_brings_the_tools_usually_called_with_the_turns_tools(managers: ManagerFactory, log_path: Path) -> None:
+    """After turns that called touch and ls together, a model that loads touch gets ls with
+    it (the loader says so) and calls both after one loader round; with co_use_tools 0 it
+    needs a second round. A load of a tool already sent adds nothing."""
+    for co_use_tools, rounds in ((3, 1), (0, 2)):
+        needs = {f"create empty file {i}": [("touch", {"file_name": f"f{i}"}), ("ls", {})] for i in range(4)}
+        model = OneAtATime({**needs, "do the usual": [("touch", {"file_name": "u"}), ("ls", {})]})
+        mgr = managers(disclosing(log_path, match_tools=1, recent_turns=0, co_use_tools=co_use_tools))
+        for i in range(4):
+            mgr.chat(f"learn-{i}", f"create empty file {i}", model=model.model, tools=toolset())
+        before = len(model.requests)
+        result = mgr.chat("fresh", "do the usual", model=model.model, tools=toolset())
+        asked = model.requests[before:]
+        assert asked[0] == ["load_tools"]  # nothing matched up front, nothing stays
+        assert sum(1 for sent in model.sent[before + 1 :] if "Loaded" in _text(sent[-1]["content"])) == rounds
+        assert [call.name for call in result.tool_calls] == ["touch", "ls"] and result.loaded == ("touch", "ls")
+        answer = _text(model.sent[before + 1][-1]["content"])
+        assert ("Also loaded, as often called with these: ls." in answer) is (co_use_tools > 0), answer
+    disclosed = CATALOG.select({}, 1, "anything", DisclosureConfig(match_tools=0))
+    assert disclosed.load({"names": ["touch"]}, companions=lambda names: ["ls"]).endswith("with these: ls.")
+    assert disclosed.load({"names": ["touch"]}, companions=lambda names: ["cat"]) == "Already available: touch."
+    assert disclosed.names == ["touch", "ls"]
+    from middleware.tools import ToolList
+
+    handed = ToolList(CATALOG.select({}, 1, "anything", DisclosureConfig(match_tools=0)), {}, callables=False,
+                      companions=lambda names: ["ls"])  # fmt: skip
+    assert handed.load('{"names": ["touch"]}').endswith("with these: ls.")  # wrap(): the list a chatbot is handed
+    assert [tool["function"]["name"] for tool in handed] == ["load_tools", "touch", "ls"]
+
+
 # --- matching by meaning (disclosure.embedding_model) -------------------------------------
 
 # A stand-in embedding model with three directions of meaning: mail, files, anything else.

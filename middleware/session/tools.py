@@ -175,6 +175,13 @@ class ToolPlanner:
         self._match_odds.note(selected.settled, selected.ranked, selected.companions, names)
         self._match_odds.note_miss(any(name not in selected for name in names))
 
+    def companions(self, catalog: Catalog, names: Sequence[str]) -> list[str]:
+        """The tools of ``catalog`` usually called with ``names`` (learned from the turns
+        this engine recorded), most often first: ``disclosure.co_use_tools`` of them at most."""
+        if not self.settings.co_use_tools:
+            return []
+        return [name for name in self._co_use.companions(names) if name in catalog][: self.settings.co_use_tools]
+
     def learn(self, turn: Turn) -> None:
         """Learn which tools the turn called together, for disclosure's companions."""
         if turn.tool_calls and self.settings.enabled and self.settings.co_use_tools:

@@ -69,6 +69,8 @@ class TurnPlan:
     resent: bool = False  # the prompt resends the session's history: the next turn reads all of it
     # How often this process has seen a call followed by another of its turn: where breakpoints end.
     loop_odds: LoopOdds = dataclasses.field(default_factory=LoopOdds)
+    # Given the turn's tools, those usually called with them (disclosure.co_use_tools): a load adds them.
+    companions: Callable[[Sequence[str]], Sequence[str]] | None = None
 
     @property
     def loader(self) -> str | None:
@@ -111,7 +113,8 @@ class TurnPlan:
         if tools is None:
             return None
         if call.name == tools.catalog.loader_name:
-            return tools.load(arguments_of(call.arguments), room() if room else None, self.policy.counter.tokens)
+            return tools.load(arguments_of(call.arguments), room() if room else None, self.policy.counter.tokens,
+                              companions=self.companions)  # fmt: skip
         if call.name in tools.catalog and call.name not in tools:
             added, _ = tools.add_within([call.name], room() if room else None, self.policy.counter.tokens)
             if not added:

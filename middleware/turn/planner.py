@@ -5,6 +5,7 @@ call (``made``); learn from the turn and record it (``finish``)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -71,7 +72,8 @@ class TurnPlanner:
         prompt, static = yield from self._prompt(state, message, model, extra, candidates, system)
         plan = TurnPlan(session_id=session_id, message=message, model=model, prompt=prompt, policy=policy, static_prefix=static,
                         every=tuple(every), full_tools_tokens=whole, tools=disclosed,
-                        max_rounds=self.config.max_tool_rounds, loop_odds=tools.loop_odds, schema_tokens=extra)  # fmt: skip
+                        max_rounds=self.config.max_tool_rounds, loop_odds=tools.loop_odds, schema_tokens=extra,
+                        companions=functools.partial(tools.companions, catalog) if catalog is not None else None)  # fmt: skip
         if saved:
             if saved.get("resent"):  # a turn that resent its history goes on resending it
                 return (yield from self._resent(plan, loaded, message, whole, system, chosen=True))

@@ -135,9 +135,8 @@ class WrappedTurn:
             return self.kwargs
         if plan.tools is None:  # every schema: as given, or as chat() sends them (with their breakpoints)
             return self.kwargs if self.callables else {**self.kwargs, "tools": request.schemas}
-        handed = ToolList(
-            plan.tools, self.originals, callables=self.callables, schemas=None if self.callables else request.schemas
-        )
+        handed = ToolList(plan.tools, self.originals, callables=self.callables,
+                          schemas=None if self.callables else request.schemas, companions=plan.companions)  # fmt: skip
         return {**self.kwargs, "tools": handed}
 
 

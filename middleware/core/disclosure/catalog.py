@@ -273,10 +273,17 @@ class DisclosedTools:
         self.loaded.extend(new)
         return new
 
-    def load(self, arguments: Any, room: int | None = None, count: Callable[[list[dict[str, Any]]], int] | None = None) -> str:
+    def load(
+        self, arguments: Any, room: int | None = None, count: Callable[[list[dict[str, Any]]], int] | None = None,
+        companions: Callable[[Sequence[str]], Sequence[str]] | None = None,
+    ) -> str:  # fmt: skip
         """Run the loader with the model's arguments; the answer it gets (one line). With
         ``room`` (the tokens the prompt's budget has left) and ``count`` (a schema counter),
-        the tools whose schemas would not fit stay unloaded, and the answer says so."""
+        the tools whose schemas would not fit stay unloaded, and the answer says so. With
+        ``companions`` (given the turn's tools, those usually called with them: ``CoUse``),
+        a load that added a tool adds those of them not sent yet as well: a model that had
+        to ask for a tool is likely to need what goes with it (``cd`` before a file
+        operation, a login), and would otherwise spend another loader round on it."""
         requested = arguments.get("names") if isinstance(arguments, Mapping) else None
         if isinstance(requested, str):
             requested = [requested]
@@ -285,9 +292,15 @@ class DisclosedTools:
         found, unknown = self.catalog.resolve(requested)
         already = [name for name in found if name in self.names]
         new, over = self.add_within([name for name in found if name not in already], room, count)
+        extra: list[str] = []
+        if new and companions is not None:
+            wanted = [name for name in companions(self.names) if name in self.catalog and name not in self.names]
+            extra, _ = self.add_within(wanted, room, count)
         parts = []
         if new:
             parts.append(f"Loaded {_names(new)}: call them in your next step.")
+        if extra:
+            parts.append(f"Also loaded, as often called with these: {_names(extra)}.")
         if over:
             parts.append(f"Not loaded, the prompt's token budget has no room for them: {_names(over)}.")
         if already:
