@@ -114,11 +114,11 @@ def test_a_queued_turn_keeps_the_record_script_arguments() -> None:
     composer = Composer(config, get_tokenizer("gpt-4o-mini"))
     update = composer.apply_turn(Turn(user="go", assistant="done", tool_calls=()), turn_id="t1", prompt="{}")
     record = store_record.record_arguments(layout, "s", update, now=1.5)
-    batch = next(live.finish(layout, "s", 7, record, drop=None, now=2.0, wait=30))
+    batch = next(live.finish(layout, "s", 7, record, drop=None, now=2.0, wait=30, epoch="e1"))
     (script,) = batch.commands
-    *_, seq, entry, drop = script
+    *_, seq, entry, drop, epoch = script
     arguments = json.loads(entry)
-    assert (seq, drop) == (7, "") and arguments[:2] == ["t1", "1.5"] and all(isinstance(a, str) for a in arguments)
+    assert (seq, drop, epoch) == (7, "", "e1") and arguments[:2] == ["t1", "1.5"] and all(isinstance(a, str) for a in arguments)
     assert arguments == [a.decode() if isinstance(a, bytes) else str(a) for a in record.argv()]
 
 
@@ -146,18 +146,19 @@ def arrive(config: Config, driver: RedisStore, *, waiting: tuple[str, ...] = (),
     return live.arrival(loaded.ahead[0])
 
 
-def finish(config: Config, driver: RedisStore, seq: int, text: str, *, wait: float = 3600) -> bool:
-    """Finish turn ``seq`` saying ``text``; whether it was applied (False: queued)."""
+def finish(config: Config, driver: RedisStore, seq: int, text: str, *, wait: float = 3600, epoch: str = "") -> bool:
+    """Finish turn ``seq`` (of incarnation ``epoch``; "": not told) saying ``text``; whether
+    it was applied (False: queued)."""
     layout = store_keys.Layout.of(config)
     composer = Composer(config, get_tokenizer("gpt-4o-mini"))
     update = composer.apply_turn(Turn(user=text, assistant=f"re {text}"), turn_id=text)
     record = store_record.record_arguments(layout, "s", update, now=time.time())
-    return run(live.finish(layout, "s", seq, record, drop=None, now=time.time(), wait=wait), driver.send)
+    return run(live.finish(layout, "s", seq, record, drop=None, now=time.time(), wait=wait, epoch=epoch), driver.send)
 
 
-def catch_up(config: Config, driver: RedisStore, seq: int, *, now: float | None = None) -> bool:
+def catch_up(config: Config, driver: RedisStore, seq: int, *, now: float | None = None, epoch: str = "") -> bool:
     layout = store_keys.Layout.of(config)
-    return run(live.catch_up(layout, "s", seq, now=now or time.time(), wait=3600), driver.send)
+    return run(live.catch_up(layout, "s", seq, now=now or time.time(), wait=3600, epoch=epoch), driver.send)
 
 
 def recorded(config: Config, url: str) -> list[str]:
@@ -200,6 +201,41 @@ def test_a_queued_turn_is_applied_by_its_own_catch_up_once_the_lease_ahead_lapse
     assert recorded(config, store_url) == ["after the reset"]
 
 
+def test_a_turn_from_before_a_reset_stays_out_of_the_new_session_whatever_its_place(store: Any, store_url: str) -> None:
+    """Each incarnation of the live hash has an epoch: a turn that arrived before a reset is
+    dropped when it finishes, renews no lease and stops following, even once the new session
+    has given out its place number again; the new session's own turns go on as before."""
+    config, driver = store
+    layout = store_keys.Layout.of(config)
+    old = [arrive(config, driver) for _ in range(2)]
+    assert old[0].epoch == old[1].epoch and len(old[0].epoch) == 16
+    assert finish(config, driver, old[0].seq, "old first", epoch=old[0].epoch)
+    with SessionManager(config) as mgr:
+        mgr.reset("s")
+    new = [arrive(config, driver) for _ in range(2)]
+    assert [a.seq for a in new] == [1, 2] and new[0].epoch != old[1].epoch  # place 2 given out again
+    assert not run(live.renew(layout, "s", 2, now=time.time(), epoch=old[1].epoch), driver.send)
+    assert run(live.renew(layout, "s", 2, now=time.time(), epoch=new[1].epoch), driver.send)
+    assert finish(config, driver, old[1].seq, "old second", epoch=old[1].epoch)  # dropped, not queued
+    assert catch_up(config, driver, old[1].seq, epoch=old[1].epoch)  # nothing to follow
+    assert not finish(config, driver, new[1].seq, "new second", epoch=new[1].epoch)  # waits for new first
+    assert finish(config, driver, new[0].seq, "new first", epoch=new[0].epoch)
+    assert recorded(config, store_url) == ["new first", "new second"]
+    # A turn that waits for the client's tool results keeps its epoch: one written into the
+    # hash after a reset is found by its call ids, and said to be of another incarnation.
+    turn = asked(OpenTurn(seq=0, turn_id="t", user="u", epoch=old[0].epoch), "c1")
+    run(live.wait_for_results(layout, "s", turn, drop=None, now=time.time(), wait=3600, epoch=old[0].epoch), driver.send)
+    found = arrive(config, driver, waiting=("c1",))
+    assert found.open is not None and found.open.epoch == old[0].epoch != found.epoch
+    from middleware.serve.turns import Turns
+
+    results = read_messages([{"role": "tool", "tool_call_id": "c1", "content": "done"}])
+    with pytest.raises(InvalidMessageError, match="not waiting for"):  # the endpoint does not continue it
+        Turns._turn(Turns.__new__(Turns), results, found, None)
+    same = found._replace(open=dataclasses.replace(found.open, epoch=found.epoch))
+    assert Turns._turn(Turns.__new__(Turns), results, same, None)[0].turn_id == "t"  # of this incarnation: continued
+
+
 def test_a_turn_that_never_finishes_holds_the_line_only_so_long(store: Any, store_url: str) -> None:
     """With a zero wait, a missing turn is passed over at once; if it finishes later it is still recorded, once."""
     config, driver = store
@@ -218,7 +254,7 @@ def test_giving_a_place_up_lets_the_next_turn_through(store: Any, store_url: str
     first, second = arrive(config, driver).seq, arrive(config, driver).seq
     finish(config, driver, second, "second")
     layout = store_keys.Layout.of(config)
-    run(live.finish(layout, "s", first, None, drop=None, now=time.time(), wait=3600), driver.send)
+    run(live.finish(layout, "s", first, None, drop=None, now=time.time(), wait=3600, epoch=""), driver.send)
     assert recorded(config, store_url) == ["second"]
 
 
@@ -228,7 +264,7 @@ def test_the_first_arrival_may_import_and_an_open_turn_is_found_by_its_call_ids(
     assert arrive(config, driver).first and not arrive(config, driver).first
     layout = store_keys.Layout.of(config)
     turn = asked(OpenTurn(seq=0, turn_id="t", user="u"), "c1", "c2")
-    run(live.wait_for_results(layout, "s", turn, drop=None, now=time.time(), wait=3600), driver.send)
+    run(live.wait_for_results(layout, "s", turn, drop=None, now=time.time(), wait=3600, epoch=""), driver.send)
     found = arrive(config, driver, waiting=("zz", "c1"))
     assert found.open == turn and found.seq == 0  # no new place for a continued turn
     with SessionManager(config) as mgr:
@@ -243,7 +279,7 @@ def test_a_turn_waiting_for_tool_results_lets_later_turns_through(store: Any, st
     layout = store_keys.Layout.of(config)
     first, second = arrive(config, driver).seq, arrive(config, driver).seq
     turn = asked(OpenTurn(seq=first, turn_id="t", user="tools"), "c1")
-    waiting = run(live.wait_for_results(layout, "s", turn, drop=None, now=time.time(), wait=3600), driver.send)
+    waiting = run(live.wait_for_results(layout, "s", turn, drop=None, now=time.time(), wait=3600, epoch=""), driver.send)
     assert waiting.seq == 0
     finish(config, driver, second, "second")
     assert recorded(config, store_url) == ["second"]

@@ -153,10 +153,11 @@ class OpenTurn:
     loop: tuple[dict[str, Any], ...] = ()  # assistant tool-call messages and tool results, in order
     steps: int = 0  # upstream calls made so far
     plan: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    epoch: str = ""  # the incarnation of the session's live hash it began in ("": not known)
 
     def to_json(self) -> bytes:
         return orjson.dumps({"seq": self.seq, "turn_id": self.turn_id, "user": self.user, "loop": self.loop, "steps": self.steps,
-                             "plan": self.plan})  # fmt: skip
+                             "plan": self.plan, "epoch": self.epoch})  # fmt: skip
 
     @classmethod
     def from_json(cls, raw: Any) -> OpenTurn | None:
@@ -167,7 +168,8 @@ class OpenTurn:
             if not isinstance(plan, dict):
                 raise TypeError("plan")
             return cls(seq=int(data["seq"]), turn_id=str(data["turn_id"]), user=str(data["user"]),
-                       loop=tuple(dict(m) for m in data["loop"]), steps=int(data["steps"]), plan=plan)  # fmt: skip
+                       loop=tuple(dict(m) for m in data["loop"]), steps=int(data["steps"]), plan=plan,
+                       epoch=str(data.get("epoch") or ""))  # fmt: skip
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
 

@@ -62,6 +62,9 @@ class Exchange:
     # Its record was written but waits, queued behind an earlier turn that holds the line:
     # its process flushes the session until it is applied (``catch_up``).
     queued: bool = False
+    # The incarnation of the session's live hash the request arrived in: a reset since
+    # leaves the turn out of the new session (``middleware.store.live``).
+    epoch: str = ""
 
     @property
     def plan(self) -> TurnPlan:
@@ -154,7 +157,8 @@ class Turns:
                                                loaded=loaded, system=conversation.system, saved=turn.plan or None)  # fmt: skip
         except Exception:  # the request goes no further: the place it took is given up at once
             if arrived.seq:
-                yield from finish(self.layout, session_id, arrived.seq, None, drop=None, now=time.time(), wait=self.wait)
+                yield from finish(self.layout, session_id, arrived.seq, None, drop=None, now=time.time(), wait=self.wait,
+                                  epoch=arrived.epoch)  # fmt: skip
             raise
         if plan.tools is not None and isinstance(tool_choice, Mapping):  # a tool the client names must be sent
             plan.tools.add([str((tool_choice.get("function") or {}).get("name"))])
@@ -165,18 +169,18 @@ class Turns:
         calls = Calls(engine, plan, self.kind, loop, marked=saved.get("marked"), extra=bool(saved.get("extra")), step=turn.steps,
                       answered=saved.get("answered") or (), first=saved.get("first"), whole=_texts(saved.get("whole")))  # fmt: skip
         calls.fit()
-        return Exchange(session_id=session_id, turn=turn, calls=calls, drop=drop)
+        return Exchange(session_id=session_id, turn=turn, calls=calls, drop=drop, epoch=arrived.epoch)
 
     def _turn(self, conversation: Conversation, arrived: Arrival, user: str | None) -> tuple[OpenTurn, str | None]:
         """The turn this request continues (waiting in Redis, or told by a full history) or starts."""
-        if arrived.open is not None:
+        if arrived.open is not None and arrived.open.epoch in ("", arrived.epoch):
             return arrived.open.answered(conversation.tail), arrived.open.field
-        if user is None:
+        if user is None:  # nothing waits for them (or what waits began before the session was reset)
             raise InvalidMessageError(
                 f"The tool results answer call {conversation.waiting[0][:40]!r}, which this session is not waiting for."
             )
         turn = OpenTurn(seq=arrived.seq, turn_id=uuid.uuid4().hex, user=user, loop=conversation.tail,
-                        steps=sum(1 for m in conversation.tail if m["role"] == "assistant"))  # fmt: skip
+                        steps=sum(1 for m in conversation.tail if m["role"] == "assistant"), epoch=arrived.epoch)  # fmt: skip
         if turn.pending:  # a full history whose last tool calls are not all answered
             raise InvalidMessageError(f"No tool result for call {turn.pending[0][:40]!r}, which the model asked for.")
         return turn, None
@@ -223,7 +227,7 @@ class Turns:
         exchange.forwarded = [call.id for call, outcome in zip(pending, own, strict=True) if outcome is None]
         waiting = OpenTurn(seq=exchange.turn.seq, turn_id=exchange.turn.turn_id, user=exchange.turn.user,
                            loop=tuple(loop.messages[len(exchange.plan.prompt.messages) :]), steps=calls.step,
-                           plan=self._saved(calls))  # fmt: skip
+                           plan=self._saved(calls), epoch=exchange.epoch)  # fmt: skip
         exchange.owed = waiting
         yield from self.pay(exchange)
         return "client"
@@ -261,7 +265,7 @@ class Turns:
             return
         if isinstance(owed, OpenTurn):  # the turn waits for the client's results, in Redis
             yield from wait_for_results(self.layout, exchange.session_id, owed, drop=exchange.drop, now=time.time(),
-                                        wait=self.wait)  # fmt: skip
+                                        wait=self.wait, epoch=exchange.epoch)  # fmt: skip
             exchange.owed = False
             return
         record = None if owed is True else owed
@@ -274,14 +278,14 @@ class Turns:
                 yield from self._record(exchange, "(the model failed after the tools ran)", ended=False)
                 return
         applied = yield from finish(self.layout, exchange.session_id, exchange.turn.seq, record, drop=exchange.drop,
-                                    now=time.time(), wait=self.wait)  # fmt: skip
+                                    now=time.time(), wait=self.wait, epoch=exchange.epoch)  # fmt: skip
         exchange.owed, exchange.queued = False, not applied and record is not None
 
     def catch_up(self, exchange: Exchange) -> Program[bool]:
         """Apply the session's turns due, for a turn queued behind an earlier one; True once
         it is applied (see ``middleware.store.live.catch_up``)."""
         applied: bool = yield from catch_up(self.layout, exchange.session_id, exchange.turn.seq, now=time.time(),
-                                            wait=self.wait)  # fmt: skip
+                                            wait=self.wait, epoch=exchange.epoch)  # fmt: skip
         return applied
 
     # --- a turn that did not end normally ----------------------------------------------------
@@ -308,7 +312,8 @@ class Turns:
         False once there is none to renew (the turn owes no place, or it lapsed)."""
         if not exchange.turn.seq or exchange.owed is False:
             return False
-        renewed: bool = yield from renew(self.layout, exchange.session_id, exchange.turn.seq, now=time.time())
+        renewed: bool = yield from renew(self.layout, exchange.session_id, exchange.turn.seq, now=time.time(),
+                                         epoch=exchange.epoch)  # fmt: skip
         return renewed
 
     def passthrough(self, messages: Any, tools: Any, reply: Mapping[str, Any], usage: Any, *, model: str,

@@ -1,13 +1,16 @@
 -- A request arrives (see live.py): apply the turns due, find the open turn its tool results
 -- answer (one of the `open:<call id>` fields after the named arguments), or give a new turn
 -- its arrival number, with a lease its request renews while it runs (`l:<n>`).
+-- The hash's `epoch` names its incarnation: set by the request that creates it (`epoch`, a
+-- fresh token), it tells a turn that arrived before a reset from one that arrived after.
 -- ARGV: ArriveArguments, in its order, then the fields to look in.
--- Returns {arrival number, open turn or '', first (0/1)}.
-local now_text, wait_text, ttl_text, lease_text, reserve, mark_import = unpack(ARGV, 1, 6)
+-- Returns {arrival number, open turn or '', first (0/1), the hash's epoch}.
+local now_text, wait_text, ttl_text, lease_text, reserve, mark_import, epoch = unpack(ARGV, 1, 7)
 --#include order.lua
 flush()
+redis.call('HSETNX', live, 'epoch', epoch)
 local found = ''
-local at = 6 + 1  -- the fields to look in follow the named arguments
+local at = 7 + 1  -- the fields to look in follow the named arguments
 for i = at, #ARGV do
   local value = redis.call('HGET', live, ARGV[i])
   if value then found = value break end
@@ -22,4 +25,4 @@ end
 local first = 0
 if mark_import == '1' and redis.call('HSETNX', live, 'imported', '1') == 1 and before == 0 then first = 1 end
 if ttl > 0 then redis.call('PEXPIRE', live, ttl) end
-return {seq, found, first}
+return {seq, found, first, redis.call('HGET', live, 'epoch')}

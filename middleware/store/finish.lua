@@ -2,13 +2,14 @@
 -- [] to give the place up), or queue it until the turns before it are recorded.
 -- ARGV: FinishArguments, in its order. Returns 1 when the turn is applied, 0 when it waits
 -- (its process then flushes again: see flush.lua).
-local now_text, wait_text, ttl_text, lease_text, seq, entry, drop = unpack(ARGV, 1, 7)
+local now_text, wait_text, ttl_text, lease_text, seq, entry, drop, epoch = unpack(ARGV, 1, 8)
 --#include order.lua
 local place = seq
 seq = tonumber(seq)
--- a place this hash never gave out: the session was reset (or expired) while the turn ran,
--- and the turn belongs to no session that still stands
-if seq > number('arrived') then return 1 end
+-- the session was reset (or expired) while the turn ran: it arrived in another incarnation
+-- of the hash (`epoch`, see arrive.lua), or took a place this one never gave out, and it
+-- belongs to no session that still stands
+if not current(epoch) or seq > number('arrived') then return 1 end
 if drop ~= '' then redis.call('HDEL', live, drop) end
 redis.call('HDEL', live, 'l:' .. place)
 if seq <= number('applied') then

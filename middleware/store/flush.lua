@@ -3,11 +3,11 @@
 -- requests stop does not keep it out of memory until its next request.
 -- ARGV: FlushArguments, in its order. Returns 1 once turn `seq` is applied (or the session
 -- is gone), else 0.
-local now_text, wait_text, ttl_text, lease_text, seq = unpack(ARGV, 1, 5)
+local now_text, wait_text, ttl_text, lease_text, seq, epoch = unpack(ARGV, 1, 6)
 --#include order.lua
 seq = tonumber(seq)
--- gone, or reset since (a place this hash never gave out), as finish.lua tells it
-if seq > number('arrived') then return 1 end
+-- gone, or reset since, as finish.lua tells it
+if not current(epoch) or seq > number('arrived') then return 1 end
 flush()
 if ttl > 0 then redis.call('PEXPIRE', live, ttl) end
 if number('applied') >= seq then return 1 end

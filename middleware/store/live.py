@@ -10,6 +10,8 @@ session's ``live`` hash, under the session's hash tag (one cluster slot)::
     q:<n>            the record arguments of finished turn n, waiting for their turn
     open:<call id>   a turn waiting for the client's tool results, by its first pending call id
     imported         set once: a new session took the history its first request carried
+    epoch            set once, by the request that made the hash: its incarnation (a reset
+                     deletes the hash, and the next request makes a new one)
 
 A finished turn is recorded by a server-side script (``finish.lua``, with ``order.lua``)
 that applies queued turns strictly in arrival order, so concurrent requests to one session
@@ -21,12 +23,14 @@ process died, its arrival reply was lost) for ``LEASE_SECONDS``; either is recor
 whenever it does finish. A turn queued behind one holding the line is applied by the next
 script to flush the session: its own process flushes again (``catch_up``) until it is, so
 it does not wait for the session's next request (unless that process stops, or the store
-fails, first). A turn whose session was reset while it ran is not recorded.
+fails, first). A turn whose session was reset while it ran is not recorded, nor renewed,
+nor continued by tool results: each request carries the epoch it arrived in.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -73,7 +77,8 @@ LEASE_SECONDS = 2.0
 class ArriveArguments(Arguments):
     """ARGV of arrive.lua: the clock, how long a turn may hold the line, the session's TTL,
     how long a lease lasts unrenewed, whether a new turn takes an arrival number, whether the
-    request may import history; then the ``open:<call id>`` fields its tool results may answer."""
+    request may import history, the epoch a hash it makes takes; then the ``open:<call id>``
+    fields its tool results may answer."""
 
     TAIL = ("fields",)
 
@@ -83,6 +88,7 @@ class ArriveArguments(Arguments):
     lease_text: str
     reserve: int
     mark_import: int
+    epoch: str
     fields: tuple[str, ...]
 
     def argv(self) -> list[Any]:
@@ -92,8 +98,8 @@ class ArriveArguments(Arguments):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FinishArguments(Arguments):
     """ARGV of finish.lua: the clock, the wait, the TTL and the lease (as for arriving), the
-    turn's arrival number, its record arguments as JSON ([] gives the place up) and the
-    ``live`` field it waited in (forgotten now), if any."""
+    turn's arrival number, its record arguments as JSON ([] gives the place up), the
+    ``live`` field it waited in (forgotten now), if any, and the epoch it arrived in."""
 
     now_text: str
     wait_text: str
@@ -102,6 +108,7 @@ class FinishArguments(Arguments):
     seq: int
     entry: bytes
     drop: str
+    epoch: str
 
 
 def _keys(layout: Layout, session_id: str) -> tuple[str, ...]:
@@ -120,6 +127,7 @@ class Arrival(NamedTuple):
     seq: int  # the arrival number given to a new turn (0 when none was asked for or one was open)
     open: OpenTurn | None  # the turn the request's tool results answer, when one is waiting
     first: bool  # the first request to arrive in this session, which may import the history it carries
+    epoch: str  # the incarnation of the session's live hash it arrived in (see the module docstring)
 
 
 def arrive_command(
@@ -129,19 +137,24 @@ def arrive_command(
     tool results answer (``waiting``: their call ids), or give a new turn its arrival
     number. Sent ahead of the session's load, in the same round trip (see ``load.load``)."""
     arguments = ArriveArguments(now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, lease_text=repr(LEASE_SECONDS),
-                                reserve=int(reserve), mark_import=int(mark_import),
+                                reserve=int(reserve), mark_import=int(mark_import), epoch=secrets.token_hex(8),
                                 fields=tuple(f"open:{call}" for call in waiting))  # fmt: skip
     return ARRIVE.inline(_keys(layout, session_id), arguments)
 
 
 def arrival(reply: Any) -> Arrival:
     """What the arrival command's reply says; StoreError for an error reply."""
-    seq, found, first = checked([reply])[0]
-    return Arrival(int(seq), OpenTurn.from_json(found) if found else None, bool(first))
+    seq, found, first, epoch = checked([reply])[0]
+    return Arrival(
+        int(seq),
+        OpenTurn.from_json(found) if found else None,
+        bool(first),
+        epoch.decode() if isinstance(epoch, bytes) else str(epoch),
+    )
 
 
 def wait_for_results(
-    layout: Layout, session_id: str, turn: OpenTurn, *, drop: str | None, now: float, wait: float
+    layout: Layout, session_id: str, turn: OpenTurn, *, drop: str | None, now: float, wait: float, epoch: str
 ) -> Plan[OpenTurn]:
     """Keep ``turn`` for the request that brings its tool results (and forget where it was).
     Its place in the session is given up: how long a client takes to run tools is up to
@@ -154,7 +167,7 @@ def wait_for_results(
         commands.append(("pexpire", live, layout.ttl_ms))
     if turn.seq:
         gone = FinishArguments(now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, lease_text=repr(LEASE_SECONDS),
-                               seq=turn.seq, entry=b"[]", drop="")  # fmt: skip
+                               seq=turn.seq, entry=b"[]", drop="", epoch=epoch)  # fmt: skip
         commands.append(FINISH.inline(_keys(layout, session_id), gone))
     checked((yield Batch(commands, transaction=True)))
     return waiting
@@ -162,29 +175,31 @@ def wait_for_results(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RenewArguments(Arguments):
-    """ARGV of renew.lua: the clock and the turn's arrival number."""
+    """ARGV of renew.lua: the clock, the turn's arrival number and the epoch it arrived in."""
 
     now_text: str
     seq: int
+    epoch: str
 
 
-def renew(layout: Layout, session_id: str, seq: int, *, now: float) -> Plan[bool]:
+def renew(layout: Layout, session_id: str, seq: int, *, now: float, epoch: str) -> Plan[bool]:
     """Renew the lease of turn ``seq``, still in flight; False when it is gone (the turn was
-    recorded, or passed over after its lease lapsed)."""
-    command = RENEW.inline((layout.session(session_id).live,), RenewArguments(now_text=repr(now), seq=seq))
+    recorded, or passed over after its lease lapsed, or its session was reset)."""
+    command = RENEW.inline((layout.session(session_id).live,), RenewArguments(now_text=repr(now), seq=seq, epoch=epoch))
     (renewed,) = checked((yield Batch([command])))
     return bool(renewed)
 
 
 def finish(
-    layout: Layout, session_id: str, seq: int, record: RecordArguments | None, *, drop: str | None, now: float, wait: float
-) -> Plan[bool]:
+    layout: Layout, session_id: str, seq: int, record: RecordArguments | None, *, drop: str | None, now: float, wait: float,
+    epoch: str,
+) -> Plan[bool]:  # fmt: skip
     """Record a finished turn in its place (``record``: what record.lua is given for it;
     None gives the place up); False when it was queued behind an earlier turn still holding
     the line (see ``catch_up``). On a cluster the listing index, in another slot, is written
     beside the script (best effort, as ``record.record`` does)."""
     arguments = FinishArguments(now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, lease_text=repr(LEASE_SECONDS),
-                                seq=seq, entry=_entry(record), drop=drop or "")  # fmt: skip
+                                seq=seq, entry=_entry(record), drop=drop or "", epoch=epoch)  # fmt: skip
     outside = index_commands(layout, session_id, now=now) if layout.cluster and record is not None else []
     (applied,) = checked((yield Batch([FINISH.inline(_keys(layout, session_id), arguments), *outside]))[:1])
     return bool(applied)
@@ -193,21 +208,22 @@ def finish(
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FlushArguments(Arguments):
     """ARGV of flush.lua: the clock, the wait, the TTL and the lease (as for arriving), and
-    the arrival number of the queued turn."""
+    the arrival number of the queued turn and the epoch it arrived in."""
 
     now_text: str
     wait_text: str
     ttl_text: int
     lease_text: str
     seq: int
+    epoch: str
 
 
-def catch_up(layout: Layout, session_id: str, seq: int, *, now: float, wait: float) -> Plan[bool]:
+def catch_up(layout: Layout, session_id: str, seq: int, *, now: float, wait: float, epoch: str) -> Plan[bool]:
     """Apply the session's turns due, for turn ``seq``, which ``finish`` queued; True once
     it is applied (or the session is gone). A turn ahead that holds the line is passed over
     when its lease lapses or the wait ends, so its process calls this until then."""
     arguments = FlushArguments(now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, lease_text=repr(LEASE_SECONDS),
-                               seq=seq)  # fmt: skip
+                               seq=seq, epoch=epoch)  # fmt: skip
     command = FLUSH.by_sha(_keys(layout, session_id), arguments)  # sent again and again: not its text each time
     (reply,) = yield Batch([command])
     if no_script(reply):

@@ -13,6 +13,9 @@ local function record_turn(KEYS, ARGV)
 --#include record.lua
 end
 local function number(name) return tonumber(redis.call('HGET', live, name) or '0') or 0 end
+-- whether a turn that arrived in incarnation `epoch` of the hash (see arrive.lua) still
+-- belongs to it ('' : a turn that does not say, which the place it took tells instead)
+local function current(epoch) return epoch == '' or redis.call('HGET', live, 'epoch') == epoch end
 local function apply(entry)
   local arguments = cjson.decode(entry)
   if #arguments > 0 then record_turn(recorded, arguments) end
