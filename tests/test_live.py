@@ -157,8 +157,11 @@ def finish(config: Config, driver: RedisStore, seq: int, text: str, *, wait: flo
 
 
 def catch_up(config: Config, driver: RedisStore, seq: int, *, now: float | None = None, epoch: str = "") -> bool:
+    """Flush for turn ``seq``: whether it is applied (or nothing is left to follow)."""
     layout = store_keys.Layout.of(config)
-    return run(live.catch_up(layout, "s", seq, now=now or time.time(), wait=3600, epoch=epoch), driver.send)
+    done, applied = run(live.catch_up(layout, "s", seq, now=now or time.time(), wait=3600, epoch=epoch), driver.send)
+    assert applied >= seq if done and applied else applied < seq
+    return done
 
 
 def recorded(config: Config, url: str) -> list[str]:
@@ -296,3 +299,54 @@ def test_commands_sent_ahead_of_a_load_go_in_its_round_trip(store: Any) -> None:
     assert [c[0] for c in batch.commands[:2]] == ["incr", "incr"] and len(batch.commands) > 2
     loaded = run(store_load.load(layout, "s", ahead=[("incr", "n")]), driver.send)
     assert loaded.ahead == (1,) and loaded.state.turns == 0
+
+
+def test_a_follower_goes_on_while_the_line_moves_and_stops_once_it_stands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each turn ahead may hold the line up to the wait: a follower whose wait ran out while
+    the turns ahead were passed over one by one keeps flushing, and gives up (to the
+    session's next request) only once no turn was applied for a whole wait and lease."""
+    import asyncio
+
+    from middleware.serve import session as serve_session
+
+    monkeypatch.setattr(serve_session, "LEASE_SECONDS", 0.4)  # a flush every 0.1 s, patience 0.4 s
+
+    class Line:
+        """catch_up's replies: the place applied moves on every ``every`` flushes, up to ``to``."""
+
+        wait = 0.0
+
+        def __init__(self, every: int, to: int, seq: int) -> None:
+            self.every, self.to, self.seq, self.calls = every, to, seq, 0
+
+        def catch_up(self, exchange: Any) -> Any:
+            self.calls += 1
+            applied = min(self.calls // self.every, self.to)
+            yield from ()
+            return applied >= self.seq, applied
+
+    async def follow(line: Line) -> int:
+        async def run(program: Any) -> Any:
+            try:
+                next(program)
+            except StopIteration as stop:
+                return stop.value
+            raise AssertionError("catch_up sends nothing here")
+
+        requests = serve_session.SessionRequests(run)
+        requests.follow(line, dataclasses.replace(_queued(), queued=True))  # type: ignore[arg-type]
+        while requests.tasks:
+            await asyncio.gather(*requests.tasks)
+        return line.calls
+
+    # A turn ahead applied every 2 flushes (0.2 s, as each may hold the line up to the 0.4 s
+    # of wait and lease): followed to the end, 1 s, where a fixed deadline stopped at 0.4 s.
+    assert asyncio.run(follow(Line(every=2, to=5, seq=5))) == 10
+    # The line stands at 2 (after 4 flushes): the follower stops about 0.4 s later.
+    assert 4 < asyncio.run(follow(Line(every=2, to=2, seq=5))) < 10
+
+
+def _queued() -> Any:
+    from middleware.serve.turns import Exchange
+
+    return Exchange(session_id="s", turn=OpenTurn(seq=5, turn_id="t", user="u"), calls=None, drop=None)  # type: ignore[arg-type]

@@ -155,20 +155,25 @@ class SessionRequests:
         running, or one whose process died): flush the session beside the request until it is
         applied, so it reaches the session's memory without waiting for its next request. The
         turn ahead holds the line while its request renews its lease, ``turns.wait`` at most,
-        and ``LEASE_SECONDS`` once its request is gone."""
+        and ``LEASE_SECONDS`` once its request is gone; with several ahead, each holds it in
+        turn, so the follower goes on while the line moves."""
         if not exchange.queued:
             return
         exchange.queued = False  # one follower per turn
 
         async def following() -> None:
-            deadline = time.monotonic() + turns.wait + LEASE_SECONDS
+            patience, moved = turns.wait + LEASE_SECONDS, -1
+            deadline = time.monotonic() + patience
             with contextlib.suppress(StoreError):  # the session's next request flushes it then
                 while True:
                     if not self.closing:
                         await asyncio.sleep(LEASE_SECONDS / 4)
                     last = self.closing or time.monotonic() > deadline
-                    if await self.run(turns.catch_up(exchange)) or last:
+                    done, applied = await self.run(turns.catch_up(exchange))
+                    if done or last:
                         return
+                    if applied > moved:  # the line moved: the next turn ahead may hold it as long
+                        moved, deadline = applied, time.monotonic() + patience
 
         self.start(following())
 

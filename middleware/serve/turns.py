@@ -281,10 +281,10 @@ class Turns:
                                     now=time.time(), wait=self.wait, epoch=exchange.epoch)  # fmt: skip
         exchange.owed, exchange.queued = False, not applied and record is not None
 
-    def catch_up(self, exchange: Exchange) -> Program[bool]:
-        """Apply the session's turns due, for a turn queued behind an earlier one; True once
-        it is applied (see ``middleware.store.live.catch_up``)."""
-        applied: bool = yield from catch_up(self.layout, exchange.session_id, exchange.turn.seq, now=time.time(),
+    def catch_up(self, exchange: Exchange) -> Program[tuple[bool, int]]:
+        """Apply the session's turns due, for a turn queued behind an earlier one: whether it
+        is applied, and the last place applied (see ``middleware.store.live.catch_up``)."""
+        applied: tuple[bool, int] = yield from catch_up(self.layout, exchange.session_id, exchange.turn.seq, now=time.time(),
                                             wait=self.wait, epoch=exchange.epoch)  # fmt: skip
         return applied
 

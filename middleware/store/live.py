@@ -218,15 +218,18 @@ class FlushArguments(Arguments):
     epoch: str
 
 
-def catch_up(layout: Layout, session_id: str, seq: int, *, now: float, wait: float, epoch: str) -> Plan[bool]:
-    """Apply the session's turns due, for turn ``seq``, which ``finish`` queued; True once
-    it is applied (or the session is gone). A turn ahead that holds the line is passed over
-    when its lease lapses or the wait ends, so its process calls this until then."""
+def catch_up(
+    layout: Layout, session_id: str, seq: int, *, now: float, wait: float, epoch: str
+) -> Plan[tuple[bool, int]]:  # fmt: skip
+    """Apply the session's turns due, for turn ``seq``, which ``finish`` queued: whether it
+    is applied (or the session is gone), and the last place applied. A turn ahead that holds
+    the line is passed over when its lease lapses or the wait ends, so its process calls
+    this until then, and on while the line moves."""
     arguments = FlushArguments(now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, lease_text=repr(LEASE_SECONDS),
                                seq=seq, epoch=epoch)  # fmt: skip
     command = FLUSH.by_sha(_keys(layout, session_id), arguments)  # sent again and again: not its text each time
     (reply,) = yield Batch([command])
     if no_script(reply):
         (reply,) = yield Batch([FLUSH.by_text(command)])
-    (applied,) = checked([reply])
-    return bool(applied)
+    ((done, applied),) = checked([reply])
+    return bool(done), int(applied)
