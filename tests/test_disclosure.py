@@ -17,6 +17,7 @@ from openai.types.chat import ChatCompletionMessageToolCall
 from middleware import Config, InvalidToolCallError, Tool, llm
 from middleware.config import DisclosureConfig
 from middleware.core.disclosure import Catalog, auto_groups, baseline_messages, entry_of
+from middleware.session.tools import SchemaCount
 from middleware.testing.scripted import register
 from tests.conftest import ManagerFactory
 
@@ -966,16 +967,54 @@ def test_a_load_brings_the_tools_usually_called_with_the_turns_tools(managers: M
         assert [call.name for call in result.tool_calls] == ["touch", "ls"] and result.loaded == ("touch", "ls")
         answer = _text(model.sent[before + 1][-1]["content"])
         assert ("Also loaded, as often called with these: ls." in answer) is (co_use_tools > 0), answer
+    asked: list[list[str]] = []
+
+    def companions(names: Sequence[str]) -> list[str]:
+        asked.append(list(names))
+        return ["ls", "cat"]
+
     disclosed = CATALOG.select({}, 1, "anything", DisclosureConfig(match_tools=0))
-    assert disclosed.load({"names": ["touch"]}, companions=lambda names: ["ls"]).endswith("with these: ls.")
-    assert disclosed.load({"names": ["touch"]}, companions=lambda names: ["cat"]) == "Already available: touch."
-    assert disclosed.names == ["touch", "ls"]
+    disclosed.add(["mv"])  # sent up front: its companions are not what the load asks for
+    assert disclosed.load({"names": ["touch"]}, companions=companions).endswith("with these: ls, cat.")
+    assert asked == [["touch"]]  # the companions of what it loaded
+    assert disclosed.load({"names": ["touch"]}, companions=companions) == "Already available: touch."
+    assert disclosed.names == ["mv", "touch", "ls", "cat"] and len(asked) == 1
+    # Within the prompt's budget: the room the tools asked for leave, none where one did not fit.
+    counter = SchemaCount("gpt-4o-mini").tokens
+
+    def room_for(*names: str) -> int:
+        fresh = CATALOG.select({}, 1, "anything", DisclosureConfig(match_tools=0))
+        fresh.add(list(names))
+        return counter(fresh.schemas()) - counter(CATALOG.select({}, 1, "anything", DisclosureConfig(match_tools=0)).schemas())
+
+    for room in (room_for("touch", "ls"), room_for("touch", "ls") - 1, room_for("touch")):
+        fresh = CATALOG.select({}, 1, "anything", DisclosureConfig(match_tools=0))
+        fresh.load({"names": ["touch"]}, room, counter, companions=companions)
+        assert room_for(*fresh.names) <= room and fresh.names[0] == "touch", (room, fresh.names)
+        assert ("ls" in fresh.names) is (room >= room_for("touch", "ls")), (room, fresh.names)
+    fresh = CATALOG.select({}, 1, "anything", DisclosureConfig(match_tools=0))
+    answer = fresh.load({"names": ["touch", "send_message"]}, room_for("touch"), counter, companions=companions)
+    assert fresh.names == ["touch"] and "no room" in answer and "Also" not in answer
     from middleware.tools import ToolList
 
     handed = ToolList(CATALOG.select({}, 1, "anything", DisclosureConfig(match_tools=0)), {}, callables=False,
-                      companions=lambda names: ["ls"])  # fmt: skip
+                      companions=lambda names: ["ls"] if names == ["touch"] else [])  # fmt: skip
     assert handed.load('{"names": ["touch"]}').endswith("with these: ls.")  # wrap(): the list a chatbot is handed
     assert [tool["function"]["name"] for tool in handed] == ["load_tools", "touch", "ls"]
+
+
+def test_a_turn_that_loads_counts_as_one_its_first_call_did_not_carry(managers: ManagerFactory, log_path: Path) -> None:
+    """How often a turn needs a loader round (``MatchOdds.misses``, which weighs disclosure
+    against every schema) counts a turn that called a tool it loaded, also when the policy
+    left nothing out: what a turn loads joins the tools it sends, not what it matched."""
+    model = Needs({"create empty file": [("touch", {"file_name": "f"})], "list them": [("ls", {})]})
+    mgr = managers(disclosing(log_path, match_tools=0, co_use_tools=0, recent_turns=0))
+    odds = mgr._engine._tools._match_odds
+    assert odds.misses() == 1 / 4  # the prior: one turn in four
+    assert mgr.chat("s", "create empty file", model=model.model, tools=toolset()).loaded == ("touch",)
+    assert odds.misses() == 2 / 5
+    assert mgr.chat("s2", "list them", model=model.model, tools=toolset()).loaded == ("ls",)
+    assert odds.misses() == 3 / 6
 
 
 # --- matching by meaning (disclosure.embedding_model) -------------------------------------

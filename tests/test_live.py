@@ -138,10 +138,14 @@ def asked(turn: OpenTurn, *ids: str) -> OpenTurn:
     return dataclasses.replace(turn, loop=(*turn.loop, asks(*ids)), steps=turn.steps + 1)
 
 
-def arrive(config: Config, driver: RedisStore, *, waiting: tuple[str, ...] = (), wait: float = 3600) -> live.Arrival:
-    """A request arriving, its arrival sent ahead of the session's load in one round trip."""
+def arrive(
+    config: Config, driver: RedisStore, *, waiting: tuple[str, ...] = (), wait: float = 3600, reserve: bool | None = None
+) -> live.Arrival:
+    """A request arriving, its arrival sent ahead of the session's load in one round trip
+    (``reserve``: whether it brings a user message, by default when it answers no call)."""
     layout = store_keys.Layout.of(config)
-    command = live.arrive_command(layout, "s", waiting=waiting, reserve=not waiting, mark_import=True, now=time.time(), wait=wait)
+    reserve = not waiting if reserve is None else reserve
+    command = live.arrive_command(layout, "s", waiting=waiting, reserve=reserve, mark_import=True, now=time.time(), wait=wait)
     loaded = run(store_load.load(layout, "s", ahead=[command]), driver.send)
     return live.arrival(loaded.ahead[0])
 
@@ -225,18 +229,30 @@ def test_a_turn_from_before_a_reset_stays_out_of_the_new_session_whatever_its_pl
     assert finish(config, driver, new[0].seq, "new first", epoch=new[0].epoch)
     assert recorded(config, store_url) == ["new first", "new second"]
     # A turn that waits for the client's tool results keeps its epoch: one written into the
-    # hash after a reset is found by its call ids, and said to be of another incarnation.
+    # hash after a reset is no turn of the new session. A request that answers its calls with
+    # a user message of its own (a client sending its whole history) takes a place; the
+    # stale field is forgotten.
     turn = asked(OpenTurn(seq=0, turn_id="t", user="u", epoch=old[0].epoch), "c1")
     run(live.wait_for_results(layout, "s", turn, drop=None, now=time.time(), wait=3600, epoch=old[0].epoch), driver.send)
-    found = arrive(config, driver, waiting=("c1",))
-    assert found.open is not None and found.open.epoch == old[0].epoch != found.epoch
+    assert OpenTurn.from_json(turn.to_json()) == turn
+    found = arrive(config, driver, waiting=("c1",), reserve=True)
+    assert found.open is None and found.seq == 3
+    assert not driver.client.hexists(layout.session("s").live, "open:c1")
+    assert finish(config, driver, found.seq, "whole history", epoch=found.epoch)
+    assert recorded(config, store_url) == ["new first", "new second", "whole history"]
+    # One of this incarnation, or of one that did not say, is continued.
+    for epoch in (found.epoch, ""):
+        run(live.wait_for_results(layout, "s", dataclasses.replace(turn, epoch=epoch), drop=None, now=time.time(), wait=3600,
+                                  epoch=found.epoch), driver.send)  # fmt: skip
+        assert arrive(config, driver, waiting=("c1",)).open == dataclasses.replace(turn, epoch=epoch)
     from middleware.serve.turns import Turns
 
+    stale = found._replace(open=turn)  # and should one reach the endpoint, it is not continued
     results = read_messages([{"role": "tool", "tool_call_id": "c1", "content": "done"}])
-    with pytest.raises(InvalidMessageError, match="not waiting for"):  # the endpoint does not continue it
-        Turns._turn(Turns.__new__(Turns), results, found, None)
-    same = found._replace(open=dataclasses.replace(found.open, epoch=found.epoch))
-    assert Turns._turn(Turns.__new__(Turns), results, same, None)[0].turn_id == "t"  # of this incarnation: continued
+    with pytest.raises(InvalidMessageError, match="not waiting for"):
+        Turns._turn(Turns.__new__(Turns), results, stale, None)
+    same = found._replace(open=dataclasses.replace(turn, epoch=found.epoch))
+    assert Turns._turn(Turns.__new__(Turns), results, same, None)[0].turn_id == "t"
 
 
 def test_a_turn_that_never_finishes_holds_the_line_only_so_long(store: Any, store_url: str) -> None:

@@ -156,8 +156,9 @@ class OpenTurn:
     epoch: str = ""  # the incarnation of the session's live hash it began in ("": not known)
 
     def to_json(self) -> bytes:
-        return orjson.dumps({"seq": self.seq, "turn_id": self.turn_id, "user": self.user, "loop": self.loop, "steps": self.steps,
-                             "plan": self.plan, "epoch": self.epoch})  # fmt: skip
+        # The epoch first: arrive.lua reads it from the opening of the text, not decoding it all.
+        return orjson.dumps({"epoch": self.epoch, "seq": self.seq, "turn_id": self.turn_id, "user": self.user, "loop": self.loop,
+                             "steps": self.steps, "plan": self.plan})  # fmt: skip
 
     @classmethod
     def from_json(cls, raw: Any) -> OpenTurn | None:

@@ -177,7 +177,8 @@ class ToolPlanner:
 
     def companions(self, catalog: Catalog, names: Sequence[str]) -> list[str]:
         """The tools of ``catalog`` usually called with ``names`` (learned from the turns
-        this engine recorded), most often first: ``disclosure.co_use_tools`` of them at most."""
+        this engine recorded), most often first: ``disclosure.co_use_tools`` of them at most
+        (a turn's load asks with the tools it loaded)."""
         if not self.settings.co_use_tools:
             return []
         return [name for name in self._co_use.companions(names) if name in catalog][: self.settings.co_use_tools]

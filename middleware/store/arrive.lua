@@ -13,7 +13,15 @@ local found = ''
 local at = 7 + 1  -- the fields to look in follow the named arguments
 for i = at, #ARGV do
   local value = redis.call('HGET', live, ARGV[i])
-  if value then found = value break end
+  -- a turn that began waiting in another incarnation (written after a reset) is no turn of
+  -- this one: forgotten, so the request takes a place of its own (its text opens with its epoch)
+  local began = value and string.match(value, '^{"epoch":"(%x*)"')
+  if began and not current(began) then
+    redis.call('HDEL', live, ARGV[i])
+  elseif value then
+    found = value
+    break
+  end
 end
 local before = number('arrived')
 local seq = 0

@@ -69,7 +69,7 @@ class TurnPlan:
     resent: bool = False  # the prompt resends the session's history: the next turn reads all of it
     # How often this process has seen a call followed by another of its turn: where breakpoints end.
     loop_odds: LoopOdds = dataclasses.field(default_factory=LoopOdds)
-    # Given the turn's tools, those usually called with them (disclosure.co_use_tools): a load adds them.
+    # Given tools, those usually called with them (disclosure.co_use_tools): a load adds the loaded ones'.
     companions: Callable[[Sequence[str]], Sequence[str]] | None = None
 
     @property

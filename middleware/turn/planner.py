@@ -157,7 +157,9 @@ class TurnPlanner:
             messages=prompt.tokens.total, stable_system=stable, turn=prompt.turn, budget=self.ops.budget(plan.model)
         )
         decision = self.tools.decide(plan.tools, figures, policy, whole, plan.session_id)
-        disclosed = plan.tools.without(decision.drop) if decision.drop else plan.tools
+        # A copy even with nothing dropped: what the turn loads joins it, not what was matched
+        # up front (``selected``), by which the process learns how often a turn needs a loader.
+        disclosed = plan.tools.without(decision.drop)
         selected = plan.tools if self.config.disclosure.cache_aware else None  # kept when every schema is sent instead
         return dataclasses.replace(plan, tools=None if decision.whole else disclosed, selected=selected,
                                    kept=tuple(plan.tools.kept))  # fmt: skip

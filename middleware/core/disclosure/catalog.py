@@ -281,9 +281,10 @@ class DisclosedTools:
         ``room`` (the tokens the prompt's budget has left) and ``count`` (a schema counter),
         the tools whose schemas would not fit stay unloaded, and the answer says so. With
         ``companions`` (given the turn's tools, those usually called with them: ``CoUse``),
-        a load that added a tool adds those of them not sent yet as well: a model that had
-        to ask for a tool is likely to need what goes with it (``cd`` before a file
-        operation, a login), and would otherwise spend another loader round on it."""
+        a load that added every tool it asked for adds those usually called with them, not
+        sent yet, within what ``room`` leaves: a model that had to ask for a tool is likely
+        to need what goes with it (``cd`` before a file operation, a login), and would
+        otherwise spend another loader round on it."""
         requested = arguments.get("names") if isinstance(arguments, Mapping) else None
         if isinstance(requested, str):
             requested = [requested]
@@ -291,11 +292,13 @@ class DisclosedTools:
             return f'{self.catalog.loader_name} takes {{"names": [tool or group names]}}; see its description for the names.'
         found, unknown = self.catalog.resolve(requested)
         already = [name for name in found if name in self.names]
+        start = count(self.schemas()) if room is not None and count is not None else 0
         new, over = self.add_within([name for name in found if name not in already], room, count)
         extra: list[str] = []
-        if new and companions is not None:
-            wanted = [name for name in companions(self.names) if name in self.catalog and name not in self.names]
-            extra, _ = self.add_within(wanted, room, count)
+        if new and not over and companions is not None:
+            left = room - (count(self.schemas()) - start) if room is not None and count is not None else None
+            wanted = [name for name in companions(new) if name in self.catalog and name not in self.names]
+            extra, _ = self.add_within(wanted, left, count)
         parts = []
         if new:
             parts.append(f"Loaded {_names(new)}: call them in your next step.")
