@@ -296,7 +296,7 @@ class ToolList(list):  # type: ignore[type-arg]
         schemas: Sequence[Mapping[str, Any]] | None = None, companions: Callable[[Sequence[str]], Sequence[str]] | None = None,
     ) -> None:  # fmt: skip
         self.disclosed, self.originals, self.callables = disclosed, originals, callables
-        self.companions = companions  # the tools usually called with the turn's (a load adds them)
+        self.companions = companions  # given tools, those usually called with them (a load adds the loaded ones')
         self.loader_name = disclosed.catalog.loader_name
         if callables:
             super().__init__([self._loader(), *(originals[name] for name in disclosed.names)])

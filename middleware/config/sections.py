@@ -316,8 +316,8 @@ class DisclosureConfig(Section):
     # local/all-MiniLM-L6-v2 runs on this machine (see memory.embedding_model).
     embedding_model: EmbeddingModel = None
     # Tools the model called in at least half the turns that called a tool sent up front
-    # (learned from the turns recorded by this process), sent with it; a load that adds a tool
-    # adds as many of those usually called with the turn's tools (0: none).
+    # (learned from the turns recorded by this process), sent with it; a load that adds tools
+    # adds as many of those usually called with them (0: none).
     co_use_tools: int = Field(default=3, ge=0, le=1000)
     # Tool or skill names sent on every call.
     always: tuple[str, ...] = ()
