@@ -936,6 +936,11 @@ def test_chat_learns_companions_from_the_turns_it_records(managers: ManagerFacto
         assert bool(result.loaded) is loads, (co_use_tools, model.requests[before:])
 
 
+def _bare() -> Any:
+    """What a first turn that matched nothing sends: the loader alone."""
+    return CATALOG.select({}, 1, "anything", DisclosureConfig(match_tools=0))
+
+
 class OneAtATime(Needs):
     """A model that loads the tools it lacks one name at a time, as a model that reads one
     tool's name in the index and not the rest would."""
@@ -949,7 +954,7 @@ class OneAtATime(Needs):
         return reply
 
 
-def test_a_load_brings_the_tools_usually_called_with_the_turns_tools(managers: ManagerFactory, log_path: Path) -> None:
+def test_a_load_brings_the_tools_usually_called_with_what_it_loads(managers: ManagerFactory, log_path: Path) -> None:
     """After turns that called touch and ls together, a model that loads touch gets ls with
     it (the loader says so) and calls both after one loader round; with co_use_tools 0 it
     needs a second round. A load of a tool already sent adds nothing."""
@@ -973,7 +978,7 @@ def test_a_load_brings_the_tools_usually_called_with_the_turns_tools(managers: M
         asked.append(list(names))
         return ["ls", "cat"]
 
-    disclosed = CATALOG.select({}, 1, "anything", DisclosureConfig(match_tools=0))
+    disclosed = _bare()
     disclosed.add(["mv"])  # sent up front: its companions are not what the load asks for
     assert disclosed.load({"names": ["touch"]}, companions=companions).endswith("with these: ls, cat.")
     assert asked == [["touch"]]  # the companions of what it loaded
@@ -983,21 +988,21 @@ def test_a_load_brings_the_tools_usually_called_with_the_turns_tools(managers: M
     counter = SchemaCount("gpt-4o-mini").tokens
 
     def room_for(*names: str) -> int:
-        fresh = CATALOG.select({}, 1, "anything", DisclosureConfig(match_tools=0))
+        fresh = _bare()
         fresh.add(list(names))
-        return counter(fresh.schemas()) - counter(CATALOG.select({}, 1, "anything", DisclosureConfig(match_tools=0)).schemas())
+        return counter(fresh.schemas()) - counter(_bare().schemas())
 
     for room in (room_for("touch", "ls"), room_for("touch", "ls") - 1, room_for("touch")):
-        fresh = CATALOG.select({}, 1, "anything", DisclosureConfig(match_tools=0))
+        fresh = _bare()
         fresh.load({"names": ["touch"]}, room, counter, companions=companions)
         assert room_for(*fresh.names) <= room and fresh.names[0] == "touch", (room, fresh.names)
         assert ("ls" in fresh.names) is (room >= room_for("touch", "ls")), (room, fresh.names)
-    fresh = CATALOG.select({}, 1, "anything", DisclosureConfig(match_tools=0))
+    fresh = _bare()
     answer = fresh.load({"names": ["touch", "send_message"]}, room_for("touch"), counter, companions=companions)
     assert fresh.names == ["touch"] and "no room" in answer and "Also" not in answer
     from middleware.tools import ToolList
 
-    handed = ToolList(CATALOG.select({}, 1, "anything", DisclosureConfig(match_tools=0)), {}, callables=False,
+    handed = ToolList(_bare(), {}, callables=False,
                       companions=lambda names: ["ls"] if names == ["touch"] else [])  # fmt: skip
     assert handed.load('{"names": ["touch"]}').endswith("with these: ls.")  # wrap(): the list a chatbot is handed
     assert [tool["function"]["name"] for tool in handed] == ["load_tools", "touch", "ls"]
