@@ -322,10 +322,21 @@ def test_a_follower_goes_on_while_the_line_moves_and_stops_once_it_stands(monkey
     the turns ahead were passed over one by one keeps flushing, and gives up (to the
     session's next request) only once no turn was applied for a whole wait and lease."""
     import asyncio
+    import types
 
     from middleware.serve import session as serve_session
 
-    monkeypatch.setattr(serve_session, "LEASE_SECONDS", 0.4)  # a flush every 0.1 s, patience 0.4 s
+    # A clock of the test's own, moved on only by the follower's sleeps: a flush every 0.25 s
+    # (a quarter lease), patience 1 s (the wait, 0, and the lease), whatever the machine's load.
+    clock, pause = [0.0], asyncio.sleep
+
+    async def sleep(seconds: float) -> None:
+        clock[0] += seconds
+        await pause(0)
+
+    monkeypatch.setattr(serve_session, "LEASE_SECONDS", 1.0)
+    monkeypatch.setattr(serve_session, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(asyncio, "sleep", sleep)
 
     class Line:
         """catch_up's replies: the place applied moves on every ``every`` flushes, up to ``to``."""
@@ -349,17 +360,20 @@ def test_a_follower_goes_on_while_the_line_moves_and_stops_once_it_stands(monkey
                 return stop.value
             raise AssertionError("catch_up sends nothing here")
 
+        clock[0] = 0.0
         requests = serve_session.SessionRequests(run)
         requests.follow(line, dataclasses.replace(_queued(), queued=True))  # type: ignore[arg-type]
         while requests.tasks:
             await asyncio.gather(*requests.tasks)
         return line.calls
 
-    # A turn ahead applied every 2 flushes (0.2 s, as each may hold the line up to the 0.4 s
-    # of wait and lease): followed to the end, 1 s, where a fixed deadline stopped at 0.4 s.
+    # A turn ahead applied every 2 flushes (0.5 s, as each may hold the line up to the 1 s of
+    # wait and lease): followed to the end, 2.5 s, where a fixed deadline stopped after 1 s
+    # (5 flushes).
     assert asyncio.run(follow(Line(every=2, to=5, seq=5))) == 10
-    # The line stands at 2 (after 4 flushes): the follower stops about 0.4 s later.
-    assert 4 < asyncio.run(follow(Line(every=2, to=2, seq=5))) < 10
+    # The line stands at 2 from the 4th flush (1 s): the follower flushes until 1 s after
+    # that, then once more, and stops.
+    assert asyncio.run(follow(Line(every=2, to=2, seq=5))) == 9
 
 
 def _queued() -> Any:
