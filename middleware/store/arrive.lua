@@ -9,6 +9,7 @@ local now_text, wait_text, ttl_text, lease_text, reserve, mark_import, epoch = u
 --#include order.lua
 flush()
 redis.call('HSETNX', live, 'epoch', epoch)
+local standing = redis.call('HGET', live, 'epoch')  -- this incarnation's: ours, or the one that made the hash
 local found = ''
 local at = 7 + 1  -- the fields to look in follow the named arguments
 for i = at, #ARGV do
@@ -16,7 +17,7 @@ for i = at, #ARGV do
   -- a turn that began waiting in another incarnation (written after a reset) is no turn of
   -- this one: forgotten, so the request takes a place of its own (its text opens with its epoch)
   local began = value and string.match(value, '^{"epoch":"(%x*)"')
-  if began and not current(began) then
+  if began and began ~= '' and began ~= standing then
     redis.call('HDEL', live, ARGV[i])
   elseif value then
     found = value
@@ -33,4 +34,4 @@ end
 local first = 0
 if mark_import == '1' and redis.call('HSETNX', live, 'imported', '1') == 1 and before == 0 then first = 1 end
 if ttl > 0 then redis.call('PEXPIRE', live, ttl) end
-return {seq, found, first, redis.call('HGET', live, 'epoch')}
+return {seq, found, first, standing}

@@ -6,10 +6,9 @@ local now_text, wait_text, ttl_text, lease_text, seq, entry, drop, epoch = unpac
 --#include order.lua
 local place = seq
 seq = tonumber(seq)
--- the session was reset (or expired) while the turn ran: it arrived in another incarnation
--- of the hash (`epoch`, see arrive.lua), or took a place this one never gave out, and it
--- belongs to no session that still stands
-if not current(epoch) or seq > number('arrived') then return 1 end
+-- the session was reset (or expired) while the turn ran: it belongs to no session that
+-- still stands
+if outside(epoch, seq) then return 1 end
 if drop ~= '' then redis.call('HDEL', live, drop) end
 redis.call('HDEL', live, 'l:' .. place)
 if seq <= number('applied') then

@@ -7,8 +7,8 @@
 local now_text, wait_text, ttl_text, lease_text, seq, epoch = unpack(ARGV, 1, 6)
 --#include order.lua
 seq = tonumber(seq)
--- gone, or reset since, as finish.lua tells it
-if not current(epoch) or seq > number('arrived') then return {1, 0} end
+-- gone, or reset since
+if outside(epoch, seq) then return {1, 0} end
 flush()
 if ttl > 0 then redis.call('PEXPIRE', live, ttl) end
 local applied = number('applied')
