@@ -116,7 +116,7 @@ class TurnPlan:
             return tools.load(arguments_of(call.arguments), room() if room else None, self.policy.counter.tokens,
                               companions=self.companions)  # fmt: skip
         if call.name in tools.catalog and call.name not in tools:
-            added, _ = tools.add_within([call.name], room() if room else None, self.policy.counter.tokens)
+            added, _, _ = tools.add_within([call.name], room() if room else None, self.policy.counter.tokens)
             if not added:
                 return (f"The schema of {call.name} was not sent, and the prompt's token budget has no room for it: "
                         f"{call.name} did not run.")  # fmt: skip

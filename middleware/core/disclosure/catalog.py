@@ -292,13 +292,11 @@ class DisclosedTools:
             return f'{self.catalog.loader_name} takes {{"names": [tool or group names]}}; see its description for the names.'
         found, unknown = self.catalog.resolve(requested)
         already = [name for name in found if name in self.names]
-        start = count(self.schemas()) if room is not None and count is not None else 0
-        new, over = self.add_within([name for name in found if name not in already], room, count)
+        new, over, used = self.add_within([name for name in found if name not in already], room, count)
         extra: list[str] = []
         if new and not over and companions is not None:
-            left = room - (count(self.schemas()) - start) if room is not None and count is not None else None
-            wanted = [name for name in companions(new) if name in self.catalog and name not in self.names]
-            extra, _ = self.add_within(wanted, left, count)
+            # add_within passes over what is sent already or not in the catalog
+            extra, _, _ = self.add_within(list(companions(new)), room - used if room is not None else None, count)
         parts = []
         if new:
             parts.append(f"Loaded {_names(new)}: call them in your next step.")
@@ -314,22 +312,26 @@ class DisclosedTools:
 
     def add_within(
         self, names: Sequence[str], room: int | None, count: Callable[[list[dict[str, Any]]], int] | None
-    ) -> tuple[list[str], list[str]]:
+    ) -> tuple[list[str], list[str], int]:
         """Add ``names`` in the order given, each whose schema still fits in ``room`` tokens
-        (all of them without a room); returns (added, left out)."""
+        (all of them without a room); returns (added, left out, the tokens they added: 0
+        without a room)."""
         if room is None or count is None:
-            return self.add(names), []
+            return self.add(names), [], 0
         added, over, start = list[str](), list[str](), count(self.schemas())
+        used = 0
         for name in names:
             if not self.add([name]):
                 continue
-            if count(self.schemas()) - start > room:
+            grown = count(self.schemas()) - start
+            if grown > room:
                 self.names.pop()
                 self.loaded.pop()
                 over.append(name)
             else:
                 added.append(name)
-        return added, over
+                used = grown
+        return added, over, used
 
     def unsent(self, name: str, problem: str) -> str:
         """Disclose a known tool the model called without its schema (already added where the
