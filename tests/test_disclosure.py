@@ -1000,6 +1000,12 @@ def test_a_load_brings_the_tools_usually_called_with_what_it_loads(managers: Man
     fresh = _bare()
     answer = fresh.load({"names": ["touch", "send_message"]}, room_for("touch"), counter, companions=companions)
     assert fresh.names == ["touch"] and "no room" in answer and "Also" not in answer
+    # add_within tells the tokens what it added took (what the companions' room is left from):
+    # those of the names that fit, none of one left out.
+    fresh = _bare()
+    assert fresh.add_within(["touch", "send_message", "ls"], room_for("touch", "ls"), counter) == (
+        ["touch", "ls"], ["send_message"], room_for("touch", "ls"))  # fmt: skip
+    assert _bare().add_within(["touch"], None, counter) == (["touch"], [], 0)  # no room: nothing counted
     from middleware.tools import ToolList
 
     handed = ToolList(_bare(), {}, callables=False,
