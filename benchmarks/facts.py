@@ -29,6 +29,7 @@ from typing import Any
 
 from middleware import Config, SessionManager
 from middleware.core.composer import Composer
+from middleware.core.lexical import terms
 from middleware.core.state import compact_json
 
 __all__ = ["Conversation", "conversations", "measure"]
@@ -152,6 +153,7 @@ class Turn:
     user: str
     reply: str
     answer: str = ""  # for a question: the value the prompt must hold
+    told: str = ""  # for a question: the statement that told its answer
 
 
 @dataclass
@@ -188,6 +190,7 @@ def conversations(count: int = 40, seed: int = 2026, *, wording: str = "first") 
         length = rng.randint(24, 109)
         kinds = rng.sample(sorted(facts), k=min(rng.randint(6, 10), len(facts)))
         plan: dict[int, tuple[str, str, str]] = {}  # turn -> (kind, statement or question, answer)
+        told: dict[int, str] = {}  # a question's turn -> the statement that told its answer
         for kind in kinds:
             values, statements, questions = facts[kind]
             value = rng.choice(values)
@@ -197,6 +200,7 @@ def conversations(count: int = 40, seed: int = 2026, *, wording: str = "first") 
                 if asked < length and said not in plan and asked not in plan:
                     plan[said] = (kind, rng.choice(statements).format(v=value), "")
                     plan[asked] = (kind, rng.choice(questions), value)
+                    told[asked] = plan[said][1]
                     break
         conversation = Conversation(f"facts-{index}", task)
         for number in range(length):
@@ -209,12 +213,21 @@ def conversations(count: int = 40, seed: int = 2026, *, wording: str = "first") 
                 before = _filler(rng, things, rng.randint(1, 3), filler)
                 after = _filler(rng, things, rng.randint(1, 3), filler)
                 user = " ".join(part for part in (opening, before, text, after) if part)
-            conversation.turns.append(Turn(user, rng.choice(replies).format(thing=thing), answer))
+            conversation.turns.append(Turn(user, rng.choice(replies).format(thing=thing), answer, told.get(number, "")))
         made.append(conversation)
     return made
 
 
 # --- measuring ------------------------------------------------------------------------------
+
+
+def word_reach(sets: Sequence[Conversation]) -> float:
+    """The share of questions that share a word (an index term: ``lexical.terms``) with the
+    statement that told their answer: what any recall that selects pieces by the question's
+    words can find at most, whatever its ranking and budget."""
+    questions = [turn for conversation in sets for turn in conversation.turns if turn.answer]
+    shared = sum(not set(terms(turn.user)).isdisjoint(terms(turn.told)) for turn in questions)
+    return shared / len(questions) if questions else 0.0
 
 
 @dataclass

@@ -167,7 +167,7 @@ def reach(sessions: list[list[Any]]) -> dict[str, float]:
 
 def run_facts(quick: bool, tick: Callable[[int], None]) -> dict[str, Any]:
     from benchmarks.embeddings import register
-    from benchmarks.facts import conversations, measure, rows
+    from benchmarks.facts import conversations, measure, rows, word_reach
     from benchmarks.overhead import server
     from middleware import Config
 
@@ -195,7 +195,8 @@ def run_facts(quick: bool, tick: Callable[[int], None]) -> dict[str, Any]:
         with uncapped():
             for name, conversations_of in (("first", sets), ("heldout", heldout), ("unseen", unseen)):
                 whole[name] = rows(measure(conversations_of, config, {"whole": {}}, progress=tick))[-1]
-        return {"whole": whole,"rows": results, "conversations": len(sets), "turns": sorted(len(c.turns) for c in sets),
+        reach = {"first": word_reach(sets), "heldout": word_reach(heldout), "unseen": word_reach(unseen)}
+        return {"whole": whole, "reach": reach, "rows": results, "conversations": len(sets), "turns": sorted(len(c.turns) for c in sets),
                 "semantic": semantic, "server": node.version,
                 "heldout": {"rows": other, "turns": sorted(len(c.turns) for c in heldout)},
                 "unseen": {"rows": frozen, "turns": sorted(len(c.turns) for c in unseen)}}  # fmt: skip
@@ -497,6 +498,12 @@ def _fact_goals(facts: dict[str, Any]) -> str:
         measured.append(f"{label} {_pct(row['answered'])} at −{row['reduction'] * 100:.1f}%")
         (met if row["answered"] >= goal and row["reduction"] >= FACT_TOKENS else missed).append(label)
     verdict = "; ".join(f"{word}: {' and '.join(labels)}" for word, labels in (("met", met), ("not met", missed)) if labels)
+    reach = facts.get("reach")
+    if reach and reach["unseen"] < FACT_GOALS[0][3]:
+        verdict += (
+            f"; lexical recall cannot meet its part on these wordings: {_pct(reach['unseen'])} of the unseen questions share "
+            "a word with the statement that told the answer"
+        )
     return f"{'; '.join(measured)} | {verdict} (see 5.4) |"
 
 
@@ -704,6 +711,19 @@ def _ceiling_text(facts: dict[str, Any]) -> str:
         "An answer outside the candidates is lost to the search (its words or its meaning did not reach it); one inside "
         "them and not answered is lost to the ranking or to the budget."
     )
+    reach = facts.get("reach")
+    if reach:
+        by_set = {"unseen": facts["unseen"]["rows"], "first": facts["rows"], "held-out": facts["heldout"]["rows"]}
+        text += (
+            " What the words of a question can reach: the share of questions that share a word (an index term) with the "
+            "statement that told their answer, a ceiling for any recall that selects by the question's words, whatever its "
+            "ranking and budget: "
+            + "; ".join(
+                f"{name} {_pct(reach[key])} (lexical recall answered {_pct(_recall_rows(by_set[name])[0]['answered'])})"
+                for name, key in (("unseen", "unseen"), ("first", "first"), ("held-out", "heldout"))
+            )
+            + ". The other questions share no word with the statement that told their answer: only meaning reaches them."
+        )
     whole = facts.get("whole")
     if whole:
         by = {"unseen": facts["unseen"]["rows"], "first": facts["rows"], "held-out": facts["heldout"]["rows"]}

@@ -49,3 +49,32 @@ def test_large_outputs_need_ninety_two_percent_kept_at_ninety_five_percent_fewer
     assert row(0.919, 0.99)[0].endswith("| not met |")
     assert row(0.99, 0.949)[0].endswith("| not met |")
     assert _long_outputs(None) == []  # a run kept before the row existed renders without it
+
+
+def test_word_reach_counts_the_questions_that_share_an_index_term_with_the_statement_told() -> None:
+    from benchmarks.facts import Conversation, Turn, conversations, word_reach
+
+    chat = Conversation("c", "a move", [
+        Turn("Our old tabby Socks is nineteen now.", "Noted."),
+        Turn("Which cat did I say was nineteen?", "", "Socks", told="Our old tabby Socks is nineteen now."),
+        Turn("What's our furry friend called?", "", "Socks", told="Our old tabby Socks is nineteen now."),
+        Turn("Which tabbies sleep by the radiator?", "", "Socks", told="Our old tabby Socks is nineteen now."),
+    ])  # fmt: skip
+    # "nineteen" is shared; nothing of the second; "tabbies" meets "tabby" as both stem alike
+    assert word_reach([chat]) == 2 / 3
+    assert word_reach([]) == 0.0
+    # the generator records the statement of every question it asks, and it holds the answer
+    questions = [turn for c in conversations(3, wording="unseen") for turn in c.turns if turn.answer]
+    assert questions and all(turn.answer in turn.told for turn in questions)
+
+
+def test_the_lexical_part_says_when_the_unseen_questions_cannot_reach_it_by_words() -> None:
+    facts = _facts((0.14, 0.92), (0.5, 0.9), (0.95, 0.92))
+    assert "cannot meet its part" not in _fact_goals(facts)  # no reach measured: nothing said
+    facts["reach"] = {"unseen": 0.145, "first": 0.37, "heldout": 0.158}
+    assert _fact_goals(facts).endswith(
+        "lexical recall cannot meet its part on these wordings: 14.5% of the unseen questions share a word with the "
+        "statement that told the answer (see 5.4) |"
+    )
+    facts["reach"]["unseen"] = 0.7  # reachable: the verdict says only what was measured
+    assert "cannot meet its part" not in _fact_goals(facts)
