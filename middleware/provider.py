@@ -124,14 +124,20 @@ def provider_error(model: str, exc: BaseException, options: ProviderOptions, kno
     told = redact_secrets(first, secrets)[:500]
     if "LLM Provider NOT provided" in first:
         told = told.rstrip(".") + "." + _model_hint(model, known)
-    error = LLMError(f"Model {model!r} failed: {type(exc).__name__}: {told}",
+    name = repr(model) if len(model) <= _MODEL_SHOWN else f"{model[:_MODEL_SHOWN]!r}… ({len(model):,} characters)"
+    error = LLMError(f"Model {name} failed: {type(exc).__name__}: {told}",
                      status_code=status_code(exc))  # fmt: skip
     error.__cause__, error.__suppress_context__ = _retold(exc, secrets), True
     return error
 
 
+# An error quotes at most this much of a model's name (it may be megabytes from a client).
+_MODEL_SHOWN = 120
+
+
 def _model_hint(model: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(model, list(known), n=1, cutoff=0.8)
+    # A name far longer than any known one is close to none (and comparing it whole is slow).
+    close = difflib.get_close_matches(model, list(known), n=1, cutoff=0.8) if len(model) <= 2 * _MODEL_SHOWN else []
     guess = f" Did you mean {close[0]!r}?" if close else ""
     return (f"{guess} A model is a litellm model string, 'provider/model' (e.g. 'openai/gpt-4o-mini', "
             "'anthropic/claude-sonnet-4-5'), or 'scripted/echo' to run offline.")  # fmt: skip

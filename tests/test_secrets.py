@@ -194,3 +194,20 @@ def test_keys_in_known_formats_are_masked_even_when_not_given(kind: str) -> None
     key = PROVIDER_KEYS[kind]
     masked = redact_secrets(f"upstream said: token {key} is not valid for this project")
     assert key not in masked and "***" in masked and masked.startswith("upstream said: token ")
+
+
+def test_a_provider_error_quotes_a_huge_model_name_cut_short_and_at_once() -> None:
+    """Found: a client's model name of megabytes was quoted whole in the error, after a hint
+    compared it with every known name (seconds of work for one bad request)."""
+    import time
+
+    from middleware.provider import ProviderOptions, provider_error
+
+    name = "M" * 2_000_000
+    started = time.perf_counter()
+    error = provider_error(name, ValueError("LLM Provider NOT provided. Pass in the LLM provider"), ProviderOptions({}),
+                           known=["gpt-4o-mini", "claude-sonnet-4-5"])  # fmt: skip
+    assert time.perf_counter() - started < 1
+    assert len(str(error)) < 1_000 and "(2,000,000 characters)" in str(error) and "'provider/model'" in str(error)
+    assert "Did you mean 'gpt-4o-mini'?" in str(provider_error("gpt-4o-minii", ValueError("LLM Provider NOT provided"),
+                                                                ProviderOptions({}), known=["gpt-4o-mini"]))  # fmt: skip

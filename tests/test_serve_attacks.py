@@ -177,6 +177,14 @@ POISONED = [
                  id="tool-result-5000-brackets"),
     pytest.param(body(user("hi"), call(name="f" * 300), '{"role": "tool", "tool_call_id": "c1", "content": "ok"}', user("next")),
                  400, id="tool-name-300-chars"),
+    # Found in the second review: a tool offered with such a name was sent upstream, and the turn
+    # that called it could never be recorded (its results refused); now refused up front.
+    pytest.param(body(user("hi"), tools='"tools": [{"type": "function", "function": {"name": "' + "T" * 300 + '"}}]'), 400,
+                 id="offered-tool-name-300-chars"),
+    pytest.param(body(user("hi"), tools='"tool_choice": {"type": "function", "function": {"name": "' + "T" * 300 + '"}}'),
+                 400, id="tool-choice-name-300-chars"),
+    pytest.param(body(user("hi"), tools='"tool_choice": {"type": "function", "function": "f"}'), 400,
+                 id="tool-choice-function-not-an-object"),
 ]  # fmt: skip
 
 
@@ -571,3 +579,86 @@ def test_a_turn_the_server_refuses_half_way_is_written_whole_on_replay(redis_ser
         assert state.turns == 1 and admin.hlen(keys.arc) > 0
     finally:
         admin.acl_deluser("late")
+
+
+# --- the second review ----------------------------------------------------------------------------
+
+
+def test_a_model_name_of_megabytes_is_refused_at_once_and_logged_cut_short(served: Callable[..., str]) -> None:
+    """Found: a 7.9 MB model name reached litellm, whose error handling and ours (a hint
+    comparing it with known names, a redaction pass) read it whole: 24 s with the event loop
+    blocked, every tenant waiting; its access and usage lines held it whole, and so did those
+    of a session id too long to serve. Now the name is a 400 before anything reads it, and
+    the access line cuts what the client sent."""
+    url = served(api_keys=["key-1"])
+    huge = orjson.dumps({"model": "M" * 2_000_000, "messages": [{"role": "user", "content": "hi"}]}).decode()
+    with capture_events() as events:
+        started = time.perf_counter()
+        response = post(url, huge, session="s1", Authorization="Bearer key-1")
+        took = time.perf_counter() - started
+        long_id = post(url, body(user("hi")), session="s" * 5000, Authorization="Bearer key-1")
+        say(url, "key-1", "still here", user="after")
+    assert response.status_code == 400 and took < 5, (response.status_code, took)
+    error = response.json()["error"]
+    assert error["param"] == "model" and "2,000,000 characters; expected at most 256" in error["message"]
+    assert len(error["message"]) < 200
+    assert long_id.status_code == 400
+    access = [e for e in events if e["event"] == "serve.access"]
+    assert [e["status"] for e in access] == [400, 400, 200]
+    assert access[0]["model"] == "-"  # refused before it was read
+    assert access[1]["session"] == "s" * 79 + "…" and access[1]["model"] == MODEL
+    assert access[2]["session"] == "after"
+
+
+def test_two_tenants_sessions_of_one_id_share_no_modelled_cache_and_their_lines_say_whose(
+    served: Callable[..., str], log_path: Path
+) -> None:
+    """Found: the usage log modelled the provider cache of every tenant's session "shared" as
+    one, so a second tenant's first call was shown reading the first tenant's cache, and the
+    lines did not say which tenant they were for. Each tenant's sessions now have their own
+    model, and each line names its tenant."""
+    url = served(api_keys=[{"key": "key-a", "tenant": "north"}, {"key": "key-b", "tenant": "south"}])
+    system = {"role": "system", "content": "Follow the house style. " + "Keep every answer short and exact. " * 300}
+    for key, session in (("key-a", "shared"), ("key-b", "shared"), ("key-a", "shared")):
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+        client.chat.completions.create(model=MODEL, messages=[system, {"role": "user", "content": "hello"}], user=session)
+    lines = [orjson.loads(line) for line in log_path.read_text().splitlines()]
+    assert [(line["tenant"], line["session"]) for line in lines] == [
+        ("north", "shared"),
+        ("south", "shared"),
+        ("north", "shared"),
+    ]
+    reads = [line["cache"]["sent"]["read"] for line in lines]
+    assert lines[0]["tokens"]["total"] > 2048 and reads[0] == 0
+    assert reads[1] == 0  # south's first call: nothing of north's is in its cache
+    assert reads[2] >= 1024  # north's second call reads what its first left
+
+
+def test_config_errors_never_show_the_endpoints_client_keys(tmp_path: Path) -> None:
+    """Found: a config whose serve.api_keys was refused (a key given twice, a blank key, an
+    entry without a tenant) printed the keys in the error, and so did pydantic's own text."""
+    from pydantic import ValidationError
+
+    from middleware.config.files import load_config
+    from middleware.config.service import ApiKey, ServeConfig
+
+    bad = [["sk-live-1111", "sk-live-1111"], ["sk-live-1111", "  "], [{"key": "sk-live-1111", "tenant": ""}],
+           [{"key": "sk-live-1111", "tenant": "a", "extra": 1}]]  # fmt: skip
+    for keys in bad:
+        path = tmp_path / "bad.yaml"
+        path.write_text(orjson.dumps({"serve": {"api_keys": keys}}).decode())
+        with pytest.raises(ConfigError) as refused:
+            load_config(path)
+        assert "serve.api_keys" in str(refused.value) and "sk-live" not in str(refused.value)
+        with pytest.raises(ValidationError) as raised:
+            Config.model_validate({"serve": {"api_keys": keys}})
+        assert "sk-live" not in str(raised.value)
+        with pytest.raises(ValidationError) as raised:
+            ServeConfig(api_keys=keys)
+        assert "sk-live" not in str(raised.value)
+        with pytest.raises(ConfigError) as overridden:
+            Config().with_overrides(serve={"api_keys": keys})
+        assert "sk-live" not in str(overridden.value)
+    with pytest.raises(ValidationError) as raised:
+        ApiKey(key="sk-live-2222", tenant="no spaces")
+    assert "sk-live" not in str(raised.value)

@@ -16,7 +16,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..core.text import cut_middle, quoted, redact_url
 from ..exceptions import ConfigError
@@ -39,6 +39,10 @@ __all__ = ["Config", "validate_config"]
 
 
 class Config(Section):
+    # A ValidationError's text never quotes what was given (the endpoint's client keys are
+    # settings); validate_config's ConfigError quotes a bad value, cut short, and never a key.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
     assistant: AssistantConfig = Field(default_factory=AssistantConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)
     summary: SummaryConfig = Field(default_factory=SummaryConfig)
@@ -99,6 +103,7 @@ class Config(Section):
 # What a config error quotes is cut to these lengths: a value (or a key) may be megabytes,
 # or a structure of aliases that would expand to billions of items.
 _QUOTED_CHARS = 200
+_SECRET = ("serve", "api_keys")  # the setting whose values an error never quotes
 _KEY_CHARS = 100
 _EXPECTED_CHARS = 300
 
@@ -130,6 +135,8 @@ def _describe(error: Mapping[str, Any]) -> str:
     # A validator's message may quote the value too (a tool reference, a key name).
     expected = cut_middle(error["msg"].removeprefix("Value error, "), _EXPECTED_CHARS, " … ")
     value = error["input"]
+    if tuple(map(str, error["loc"][: len(_SECRET)])) == _SECRET:  # the endpoint's client keys: never quoted
+        return f"Config '{key}' has a value not shown (it holds client keys). Expected: {expected}."
     if key == "store.url" and isinstance(value, str):
         value = redact_url(value)
     return f"Config '{key}' has value {quoted(value, _QUOTED_CHARS)}. Expected: {expected}."

@@ -7,7 +7,7 @@ import hashlib
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from ..core.text import redact_url
 from .sections import Section
@@ -46,7 +46,7 @@ class StoreConfig(Section):
     def _url(cls, value: str) -> str:
         scheme = value.split("://", 1)[0].lower() if "://" in value else ""
         if scheme not in {"memory", "redis", "rediss", "unix"}:
-            raise ValueError("expected a URL starting with memory://, redis://, rediss:// or unix://")
+            raise ValueError("a URL starting with memory://, redis://, rediss:// or unix://")
         return value
 
 
@@ -114,6 +114,8 @@ class ApiKey(Section):
     """A client key of the endpoint and the tenant it belongs to: keys that name one tenant
     share its sessions. A key given alone (a string) is a tenant of its own."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)  # its errors never quote a key
+
     key: str = Field(min_length=1, repr=False)
     tenant: str = Field(pattern=TENANT.pattern)
 
@@ -126,6 +128,8 @@ def tenant_name(secret: str, kind: str = "key") -> str:
 
 class ServeConfig(Section):
     """``middleware serve``: the OpenAI-compatible endpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)  # its errors never quote a key
 
     host: str = "127.0.0.1"  # loopback by default: off loopback it needs api_keys
     port: int = Field(default=8400, ge=1, le=65535)

@@ -48,6 +48,17 @@ Handler = Callable[[HttpRequest], Awaitable[Response]]
 PASSED = "no session named: passed upstream without memory"
 
 
+# What an access line shows of a value the client chose, at most (a bad request may carry megabytes).
+_LOGGED = 80
+
+
+def _clipped(value: Any) -> str:
+    """A client's session id or model name as an access line shows it: "-" when absent, cut short."""
+    if not isinstance(value, str) or not value:
+        return "-"
+    return value if len(value) <= _LOGGED else value[: _LOGGED - 1] + "…"
+
+
 def _error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> JSONResponse:
     # A body too large or too slow is not read to its end: the connection closes after the answer.
     headers = {"Connection": "close"} if status in (408, 413) else None
@@ -81,7 +92,7 @@ class Endpoint:
         status = getattr(exc, "status_code", 404)
         what = "does not exist" if status == 404 else f"does not take {request.method[:10]}"
         return _error(status, f"{request.url.path[:100]!r} {what}; the endpoint serves POST /v1/chat/completions, "
-                              "GET /v1/models and GET /health.", code="not_found" if status == 404 else "method_not_allowed")  # fmt: skip
+                              "GET /v1/models, GET /health and GET /metrics.", code="not_found" if status == 404 else "method_not_allowed")  # fmt: skip
 
     @staticmethod
     async def _failed(request: HttpRequest, exc: Exception) -> Response:
@@ -184,9 +195,10 @@ class Endpoint:
         figures = request_figures(state.lines or ())
         self.metrics.request(route, status, seconds, figures)
         if self.serve.access_log:
+            # The session and model are the client's, read before they were checked: cut short.
             log.info("serve.access", method=request.method, route=route, status=status,
-                     tenant=state.tenant if isinstance(state.tenant, str) else "-", session=state.session or "-",
-                     model=state.model or "-", latency_ms=round(seconds * 1000, 1), **figures)  # fmt: skip
+                     tenant=state.tenant if isinstance(state.tenant, str) else "-", session=_clipped(state.session),
+                     model=_clipped(state.model), latency_ms=round(seconds * 1000, 1), **figures)  # fmt: skip
 
     # --- routes ---------------------------------------------------------------------------------
 

@@ -122,7 +122,7 @@ class Turns:
         """The turns of ``tenant``'s sessions: an engine of its own over the tenant's key prefix
         (``Config.for_tenant``), sharing ``engine``'s usage log; None: ``engine``'s own."""
         scoped = config.for_tenant(tenant)
-        own = Engine(scoped, sink_of=engine) if tenant is not None else engine
+        own = Engine(scoped, sink_of=engine, tenant=tenant) if tenant is not None else engine
         return cls(own, scoped, wait=scoped.serve.order_wait_seconds, kind=kind)
 
     # --- begin ------------------------------------------------------------------------------
@@ -160,8 +160,9 @@ class Turns:
                 yield from finish(self.layout, session_id, arrived.seq, None, drop=None, now=time.time(), wait=self.wait,
                                   epoch=arrived.epoch)  # fmt: skip
             raise
-        if plan.tools is not None and isinstance(tool_choice, Mapping):  # a tool the client names must be sent
-            plan.tools.add([str((tool_choice.get("function") or {}).get("name"))])
+        named = tool_choice.get("function") if isinstance(tool_choice, Mapping) else None
+        if plan.tools is not None and isinstance(named, Mapping) and isinstance(named.get("name"), str):
+            plan.tools.add([named["name"]])  # a tool the client names must be sent (its name checked: wire._tool_choice)
         current = self._current(plan.prompt.messages[-1], conversation)
         loop = TurnLoop([*plan.prompt.messages[:-1], current], max_rounds=plan.max_rounds)
         loop.messages.extend(turn.loop)

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from ..core.state import MAX_TOOL_NAME
 from ..core.text import JSON_DEPTH, json_depth
 from ..exceptions import InvalidRequestError
 
@@ -27,6 +28,9 @@ FORWARDED = frozenset({
 # Read here and not forwarded: the session's metadata, our own stream options.
 KNOWN = FORWARDED | {"model", "messages", "tools", "stream", "stream_options", "metadata", "store"}
 _SHOWN = 40
+# A litellm model string ('provider/model', a deployment's name or ARN) is far shorter; a
+# longer one is refused before anything (litellm, an error's hint, a log line) reads it whole.
+MAX_MODEL = 256
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
           408: "timeout_error", 409: "conflict_error", 413: "invalid_request_error", 422: "invalid_request_error",
           429: "rate_limit_error"}  # fmt: skip
@@ -84,7 +88,28 @@ def _tools(data: Mapping[str, Any]) -> list[dict[str, Any]] | None:
             raise InvalidRequestError(
                 f"tools[{index}] needs type 'function' and a function with a 'name'.", param=f"tools[{index}]"
             )
+        _check_name(function["name"], f"tools[{index}].function.name")
     return tools or None
+
+
+def _check_name(name: str, param: str) -> None:
+    """A tool's name within MAX_TOOL_NAME characters (a call of a longer one could not be
+    recorded: the turn would be lost)."""
+    if len(name) > MAX_TOOL_NAME:
+        raise InvalidRequestError(f"{param!r} has {len(name):,} characters; expected at most {MAX_TOOL_NAME}.", param=param)
+
+
+def _tool_choice(data: Mapping[str, Any]) -> None:
+    """A ``tool_choice`` that names a function names it with a string of a tool's length."""
+    choice = data.get("tool_choice")
+    if not isinstance(choice, dict) or "function" not in choice:
+        return
+    function = choice["function"]
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise InvalidRequestError(
+            f"'tool_choice.function' has value {shown(function)}; expected an object with a 'name'.", param="tool_choice"
+        )
+    _check_name(function["name"], "tool_choice.function.name")
 
 
 def read_request(body: bytes, headers: Mapping[str, str]) -> Request:
@@ -96,8 +121,12 @@ def read_request(body: bytes, headers: Mapping[str, str]) -> Request:
     model = data.get("model")
     if not isinstance(model, str) or not model.strip():
         raise InvalidRequestError(f"'model' has value {shown(model)}; expected a model name.", param="model")
-    if not isinstance(data.get("messages"), list) or not data["messages"]:
-        raise InvalidRequestError("'messages' must be a non-empty array of messages.", param="messages")
+    if len(model) > MAX_MODEL:
+        raise InvalidRequestError(f"'model' has {len(model):,} characters; expected at most {MAX_MODEL}.", param="model")
+    messages = data.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequestError(f"'messages' has value {shown(messages)}; expected a non-empty array of messages.",
+                                  param="messages")  # fmt: skip
     stream = data.get("stream", False)
     if not isinstance(stream, bool):
         raise InvalidRequestError(f"'stream' has value {shown(stream)}; expected true or false.", param="stream")
@@ -106,6 +135,7 @@ def read_request(body: bytes, headers: Mapping[str, str]) -> Request:
         raise InvalidRequestError(
             f"'stream_options' has value {shown(stream_options)}; expected an object.", param="stream_options"
         )
+    _tool_choice(data)
     options = {key: value for key, value in data.items() if key in FORWARDED}
     session, where = session_of(headers, data)
     return Request(model=model, messages=data["messages"], tools=_tools(data), stream=stream,

@@ -39,16 +39,21 @@ __all__ = ["Engine", "ToolsArg"]
 class Engine:
     """What a session manager does, as programs; see the module docstring."""
 
-    def __init__(self, config: Config, connectors: Iterable[Connector] = (), *, sink_of: Engine | None = None) -> None:
-        """``sink_of``: an engine whose usage sink (and log) this one shares, as the engines
-        of an endpoint's tenants do; each keeps its own store layout, tools and caches."""
+    def __init__(
+        self, config: Config, connectors: Iterable[Connector] = (), *, sink_of: Engine | None = None, tenant: str | None = None
+    ) -> None:
+        """``sink_of``: an engine whose usage log this one shares, as the engines of an
+        endpoint's tenants do (``tenant``: whose sessions this engine's are, named in its usage
+        lines); each keeps its own store layout, tools, caches and modelled provider caches."""
         self._config = config
         self._tokenizer = get_tokenizer(config.tokens.model, encoding=config.tokens.encoding)
         composer = Composer(config, self._tokenizer)
         layout = Layout.of(config)
         owners: Lru[tuple[str, str]] = Lru()
         self._embedder = Embedder(config, layout)
-        self._sink: UsageSink = sink_of._sink if sink_of is not None else UsageSink(config, self._tokenizer)
+        self._sink: UsageSink = (
+            sink_of._sink.for_tenant(config, tenant) if sink_of is not None else UsageSink(config, self._tokenizer)
+        )
         self._tools = ToolPlanner(config, self._sink.billing.rules, composer.static_tokens)
         self._ops = SessionOperations(config, layout, composer, self._embedder, owners, connectors=tuple(connectors),
                                       learn=self._tools.learn)  # fmt: skip

@@ -65,8 +65,9 @@ def usage_record(
     tool_calls: int,
     cache: dict[str, Any] | None = None,
     tools: Mapping[str, Any] | None = None,
+    tenant: str | None = None,
 ) -> dict[str, Any]:
-    """The fields of one line. ``full_history_tokens`` is the whole prompt a chatbot that
+    """The fields of one line (``tenant``: the endpoint's tenant whose session it is). ``full_history_tokens`` is the whole prompt a chatbot that
     resends its full history with every tool schema would send for this call (0 for a call
     it would not make: one after a round that only loaded schemas). ``cache`` splits both
     sides into what the provider reads from its cache, writes and bills in full, with the
@@ -76,6 +77,7 @@ def usage_record(
     saved = full_history_tokens - sent
     line = {
         "kind": kind,
+        **({"tenant": tenant} if tenant is not None else {}),
         "session": session,
         "turn": turn,
         "step": step,
@@ -119,11 +121,19 @@ def passthrough_call(
 class UsageSink:
     """Prices, records and logs every LLM call of one engine (see the module docstring)."""
 
-    def __init__(self, config: Config, tokenizer: Tokenizer) -> None:
+    def __init__(self, config: Config, tokenizer: Tokenizer, *, log: UsageLog | None = None, tenant: str | None = None) -> None:
+        """``log``: a log this sink shares (a tenant's, see ``for_tenant``), else its own."""
         self.tokenizer = tokenizer
         self.counting_model = config.tokens.model  # whose tokenizer counts schemas, as for every figure
         self.billing = Billing(config, tokenizer)
-        self.log = UsageLog(config.usage_log.path, include_content=config.usage_log.include_content)
+        self.log = log if log is not None else UsageLog(config.usage_log.path, include_content=config.usage_log.include_content)
+        self.tenant = tenant
+
+    def for_tenant(self, config: Config, tenant: str | None) -> UsageSink:
+        """The sink of ``tenant``'s engine: this sink's log, its lines naming the tenant, and a
+        billing of its own. Two tenants' sessions of one id are two sessions: the provider
+        cache one's calls would leave is not the other's."""
+        return UsageSink(config, self.tokenizer, log=self.log, tenant=tenant)
 
     def made(self, call: CallMade) -> dict[str, Any]:
         """Write the usage line of ``call``; returns what was written (without content)."""
@@ -141,7 +151,7 @@ class UsageSink:
             full_history_tokens=call.full_tokens or 0, provider=provider,
             cost_usd=llm.cost_of(call.model, provider) if call.priced else None,
             price_per_token=llm.input_price(call.model) if call.priced else None, latency_ms=call.latency * 1000,
-            tool_calls=len(call.reply.get("tool_calls") or ()), cache=cache, tools=call.tools,
+            tool_calls=len(call.reply.get("tool_calls") or ()), cache=cache, tools=call.tools, tenant=self.tenant,
         )  # fmt: skip
         if call.error is not None:
             record["error_status"] = call.error
