@@ -346,3 +346,11 @@ def test_errors_that_used_to_mislead_say_what_to_do(tmp_path: Path) -> None:
         Config().with_overrides(memory={"recal": "semantic"})
     with pytest.raises(ConfigError, match=r"Known settings of memory: archive_turns, "):
         Config().with_overrides(memory={"zzz": 1})
+
+
+@pytest.mark.parametrize(("command", "port"), [("serve", "99999"), ("serve", "0"), ("inspect", "70000"), ("inspect", "0")])
+def test_a_port_out_of_range_is_refused_not_wrapped(command: str, port: str) -> None:
+    """Found: `serve --port 99999` announced port 99999 and listened on 34463 (the number
+    wrapped), and `serve --port 0` served on the config's port; both are usage errors now."""
+    result = CliRunner().invoke(main, [command, "--port", port])
+    assert result.exit_code == 2 and f"{port} is not in the range 1<=x<=65535" in result.output

@@ -146,8 +146,19 @@ def test_missing_file_and_invalid_yaml_are_clear_errors(tmp_path: Path) -> None:
         load_config(tmp_path / "nope.yaml", env={})
     bad = tmp_path / "broken.yaml"
     bad.write_text("summary: [unclosed")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(ConfigError, match="not valid YAML") as raised:
         load_config(bad, env={})
+    # One line, saying where the parser stopped and why (a terminal shows an error's line breaks escaped).
+    assert "\n" not in str(raised.value) and "line 1, column 19: expected ',' or ']'" in str(raised.value)
+    bad.write_text("store:\n  url: a: b\n")
+    with pytest.raises(ConfigError, match="line 2, column 9: mapping values are not allowed here"):
+        load_config(bad, env={})
+
+
+def test_a_session_manager_given_settings_that_are_not_a_config_says_what_it_expects() -> None:
+    """Found: SessionManager(config={...}) failed with "'dict' object has no attribute 'tokens'"."""
+    with pytest.raises(ConfigError, match=r"config is a dict; expected a Config \(Config.model_validate\(settings\)"):
+        SessionManager(config={"memory": {"recall_tokens": 0}})  # type: ignore[arg-type]
 
 
 def test_skills_dir_errors(tmp_path: Path) -> None:

@@ -342,6 +342,7 @@ def test_the_demo_output_and_figures_are_what_the_demo_prints(tmp_path: Path) ->
 
     usage = words("docs/guides/usage-log.md")
     assert f"{raw[1]}% fewer raw tokens is {effective[1]}% less effective cost" in usage
+    assert f"the middleware's prompt (at most {max(r['tokens']['total'] for r in records)} tokens) never does" in usage
     assert f"({100 * (1 - sent / full):.1f}% for the demo)" in usage
     example = json.loads(next(b for b in blocks("json") if b.page == "docs/guides/usage-log.md").code)
     line = next(r for r in records if r["turn"] == example["turn"] and r["step"] == example["step"])

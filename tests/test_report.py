@@ -161,3 +161,28 @@ def test_the_headline_is_the_effective_saving_with_caching_on_both_sides() -> No
     page = render_html(report)
     assert "33.3%" in page and "saved in effective cost, prompt caching on both sides" in page and 'class="sent-cached"' in page
     assert build_report(read_log([line("x", 1, 1, 2)])[0]).total.saved_effective_pct is None
+
+
+def test_a_table_leaves_out_the_wide_columns_that_do_not_fit_never_cutting_one_off() -> None:
+    """Found: `middleware report` at 120 columns cut its p50/p95 columns off at the edge of
+    the terminal. Wide-only columns are now shown as far as they fit, the last left out first."""
+    from rich.console import Console
+
+    from middleware.cli.console import fitted_table
+    from middleware.cli.report import COLUMNS
+
+    cells = ["session", "demo-20261129-205710", "1,150", "1,275,550", "1,120,960", "1,972,605", "1,829,920", "56.2", "29.8",
+             "0.411333", "0.912593", "1,641", "1,882"]  # fmt: skip
+    row = {column.key: cell for column, cell in zip(COLUMNS, cells, strict=True)}
+    shown = {}
+    for width in (80, 120, 200):
+        console = Console(width=width, record=True, file=io.StringIO())
+        table = fitted_table(console, "Token usage", COLUMNS, [row])
+        console.print(table)
+        header = console.export_text().splitlines()[2]
+        headers = [str(column.header) for column in table.columns]
+        assert all(name.strip() in header for name in headers), (width, header)  # none cut off
+        shown[width] = " ".join(headers)
+    assert shown[80] == "scope name calls sent full saved % w/ cache %"
+    assert "cached" in shown[120] and shown[120].endswith("w/ cache %")  # the cache reads fit; the costs do not
+    assert shown[200].endswith("cost $ w/ cache cost $ p50 p95")

@@ -46,12 +46,35 @@ class Column(NamedTuple):
 def fitted_table(console: Any, title: Any, columns: list[Column], rows: list[dict[str, Any]]) -> Any:
     """``rows`` (cells by column key) as a table that fits the console: one line per row,
     figures whole, text columns cut with an ellipsis to share the room left; narrower than
-    WIDE, wide-only columns are left out and headers shortened."""
+    WIDE, wide-only columns are left out and headers shortened. From WIDE on, the wide-only
+    columns are shown as far as they fit, the last ones left out first."""
+    wide = console.width >= WIDE
+    shown = [column for column in columns if wide or not column.wide_only]
+    table = _table(title, shown, rows, wide)
+    optional = [column for column in shown if column.wide_only]
+    # A column that does not fit would be cut off at the terminal's edge: leave it out instead.
+    while optional and _least_width(console, table) > console.width:
+        shown.remove(optional.pop())
+        table = _table(title, shown, rows, wide)
+    return table
+
+
+def _least_width(console: Any, table: Any) -> int:
+    """The fewest columns ``table`` takes (an expanded table measures as wide as the console)."""
+    from rich.measure import Measurement
+
+    table.expand = False
+    try:
+        # Measured as if the console had room: a measurement is clamped to the room it is given.
+        return int(Measurement.get(console, console.options.update(max_width=1_000_000), table).minimum)
+    finally:
+        table.expand = True
+
+
+def _table(title: Any, shown: list[Column], rows: list[dict[str, Any]], wide: bool) -> Any:
     from rich import box
     from rich.table import Table
 
-    wide = console.width >= WIDE
-    shown = [column for column in columns if wide or not column.wide_only]
     headers = [column.header if wide or column.short is None else column.short for column in shown]
     widths = {column.key: max(len(header), column.width, *(len(str(row[column.key])) for row in rows))
               for column, header in zip(shown, headers, strict=True) if not column.share}  # fmt: skip

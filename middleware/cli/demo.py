@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .console import CliContext, Column, errors, fitted_table, joined, literal, new_console, store_options
+from .console import WIDE, CliContext, Column, errors, fitted_table, joined, literal, new_console, store_options
 
 __all__ = ["demo"]
 
@@ -90,9 +90,10 @@ def demo(obj: CliContext, session: str | None, model: str, log_path: str | None)
         console.print(
             f"(prompt caching modelled on both sides with {rules} caching rules; tool schemas counted on both sides). "
             f"Raw prompt tokens: {every.tokens_sent:,} against {every.full_history_tokens:,} with the full history, "
-            f"{every.saved_pct:.0f}% saved. Rows show each turn's first call; 'cached' is what the provider would read from "
-            "its prompt cache."
-        )
+            f"{every.saved_pct:.0f}% saved. Rows show each turn's first call"
+            + ("; 'cached' is what the provider would read from its prompt cache." if console.width >= WIDE else
+               f" ({WIDE} columns add what the provider would read from its cache).")
+        )  # fmt: skip
         console.print(joined("Remembered context: ", literal(state.context)))
         log_file = mgr.config.usage_log.path
         if log_file is not None:

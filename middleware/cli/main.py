@@ -164,7 +164,7 @@ _WILDCARD_ADDRESSES = {"", "0.0.0.0", "::", "[::]"}
 @main.command()
 @store_options
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
-@click.option("--port", default=8300, show_default=True, type=int, help="Port to listen on.")
+@click.option("--port", default=8300, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
 @click.option(
     "--token",
     envvar="MIDDLEWARE_INSPECT_TOKEN",
@@ -212,7 +212,7 @@ def inspect(ctx: click.Context, host: str, port: int, token: str | None, allowed
 @main.command()
 @store_options
 @click.option("--host", help="Address to listen on (default: the config's serve.host, 127.0.0.1).")
-@click.option("--port", type=int, help="Port to listen on (default: the config's serve.port, 8400).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Port to listen on (default: the config's serve.port, 8400).")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256), help="Worker processes sharing the store.")
 @click.pass_obj
 def serve(obj: CliContext, host: str | None, port: int | None, workers: int) -> None:
@@ -227,7 +227,7 @@ def serve(obj: CliContext, host: str | None, port: int | None, workers: int) -> 
         raise click.UsageError("serve serves every tenant of serve.api_keys; --tenant is for chat, sessions and inspect.")
     config = obj.config()
     settings = config.serve
-    host, port = host or settings.host, port or settings.port
+    host, port = host or settings.host, port if port is not None else settings.port
     if not _is_loopback(host) and not settings.api_keys:
         raise click.UsageError(f"--host {host} is not loopback: set serve.api_keys in the config so clients must send a key.")
     memory = config.store.url.startswith("memory://")

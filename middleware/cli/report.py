@@ -14,7 +14,7 @@ from .console import Column, fitted_table, literal, new_console
 __all__ = ["report"]
 
 # One line per row at 80 columns (the scope, the name cut to fit, the savings); 120 columns
-# or more add the cache reads, the costs and the prompt sizes.
+# or more add the cache reads, the costs and, as far as they fit, the prompt sizes.
 COLUMNS = [Column("scope", "scope", left=True), Column("name", "name", share=1, width=12), Column("calls", "calls"),
            Column("tokens sent", "sent", width=8), Column("cached", "cached", wide_only=True),
            Column("full history", "full", width=8), Column("cached ", "cached ", wide_only=True),

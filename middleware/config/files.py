@@ -102,6 +102,11 @@ def _parse_yaml(text: str, where: str) -> Any:
         return yaml.load(text, Loader=_bounded_loader())  # a SafeLoader subclass: safe
     except _Refused as exc:
         raise ConfigError(f"{where} {exc}; refusing to read it.") from None
+    except yaml.MarkedYAMLError as exc:  # where the parser stopped, and why, on one line
+        mark = exc.problem_mark
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError(f"{where} is not valid YAML: {at}{cut_middle(str(exc.problem or exc.context), 300)}".rstrip(".")
+                          + ".") from None  # fmt: skip
     except yaml.YAMLError as exc:
         raise ConfigError(f"{where} is not valid YAML: {cut_middle(str(exc), 500)}".rstrip(".") + ".") from None
     except (ValueError, OverflowError) as exc:  # a number or a date past what Python converts

@@ -159,6 +159,9 @@ class _Manager:
         connectors: Iterable[Connector] = (),
     ) -> None:
         config = config if config is not None else load_config()
+        if not isinstance(config, Config):
+            raise ConfigError(f"config is a {type(config).__name__[:40]}; expected a Config (Config.model_validate(settings) "
+                              "for a mapping, load_config(path) for a file).")  # fmt: skip
         if system_prompt is not None and instructions is not None:
             raise ConfigError("Give system_prompt (your whole prompt) or instructions (for the default one), not both.")
         if system_prompt is not None:
