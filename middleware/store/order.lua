@@ -13,13 +13,13 @@ local function record_turn(KEYS, ARGV)
 --#include record.lua
 end
 local function number(name) return tonumber(redis.call('HGET', live, name) or '0') or 0 end
--- whether a turn that arrived in incarnation `epoch` of the hash (see arrive.lua) still
--- belongs to it ('' : a turn that does not say, which the place it took tells instead)
-local function current(epoch) return epoch == '' or redis.call('HGET', live, 'epoch') == epoch end
--- whether turn `seq` (a number) of incarnation `epoch` is outside the session that stands: it
--- was reset (or expired) while the turn ran, so the turn arrived in another incarnation, or
--- took a place this one never gave out (a deleted hash reads arrived 0)
-local function outside(epoch, seq) return not current(epoch) or seq > number('arrived') end
+-- whether turn `seq` (a number) of incarnation `epoch` of the hash (see arrive.lua) is outside
+-- the session that stands: it was reset (or expired) while the turn ran, so the turn arrived
+-- in another incarnation, or took a place this one never gave out (a deleted hash reads
+-- arrived 0). A turn whose epoch is '' does not say: the place it took tells.
+local function outside(epoch, seq)
+  return (epoch ~= '' and redis.call('HGET', live, 'epoch') ~= epoch) or seq > number('arrived')
+end
 local function apply(entry)
   local arguments = cjson.decode(entry)
   if #arguments > 0 then record_turn(recorded, arguments) end
