@@ -73,8 +73,8 @@ def test_new_message_clients_are_read_too(
 @pytest.mark.parametrize(
     ("messages", "says"),
     [
-        ("nope", "'messages' must be a non-empty array"),
-        ([], "'messages' must be a non-empty array"),
+        ("nope", "'messages' has a str; expected a non-empty array of messages"),
+        ([], "'messages' is an empty array; expected a non-empty array of messages"),
         ([user("x"), 3], "messages[1] has a int"),
         ([{"role": "wizard", "content": "secret words"}], "messages[0].role has value 'wizard'"),
         ([{"role": "user", "content": 5}], "messages[0].content has a int"),

@@ -300,7 +300,8 @@ def test_model_aliases_are_listed_and_resolved(served: Callable[..., str]) -> No
 SECRET = "sk-do-not-echo-this-0123456789"
 BAD_REQUESTS = [
     ({"model": "scripted/echo", "messages": [{"role": "robot", "content": SECRET}]}, "messages", "messages[0].role has value 'robot'"),
-    ({"model": "scripted/echo", "messages": []}, "messages", "'messages' must be a non-empty array"),
+    ({"model": "scripted/echo", "messages": []}, "messages", "'messages' is an empty array; expected a non-empty array"),
+    ({"model": "scripted/echo", "messages": SECRET}, "messages", "'messages' has a str; expected a non-empty array"),
     ({"model": "", "messages": [{"role": "user", "content": SECRET}]}, "model", "'model' has value ''"),
     ({"model": "scripted/echo", "messages": [{"role": "user", "content": SECRET}], "temprature": 1}, "temprature",
      "Unrecognized request argument supplied: temprature"),

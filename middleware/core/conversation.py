@@ -19,7 +19,7 @@ import orjson
 from ..exceptions import InvalidMessageError, InvalidToolCallError
 from .state import MAX_TOOL_NAME
 
-__all__ = ["ROLES", "Conversation", "OpenTurn", "content_text", "read_messages", "whole_turns"]
+__all__ = ["ROLES", "Conversation", "OpenTurn", "content_text", "messages_kind", "read_messages", "whole_turns"]
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 _SHOWN = 40  # characters of a bad value quoted back in an error
@@ -108,11 +108,17 @@ def whole_turns(body: Sequence[dict[str, Any]]) -> tuple[tuple[dict[str, Any], .
     return tuple(turns)
 
 
+def messages_kind(messages: Any) -> str:
+    """What a request's ``messages`` holds when it is not a non-empty array, by its type (a
+    string there may be message content, which an error never quotes)."""
+    return "'messages' is an empty array" if messages == [] else f"'messages' has a {type(messages).__name__[:40]}"
+
+
 def read_messages(messages: Any) -> Conversation:
     """The request's messages read into the turn in progress; InvalidMessageError naming
     the first bad one (its index and field, never its content)."""
     if not isinstance(messages, list) or not messages:
-        raise InvalidMessageError("'messages' must be a non-empty array of messages.")
+        raise InvalidMessageError(f"{messages_kind(messages)}; expected a non-empty array of messages.")
     roles = [_check_message(message, index) for index, message in enumerate(messages)]
     lead = 0
     while lead < len(roles) and roles[lead] in ("system", "developer"):

@@ -162,7 +162,7 @@ class Turns:
             raise
         named = tool_choice.get("function") if isinstance(tool_choice, Mapping) else None
         if plan.tools is not None and isinstance(named, Mapping) and isinstance(named.get("name"), str):
-            plan.tools.add([named["name"]])  # a tool the client names must be sent (its name checked: wire._tool_choice)
+            plan.tools.add([named["name"]])  # a tool the client names must be sent (its name checked as the request was read)
         current = self._current(plan.prompt.messages[-1], conversation)
         loop = TurnLoop([*plan.prompt.messages[:-1], current], max_rounds=plan.max_rounds)
         loop.messages.extend(turn.loop)

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from ..core.conversation import messages_kind
 from ..core.state import MAX_TOOL_NAME
 from ..core.text import JSON_DEPTH, json_depth
 from ..exceptions import InvalidRequestError
@@ -125,8 +126,7 @@ def read_request(body: bytes, headers: Mapping[str, str]) -> Request:
         raise InvalidRequestError(f"'model' has {len(model):,} characters; expected at most {MAX_MODEL}.", param="model")
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise InvalidRequestError(f"'messages' has value {shown(messages)}; expected a non-empty array of messages.",
-                                  param="messages")  # fmt: skip
+        raise InvalidRequestError(f"{messages_kind(messages)}; expected a non-empty array of messages.", param="messages")
     stream = data.get("stream", False)
     if not isinstance(stream, bool):
         raise InvalidRequestError(f"'stream' has value {shown(stream)}; expected true or false.", param="stream")
