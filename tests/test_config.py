@@ -308,3 +308,12 @@ def test_the_library_writes_no_file_it_was_not_asked_for(tmp_path: Path, monkeyp
     assert with_command_log(load_config(tmp_path / "none.yaml", env={})).usage_log.path is None
     assert with_command_log(load_config(tmp_path / "own.yaml", env={})).usage_log.path == str(tmp_path / "calls.jsonl")
     assert with_command_log(load_config(tmp_path / "other.yaml", env={})).usage_log.path == COMMAND_USAGE_LOG
+
+
+def test_an_entry_that_may_take_several_forms_is_told_what_is_wrong_in_the_form_it_has() -> None:
+    """Found: a {key, tenant} entry with an empty tenant was reported as "Input should be a
+    valid string" (the other form an entry may take), the real problem hidden in "1 more"."""
+    with pytest.raises(ConfigError, match=r"serve\.api_keys\.0\.ApiKey\.tenant.*String should match pattern"):
+        Config().with_overrides(serve={"api_keys": [{"key": "sk-live-1", "tenant": ""}]})
+    with pytest.raises(ConfigError, match=r"'serve\.port' has value 'abc'\. Expected: Input should be a valid integer"):
+        Config().with_overrides(serve={"port": "abc"})

@@ -71,6 +71,16 @@ def test_totals_per_session_and_per_model() -> None:
     assert report.per_turn() == [(1, 100.0, 100.0), (2, 120.0, 300.0)]  # first calls of each turn only
 
 
+def test_two_tenants_sessions_of_one_id_are_reported_apart() -> None:
+    """The endpoint's usage lines name their tenant: two tenants' sessions of one id are two
+    rows, "<tenant>/<session>"; --session ID keeps the sessions of that id, whoever's."""
+    north, south = (json.loads(line("shared", 1, 100, 100)) | {"tenant": t} for t in ("north", "south"))
+    records, _ = read_log([json.dumps(north), json.dumps(south), line("shared", 1, 50, 50)])
+    report = build_report(records)
+    assert {name: t.row()["calls"] for name, t in report.sessions.items()} == {"north/shared": 1, "south/shared": 1, "shared": 1}
+    assert build_report(records, session="shared").total.calls == 3
+
+
 def test_filters_by_session_and_time() -> None:
     """--session keeps one session; --since drops older calls."""
     records, _ = read_log(LOG)

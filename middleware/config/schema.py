@@ -152,7 +152,9 @@ def validate_config(data: Any, *, source: str) -> Config:
         return Config.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
-        first = errors[0]
+        # A value that may take one of several forms (a key or a {key, tenant} entry) fails each
+        # of them: the form it does not have says less than what is wrong in the one it has.
+        first = next((error for error in errors if not str(error["type"]).endswith("_type")), errors[0])
         original = (first.get("ctx") or {}).get("error")
         if isinstance(original, ConfigError):  # already names its key (a skill file, say)
             raise original from None

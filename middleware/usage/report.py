@@ -237,7 +237,10 @@ def build_report(
                 continue
         kept.append(dict(record))
         total.add(record)
-        sessions.setdefault(record["session"], Totals()).add(record)
+        # The endpoint's tenants may each have a session of one id: "<tenant>/<session>" apart.
+        tenant = record.get("tenant")
+        name = f"{tenant}/{record['session']}" if isinstance(tenant, str) else record["session"]
+        sessions.setdefault(name, Totals()).add(record)
         models.setdefault(str(record.get("model")), Totals()).add(record)
     return Report(total=total, sessions=sessions, models=models, records=kept, bad_lines=bad_lines)
 
