@@ -474,6 +474,11 @@ def _facts_verdict(lexical: dict[str, Any], semantic: dict[str, Any] | None) -> 
     return f"met ({' and '.join(met)})" if met else "not met"
 
 
+def _set_rows(facts: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Each wording set's rows of the tool-free conversations, by the name the report gives it."""
+    return {"unseen": facts["unseen"]["rows"], "first": facts["rows"], "held-out": facts["heldout"]["rows"]}
+
+
 # Recall's targets on the tool-free conversations: the share of questions answered, at ≥90%
 # fewer tokens than the full history, for each recall and set (the semantic row fuses the
 # ranking by meaning with the lexical one).
@@ -487,7 +492,7 @@ FACT_TOKENS = 0.90
 
 def _fact_goals(facts: dict[str, Any]) -> str:
     """The measured cells and the verdict of the row of ``FACT_GOALS``, computed from the run."""
-    sets = {"unseen": facts["unseen"]["rows"], "first": facts["rows"]}
+    sets = {"unseen": facts["unseen"]["rows"], "first": facts["rows"]}  # the sets the targets name
     measured, met, missed = [], [], []
     for label, key, kind, goal in FACT_GOALS:
         row = dict(zip(("lexical", "semantic"), _recall_rows(sets[key]), strict=True))[kind]
@@ -698,8 +703,8 @@ def _local_text(facts: dict[str, Any]) -> str:
 
 def _ceiling_text(facts: dict[str, Any]) -> str:
     """Where the answers are lost: not found by the store, or found and not kept."""
-    parts = []
-    for name, rows in (("unseen", facts["unseen"]["rows"]), ("first", facts["rows"]), ("held-out", facts["heldout"]["rows"])):
+    parts, by = [], _set_rows(facts)
+    for name, rows in by.items():
         lexical, semantic = _recall_rows(rows)
         recalls = [("lexical", lexical)] + ([("semantic", semantic)] if semantic else [])
         parts.append(
@@ -713,20 +718,18 @@ def _ceiling_text(facts: dict[str, Any]) -> str:
     )
     reach = facts.get("reach")
     if reach:
-        by_set = {"unseen": facts["unseen"]["rows"], "first": facts["rows"], "held-out": facts["heldout"]["rows"]}
         text += (
             " What the words of a question can reach: the share of questions that share a word (an index term) with the "
             "statement that told their answer, a ceiling for any recall that selects by the question's words, whatever its "
             "ranking and budget: "
             + "; ".join(
-                f"{name} {_pct(reach[key])} (lexical recall answered {_pct(_recall_rows(by_set[name])[0]['answered'])})"
+                f"{name} {_pct(reach[key])} (lexical recall answered {_pct(_recall_rows(by[name])[0]['answered'])})"
                 for name, key in (("unseen", "unseen"), ("first", "first"), ("held-out", "heldout"))
             )
             + ". The other questions share no word with the statement that told their answer: only meaning reaches them."
         )
     whole = facts.get("whole")
     if whole:
-        by = {"unseen": facts["unseen"]["rows"], "first": facts["rows"], "held-out": facts["heldout"]["rows"]}
         text += (
             " Whole candidates (every id of every term kept in the index and read, every common term read; the product "
             f"bounds both, {POSTINGS} bytes of ids a term and {COMMON_TERMS} common terms, to hold a recall's work flat), "
