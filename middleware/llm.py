@@ -22,6 +22,7 @@ from typing import Any
 
 from . import local_embedding
 from .core.caching import KINDS, Kind, Rules, rules_for
+from .exceptions import LLMError
 from .provider import ProviderOptions, provider_error, status_code
 from .testing.scripted import get_embedder, get_responder
 from .tokens import get_tokenizer
@@ -83,6 +84,7 @@ SCRIPTED_PRICE_AS = "gpt-4o-mini"
 
 def _scripted_handler() -> Any:
     import litellm
+    from litellm.exceptions import NotFoundError
     from litellm.llms.custom_llm import CustomLLM
     from litellm.types.utils import ChatCompletionMessageToolCall, Choices, Function, Message, ModelResponse, Usage
 
@@ -93,7 +95,11 @@ def _scripted_handler() -> Any:
             self, model: str, messages: list[Any], optional_params: Mapping[str, Any] | None
         ) -> tuple[dict[str, Any], Usage]:
             tools = (optional_params or {}).get("tools")
-            reply = dict(get_responder(model.split("/", 1)[-1])(messages, tools))
+            try:
+                responder = get_responder(model.split("/", 1)[-1])
+            except LLMError as exc:  # a model that does not exist, as a provider says it: 404, not retried
+                raise NotFoundError(str(exc), model=model, llm_provider="scripted") from None
+            reply = dict(responder(messages, tools))
             tokenizer = get_tokenizer(SCRIPTED_PRICE_AS)
             prompt = litellm.token_counter(model=SCRIPTED_PRICE_AS, messages=messages, tools=tools)
             completion = tokenizer.count(reply.get("content") or "") + sum(

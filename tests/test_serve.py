@@ -375,6 +375,23 @@ def test_provider_errors_keep_their_status_and_openai_shape(served: Callable[...
     assert line["error_status"] == status and "cache" not in line
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_an_unregistered_scripted_model_is_a_404_the_client_does_not_retry(served: Callable[..., str], stream: bool,
+                                                                          config: Config) -> None:  # fmt: skip
+    """Found: `scripted/<a name no one registered>` was a 500, which the openai client retried twice.
+    It is a model that does not exist, as a provider reports one: 404, asked once."""
+    asked: list[httpx.Request] = []
+    http = httpx.Client(event_hooks={"request": [asked.append]})
+    client = openai.OpenAI(base_url=f"{served()}/v1", api_key="unused", http_client=http)
+    with pytest.raises(openai.NotFoundError) as raised:
+        reply = client.chat.completions.create(model="scripted/no-such-script", stream=stream,
+                                               messages=[{"role": "user", "content": "hi"}], extra_headers=sid("nf"))  # fmt: skip
+        if stream:
+            list(reply)
+    assert "No scripted model 'no-such-script'" in str(raised.value) and len(asked) == 1
+    assert state_of(config, "nf").turns == 0
+
+
 def test_an_upstream_behind_an_alias_serves_sessions(served: Callable[..., str], upstream: str, config: Config,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """A model on another OpenAI-compatible server (api_base) answers through litellm, plain and streamed."""
