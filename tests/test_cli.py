@@ -288,9 +288,31 @@ def test_chat_prints_replies_and_errors_as_text(tmp_path: Path, monkeypatch: pyt
             main, ["--redis-url", "memory://cli-hostile", "chat", "--model", "scripted/hostile-cli", stream, "--session", MARKUP_ID],
             input="hello\nfail\n/state\n/exit\n",
         )  # fmt: skip
-        assert result.exit_code == 0, result.output
+        # The failed turn is reported and the chat goes on (/state still answers), but the
+        # command's status tells a script that a message got no reply.
+        assert result.exit_code == 1, result.output
+        assert "1 turn got no reply (the model call failed)" in result.output
         assert f"{LINK_ID} [/bold]" in result.output and "[/red]" in result.output
         assert "\\x1b[31mred" in result.output and shown_raw(result.output) == []
+
+
+def test_chat_exits_0_when_every_turn_got_a_reply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: `chat` exited 0 after a failed model call, so a script piping messages in
+    could not tell. Every turn answered: status 0; two failed: status 1, counted."""
+    from middleware.testing import register
+
+    def flaky(messages: object, tools: object) -> dict[str, object]:
+        if messages[-1]["content"].startswith("fail"):  # type: ignore[index]
+            raise RuntimeError("upstream down")
+        return {"role": "assistant", "content": "ok", "tool_calls": None}
+
+    register("flaky-cli", flaky)
+    monkeypatch.chdir(tmp_path)
+    args = ["--redis-url", "memory://cli-flaky", "chat", "--model", "scripted/flaky-cli", "--no-stream"]
+    assert CliRunner().invoke(main, args, input="hello\nagain\n").exit_code == 0
+    result = CliRunner().invoke(main, args, input="fail one\nhello\nfail two\n")
+    assert result.exit_code == 1 and "2 turns got no reply" in result.output, result.output
+    assert result.output.count("> ok") == 1
 
 
 def test_the_demo_prints_a_markup_session_id_as_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

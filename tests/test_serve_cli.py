@@ -34,6 +34,30 @@ def test_serve_refuses_workers_on_the_embedded_store() -> None:
     assert result.exit_code == 2 and "--workers needs a shared store" in result.output
 
 
+@pytest.mark.parametrize("command", ["serve", "inspect"])
+def test_a_port_in_use_is_an_error_before_any_banner(command: str) -> None:
+    """Found: serve said it was serving on a port another process held, then failed. The
+    port is tried first: one clear line, status 1, no banner."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(main, [command, "--port", str(port)], env={"REDIS_URL": "", "MIDDLEWARE_CONFIG": ""})
+    assert result.exit_code == 1, result.output
+    assert f"cannot listen on 127.0.0.1 port {port}: Address already in use" in result.output
+    assert " on http" not in result.output
+
+
+def test_an_address_this_machine_lacks_is_named() -> None:
+    """Not an address of this machine (::2 is no interface's): named, with the reason."""
+    result = CliRunner().invoke(main, ["inspect", "--host", "::2", "--token", "t" * 24],
+                                env={"REDIS_URL": "", "MIDDLEWARE_CONFIG": ""})  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "cannot listen on ::2 port 8300: " in result.output and "Memory inspector on" not in result.output
+
+
 @pytest.mark.slow
 def test_workers_share_one_redis(real_redis_url: str, tmp_path: Path) -> None:
     """`middleware serve --workers 2`: the workers build their app from this command's config and store."""

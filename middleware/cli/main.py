@@ -21,6 +21,7 @@ from click.core import ParameterSource
 
 from ..config.files import ENV_REDIS_URL
 from ..config.schema import Config
+from ..core.text import printable
 from ..exceptions import LLMError, require
 from .console import CliContext, checked_tenant, errors, joined, literal, new_console, store_options, warn_if_private_store
 from .demo import demo
@@ -69,7 +70,11 @@ def main(ctx: click.Context, config_path: str | None, redis_url: str | None, ten
 @click.pass_obj
 def chat(obj: CliContext, session: str, model: str | None, stream: bool) -> None:
     """Talk to a model with memory in the configured store. Type /exit to leave,
-    /state to see what the session remembers, /reset to forget it."""
+    /state to see what the session remembers, /reset to forget it.
+
+    Reads one message a line from standard input when it is not a terminal. A turn
+    whose model call fails is reported and the conversation goes on; the command then
+    exits with status 1, so a script sees that some message got no reply."""
     console = new_console()
     mgr = obj.manager()
     model = model or mgr.config.model
@@ -88,6 +93,7 @@ def chat(obj: CliContext, session: str, model: str | None, stream: bool) -> None
                 ". /exit to leave.",
             )
         )
+    failed = 0
     with errors(), mgr:
         for line in _lines(interactive):
             text = line.strip()
@@ -110,6 +116,7 @@ def chat(obj: CliContext, session: str, model: str | None, stream: bool) -> None
             except LLMError as exc:  # one failed turn does not end the conversation
                 console.print()
                 console.print(literal(exc, "red"))
+                failed += 1
                 continue
             first = result.calls[0] if result.calls else None
             if first is not None:
@@ -117,6 +124,8 @@ def chat(obj: CliContext, session: str, model: str | None, stream: bool) -> None
                     f"[dim]{first['tokens']['total']:,} tokens sent · {first['full_history_tokens']:,} with the "
                     f"full history · {first['saved_pct']:.0f}% saved[/dim]"
                 )
+    if failed:
+        raise click.ClickException(f"{failed} turn{'s' if failed > 1 else ''} got no reply (the model call failed)")
 
 
 def _lines(interactive: bool) -> Iterator[str]:
@@ -157,6 +166,22 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _check_listen(host: str, port: int) -> None:
+    """Fail before any banner when the address cannot be listened on (a port in use, an
+    address this machine does not have), as uvicorn would after the banner said it serves.
+    Bound as uvicorn binds (SO_REUSEADDR), then released for it."""
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise click.ClickException(f"cannot listen on {printable(host[:80])} port {port}: {reason}") from None
+
+
 # Bind addresses that mean "every interface": no request names them as its Host.
 _WILDCARD_ADDRESSES = {"", "0.0.0.0", "::", "[::]"}
 
@@ -193,6 +218,7 @@ def inspect(ctx: click.Context, host: str, port: int, token: str | None, allowed
             f"--host {host} is not loopback: the inspector shows conversation content, so set --token "
             "(or MIDDLEWARE_INSPECT_TOKEN), and put it behind TLS (see docs/guides/inspector.md)."
         )
+    _check_listen(host, port)
     mgr = ctx.obj.manager()
     warn_if_private_store(mgr)
     hosts = [*LOOPBACK_HOSTS, *([] if host in _WILDCARD_ADDRESSES else [host]), *allowed_hosts]
@@ -233,6 +259,7 @@ def serve(obj: CliContext, host: str | None, port: int | None, workers: int) -> 
     memory = config.store.url.startswith("memory://")
     if memory and workers > 1:
         raise click.UsageError("--workers needs a shared store: memory:// lives inside one process (use --redis-url).")
+    _check_listen(host, port)
     click.echo(f"OpenAI-compatible endpoint on http://{host}:{port}/v1  (store {_store_name(config)}; Ctrl-C to stop)")
     tenants = sorted({tenant for _, tenant in settings.tenants()})
     if tenants:  # what an operator passes to --tenant to look at a tenant's sessions
