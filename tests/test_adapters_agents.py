@@ -96,6 +96,64 @@ def test_items_of_an_unfinished_turn_wait_and_can_be_popped(manager: AsyncSessio
     assert (waiting, turns) == (0, 1)
 
 
+def reply(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+
+
+def test_a_bad_item_or_turn_never_blocks_the_session_or_records_a_turn_twice(manager: AsyncSessionManager) -> None:
+    """Found: an item that could not be read stayed pending and every later add_items raised;
+    a turn past the limits raised after the turns before it were recorded, and each later call
+    recorded those again. Now a bad item is refused before any is kept, an unrecordable turn
+    is dropped (its error raised), and each turn is recorded once."""
+    from middleware.exceptions import InvalidMessageError
+
+    async def scenario() -> tuple[Any, Any]:
+        session = MiddlewareSession("a-bad", manager)
+        with pytest.raises(InvalidMessageError):
+            await session.add_items([{"role": "user", "content": ["not", "parts"]}])
+        await session.add_items([{"role": "user", "content": "turn one"}, reply("reply one")])
+        with pytest.raises(InvalidMessageError, match="limit is 200,000"):
+            await session.add_items([{"role": "user", "content": "turn two"}, reply("reply two"),
+                                     {"role": "user", "content": "x" * 300_000}, reply("reply three")])  # fmt: skip
+        await session.add_items([{"role": "user", "content": "turn four"}, reply("reply four")])
+        state = await manager.get_state("a-bad")
+        pending = await session.pop_item()
+        await manager.close()
+        return state, pending
+
+    state, pending = asyncio.run(scenario())
+    assert state.turns == 3 and pending is None
+    assert state.summary == ["• turn one → reply one", "• turn two → reply two"]
+    assert [m["content"] for m in state.recent] == ["turn four", "reply four"]
+
+
+def test_a_turn_whose_store_write_failed_waits_and_is_recorded_once(manager: AsyncSessionManager,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A store failure may pass: that turn stays pending and the next add_items records it,
+    once, before the new one."""
+    from middleware.exceptions import StoreUnavailableError
+
+    async def scenario() -> Any:
+        session = MiddlewareSession("a-outage", manager)
+        real = manager.record_turn
+
+        async def down(*args: Any, **kwargs: Any) -> Any:
+            raise StoreUnavailableError("Redis store is unreachable")
+
+        monkeypatch.setattr(manager, "record_turn", down)
+        with pytest.raises(StoreUnavailableError):
+            await session.add_items([{"role": "user", "content": "turn one"}, reply("reply one")])
+        monkeypatch.setattr(manager, "record_turn", real)
+        await session.add_items([{"role": "user", "content": "turn two"}, reply("reply two")])
+        state = await manager.get_state("a-outage")
+        await manager.close()
+        return state
+
+    state = asyncio.run(scenario())
+    assert state.turns == 2 and state.summary == ["• turn one → reply one"]
+    assert [m["content"] for m in state.recent] == ["turn two", "reply two"]
+
+
 def test_parallel_calls_each_keep_their_own_result(manager: AsyncSessionManager) -> None:
     """One model response with two calls at once, then both outputs (the order the Runner
     keeps items in: each call an assistant message of its own): the failed call sets no
@@ -130,3 +188,22 @@ def test_parallel_calls_each_keep_their_own_result(manager: AsyncSessionManager)
 )  # fmt: skip
 def test_items_are_read_as_chat_messages(item: dict[str, Any], message: dict[str, Any] | None) -> None:
     assert chat_message(item) == message
+
+
+def test_runs_at_once_on_one_session_each_record_their_own_turn(manager: AsyncSessionManager) -> None:
+    """Found: three Runner.run on one session at once recorded one turn (the last input with
+    the first run's reply) and lost two for good: the SDK saves each run's input when it
+    starts and its outputs when it ends, and the runs shared one turn in progress. Each run
+    now keeps its own (the SDK passes each call its run's context)."""
+
+    async def scenario() -> Any:
+        session = MiddlewareSession("a-gather", manager)
+        await asyncio.gather(*(Runner.run(agent(), text, session=session) for text in ("one", "two", "three")))
+        state = await manager.get_state("a-gather")
+        await manager.close()
+        return state
+
+    state = asyncio.run(scenario())
+    assert state.turns == 3
+    said = [line for line in state.summary] + [f"• {state.recent[0]['content']} → {state.recent[1]['content']}"]
+    assert sorted(said) == ["• one → ok: one", "• three → ok: three", "• two → ok: two"]

@@ -125,3 +125,22 @@ def test_the_chat_history_gives_older_chains_the_composed_memory(config: Config)
     assert [m["content"] for m in SEEN[-1][1:]] == ["[Previous conversation summary]\n• one → ok: one", "Understood. I have the context.",
                                                     "two", "ok: two", "three"]  # fmt: skip
     assert shown[-2:] == ["three", "ok: three"]
+
+
+def test_the_chat_history_drops_a_turn_it_can_never_record(config: Config) -> None:
+    """Found: a message past the limits stayed pending, so every later add_messages raised and
+    recorded the turns before it again. The bad turn is dropped (its error raised); each turn
+    is recorded once and the history goes on."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from middleware.exceptions import InvalidMessageError
+
+    with SessionManager(config) as mgr:
+        history = MiddlewareChatMessageHistory("h-bad", mgr)
+        with pytest.raises(InvalidMessageError, match="limit is 200,000"):
+            history.add_messages([HumanMessage("turn one"), AIMessage("reply one"), HumanMessage("x" * 300_000), AIMessage("no")])
+        history.add_messages([HumanMessage("turn two"), AIMessage("reply two")])
+        state = mgr.get_state("h-bad")
+        shown = [m.content for m in history.messages]
+    assert state.turns == 2 and state.summary == ["• turn one → reply one"]
+    assert shown[-2:] == ["turn two", "reply two"]

@@ -32,8 +32,10 @@ def test_whole_turns_are_read_and_the_rest_left_for_later() -> None:
     }
     messages = [{"role": "user", "content": "q"}, call, {"role": "tool", "tool_call_id": "c", "content": '{"ok": true}'},
                 {"role": "assistant", "content": "done"}, {"role": "user", "content": "next"}]  # fmt: skip
-    turns, used = turns_in(messages)
-    assert used == 4 and [(t.user, t.assistant) for t in turns] == [("q", "done")]
+    ((turn, used),) = turns_in(messages)
+    assert used == 4 and (turn.user, turn.assistant) == ("q", "done")
+    assert turns_in([*messages, {"role": "assistant", "content": "again"}])[1][1] == 6
+    turns = [turn]
     assert turns[0].tool_calls[0].args == {"x": 1} and turns[0].tool_calls[0].result == {"ok": True}
 
 

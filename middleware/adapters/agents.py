@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from ..core.conversation import content_text
 from ..exceptions import require
 from ..session.manager import AsyncSessionManager
-from .memory import memory_messages, turns_in
+from .memory import memory_messages, turns_in, unrecordable
 
 __all__ = ["MiddlewareSession"]
 
@@ -56,12 +57,24 @@ def chat_message(item: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+Pending = list[tuple[Any, "dict[str, Any] | None"]]
+
+# Runs whose turn is in progress that one session keeps apart at most (the oldest is dropped
+# beyond it: a run that died mid-turn leaves its items behind, and nothing else frees them).
+MAX_RUNS_IN_PROGRESS = 256
+
+
 class MiddlewareSession:
     """An Agents SDK session whose history is the middleware's composed memory of ``session_id``.
 
     Items of a turn still in progress wait in this object until the turn is whole; recorded
     turns are kept in compact form (context keys, summary, last turn), so ``pop_item`` can
-    only take back items of the turn in progress, and returns None otherwise."""
+    only take back items of the turn in progress, and returns None otherwise.
+
+    Runs on one session at once (``asyncio.gather`` of several ``Runner.run``) each keep their
+    own turn in progress: the SDK passes each call its run's context (``wrapper``), and a
+    run's items are recorded as its own turn. An SDK that passes no context shares one turn
+    in progress among the runs."""
 
     session_settings: Any = None
 
@@ -75,8 +88,28 @@ class MiddlewareSession:
         self._owns_manager = manager is None
         self.session_id = session_id
         self.session_settings = session_settings
-        self._pending: list[Any] = []  # items of the turn in progress, as given
+        # Each run's items of its turn in progress, as given, each with its chat message (None:
+        # not kept), by the run's context (None: calls that name no run).
+        self._runs: dict[int | None, tuple[weakref.ref[Any] | None, Pending]] = {}
         self._lock = asyncio.Lock()
+
+    def _pending(self, wrapper: Any, *, create: bool = False) -> Pending:
+        """The turn in progress of the run ``wrapper`` is the context of."""
+        for key in [key for key, (ref, _) in self._runs.items() if ref is not None and ref() is None]:
+            del self._runs[key]  # runs that are gone; their ids may be reused
+        key = None if wrapper is None else id(wrapper)
+        if key in self._runs:
+            return self._runs[key][1]
+        pending: Pending = []
+        if create:
+            try:
+                ref = None if wrapper is None else weakref.ref(wrapper)
+            except TypeError:  # a context that cannot be referenced weakly: shared, as with none
+                return self._pending(None, create=True)
+            while len(self._runs) >= MAX_RUNS_IN_PROGRESS:
+                del self._runs[next(iter(self._runs))]
+            self._runs[key] = (ref, pending)
+        return pending
 
     @classmethod
     def from_url(cls, session_id: str, url: str, **kwargs: Any) -> MiddlewareSession:
@@ -85,36 +118,55 @@ class MiddlewareSession:
         session._owns_manager = True
         return session
 
-    async def get_items(self, limit: int | None = None) -> list[Any]:
-        """The composed memory as input items, then the items of the turn in progress."""
+    async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[Any]:
+        """The composed memory as input items, then the items of the run's turn in progress."""
         state = await self.manager.get_state(self.session_id)
-        items: list[Any] = [*memory_messages(state, self.manager.config, self.manager.tokenizer), *self._pending]
+        items: list[Any] = [
+            *memory_messages(state, self.manager.config, self.manager.tokenizer),
+            *(item for item, _ in self._pending(wrapper)),
+        ]
         return items[-limit:] if limit else items
 
-    async def add_items(self, items: list[Any]) -> None:
-        """Take a run's new items; record every turn they make whole."""
-        async with self._lock:
-            self._pending += [dict(item) if isinstance(item, Mapping) else item for item in items]
-            kept = [(item, chat_message(item) if isinstance(item, Mapping) else None) for item in self._pending]
-            messages = [message for _, message in kept if message is not None]
-            turns, used = turns_in(messages)
-            for turn in turns:
-                await self.manager.record_turn(
-                    self.session_id, user=turn.user, assistant=turn.assistant, tool_calls=turn.tool_calls
-                )
-            if used:
-                last = messages[used - 1]
-                self._pending = self._pending[next(i for i, (_, m) in enumerate(kept) if m is last) + 1 :]
+    async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
+        """Take a run's new items; record every turn they make whole.
 
-    async def pop_item(self) -> Any | None:
-        """Take back the last item of the turn in progress (None when there is none)."""
+        Items that are not valid are refused before any is kept. A turn that can never be
+        recorded (a message past the limits, say) is dropped from the turn in progress and
+        its error raised, so it does not block later turns; turns recorded before it stay
+        recorded, and are not recorded again. A turn whose store write failed stays pending
+        and is recorded by the next call that succeeds."""
         async with self._lock:
-            return self._pending.pop() if self._pending else None
+            given = [dict(item) if isinstance(item, Mapping) else item for item in items]
+            read = [(item, chat_message(item) if isinstance(item, Mapping) else None) for item in given]
+            pending = self._pending(wrapper, create=True)
+            pending += read
+            kept = [(index, message) for index, (_, message) in enumerate(pending) if message is not None]
+            done = 0  # items of the turn in progress recorded, or dropped as unrecordable
+            try:
+                for turn, used in turns_in([message for _, message in kept]):
+                    end = kept[used - 1][0] + 1
+                    try:
+                        await self.manager.record_turn(
+                            self.session_id, user=turn.user, assistant=turn.assistant, tool_calls=turn.tool_calls
+                        )
+                    except Exception as exc:
+                        if unrecordable(exc):
+                            done = end
+                        raise
+                    done = end
+            finally:
+                del pending[:done]
 
-    async def clear_session(self) -> None:
-        """Forget the session: its memory in the store and the turn in progress."""
+    async def pop_item(self, *, wrapper: Any = None) -> Any | None:
+        """Take back the last item of the run's turn in progress (None when there is none)."""
         async with self._lock:
-            self._pending.clear()
+            pending = self._pending(wrapper)
+            return pending.pop()[0] if pending else None
+
+    async def clear_session(self, *, wrapper: Any = None) -> None:
+        """Forget the session: its memory in the store and every run's turn in progress."""
+        async with self._lock:
+            self._runs.clear()
             await self.manager.reset(self.session_id)
 
     async def close(self) -> None:

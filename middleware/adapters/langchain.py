@@ -26,7 +26,7 @@ from ..core.state import Prompt
 from ..exceptions import ConfigError, require
 from ..session.manager import AsyncSessionManager, SessionManager
 from ..session.standalone import composer_for
-from .memory import memory_messages, prompt_memory, turns_in
+from .memory import memory_messages, prompt_memory, turns_in, unrecordable
 
 __all__ = ["MemoryMiddleware", "MiddlewareChatMessageHistory"]
 
@@ -157,11 +157,23 @@ class MiddlewareChatMessageHistory(BaseChatMessageHistory):
         return [*convert_to_messages(memory_messages(state, self.manager.config, self.manager.tokenizer)), *self._pending]
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Record every turn the messages make whole. A turn that can never be recorded (a
+        message past the limits, say) is dropped and its error raised, so it does not block
+        later turns; one whose store write failed stays pending for the next call."""
+        _as_chat(messages)  # refuses messages that are not valid before any is kept
         self._pending += list(messages)
-        turns, used = turns_in(_as_chat(self._pending))
-        for turn in turns:
-            self.manager.record_turn(self.session_id, user=turn.user, assistant=turn.assistant, tool_calls=turn.tool_calls)
-        self._pending = self._pending[used:]
+        done = 0
+        try:
+            for turn, used in turns_in(_as_chat(self._pending)):
+                try:
+                    self.manager.record_turn(self.session_id, user=turn.user, assistant=turn.assistant, tool_calls=turn.tool_calls)
+                except Exception as exc:
+                    if unrecordable(exc):
+                        done = used
+                    raise
+                done = used
+        finally:
+            del self._pending[:done]
 
     def clear(self) -> None:
         self._pending.clear()

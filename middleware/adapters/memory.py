@@ -10,10 +10,11 @@ from ..config.schema import Config
 from ..core.conversation import content_text, whole_turns
 from ..core.replies import interpret_reply
 from ..core.state import Prompt, SessionState, ToolCall
+from ..exceptions import MiddlewareError, StoreError
 from ..session.standalone import composer_for
 from ..tokens import Tokenizer
 
-__all__ = ["ChatTurn", "memory_messages", "prompt_memory", "turns_in"]
+__all__ = ["ChatTurn", "memory_messages", "prompt_memory", "turns_in", "unrecordable"]
 
 # The composer needs a current message; the adapters leave it out of what they return.
 _PLACEHOLDER = "."
@@ -45,12 +46,20 @@ class ChatTurn(NamedTuple):
     tool_calls: list[ToolCall]
 
 
-def turns_in(messages: Sequence[dict[str, Any]]) -> tuple[list[ChatTurn], int]:
+def turns_in(messages: Sequence[dict[str, Any]]) -> list[tuple[ChatTurn, int]]:
     """The whole turns among OpenAI chat ``messages`` (a user message, its tool calls and results,
-    a final assistant text), and how many messages they used up (the rest is a turn in progress)."""
-    turns, used = [], 0
+    a final assistant text), each with how many messages it and those before it use up (the
+    rest is a turn in progress)."""
+    turns = []
     for turn in whole_turns(messages):
         text, calls, _, _ = interpret_reply(list(turn[1:]))
-        turns.append(ChatTurn(content_text(turn[0].get("content"), "") or "(a message without text)", text, calls))
         used = next(i for i in range(len(messages) - 1, -1, -1) if messages[i] is turn[-1]) + 1
-    return turns, used
+        turns.append((ChatTurn(content_text(turn[0].get("content"), "") or "(a message without text)", text, calls), used))
+    return turns
+
+
+def unrecordable(exc: BaseException) -> bool:
+    """Whether a turn whose recording raised ``exc`` can never be recorded (bad input: a
+    message too long, a malformed tool call), so an adapter drops it rather than keep it
+    pending, where it would block every later turn. A store failure may pass: kept."""
+    return isinstance(exc, MiddlewareError) and not isinstance(exc, StoreError)
