@@ -166,7 +166,9 @@ class MiddlewareChatMessageHistory(BaseChatMessageHistory):
         try:
             for turn, used in turns_in(_as_chat(self._pending)):
                 try:
-                    self.manager.record_turn(self.session_id, user=turn.user, assistant=turn.assistant, tool_calls=turn.tool_calls)
+                    self.manager.record_turn(
+                        self.session_id, user=turn.user, assistant=turn.assistant, tool_calls=turn.tool_calls
+                    )
                 except Exception as exc:
                     if unrecordable(exc):
                         done = used

@@ -124,7 +124,7 @@ def errors() -> Iterator[None]:
 
 
 def checked_tenant(tenant: str | None) -> str | None:
-    if tenant is not None and not TENANT.match(tenant):
+    if tenant is not None and not TENANT.fullmatch(tenant):
         raise click.BadParameter(f"{literal(tenant[:60])}: expected letters, digits, '_', '.' or '-' (at most 48)",
                                  param_hint="--tenant")  # fmt: skip
     return tenant

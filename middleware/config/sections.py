@@ -33,7 +33,7 @@ __all__ = [
 _PROMPT_FIELDS = ("name", "instructions", "skills", "notes", "context")
 _VOLATILE = ("notes", "context")
 # A context key name: an identifier, never free text (it is printed into the system prompt).
-KEY_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
+KEY_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")  # fullmatch it: "$" matches before a trailing "\n"
 
 
 class Section(BaseModel):
@@ -110,7 +110,7 @@ class ContextConfig(Section):
     @classmethod
     def _key_names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         for key in value or ():
-            if not KEY_NAME.match(key):
+            if not KEY_NAME.fullmatch(key):
                 raise ValueError(
                     f"'{key}' is not a usable key name; expected letters, digits, '_', '.' or '-', "
                     "starting with a letter or '_', at most 64 characters"

@@ -214,7 +214,9 @@ class Composer:
         if not lines:
             return []
         summary = self.config.summary
-        text = self._summaries.get_or(tuple(lines), lambda: "\n".join([summary.header, *lines]))
+        # Each line one line (a state built by hand may hold line breaks: a line cannot start
+        # a heading); what the store holds is one line already, the fast path.
+        text = self._summaries.get_or(tuple(lines), lambda: "\n".join([summary.header, *map(one_line, lines)]))
         return [{"role": "user", "content": text}, {"role": "assistant", "content": summary.acknowledgement}]
 
     def _count(self, messages: Sequence[Mapping[str, str]]) -> int:

@@ -23,7 +23,7 @@ _SCALARS = (str, int, float, bool)
 
 def sanitize_key(key: Any) -> str | None:
     """A key name that is safe to print, or None: names are identifiers, never free text."""
-    return key if isinstance(key, str) and KEY_NAME.match(key) else None
+    return key if isinstance(key, str) and KEY_NAME.fullmatch(key) else None
 
 
 def sanitize_value(value: Any, limit: int) -> str | None:
@@ -102,14 +102,23 @@ def quoted_value(value: str, limit: int) -> str:
     return text if _BARE.fullmatch(text) else compact_json(text)
 
 
+def _label(key: str, config: ContextConfig) -> str:
+    """How a key is named in the prompt: its configured label, else the key, which the store
+    only ever holds as an identifier; a state built by hand may hold anything, shown as data
+    (a JSON string), so it cannot add a line or a heading."""
+    label = config.labels.get(key)
+    if label is not None:
+        return label
+    return key if KEY_NAME.fullmatch(key) else compact_json(one_line(key, 64))
+
+
 def render_context(context: Mapping[str, str], config: ContextConfig) -> str:
     """The Current Context section, or "" when there is nothing to show."""
     if not context:
         return ""
     lines = [config.header]
     for key, value in context.items():
-        label = config.labels.get(key, key)
-        lines.append(f"- {label}: {quoted_value(value, config.max_value_chars)}")
+        lines.append(f"- {_label(key, config)}: {quoted_value(value, config.max_value_chars)}")
     return "\n".join(lines)
 
 
@@ -119,7 +128,7 @@ def render_earlier(earlier: Mapping[str, str], config: ContextConfig) -> str:
     if not earlier:
         return ""
     lines = [config.earlier_header]
-    lines += (f"{config.labels.get(key, key)}={quoted_value(value, config.max_value_chars)}" for key, value in earlier.items())
+    lines += (f"{_label(key, config)}={quoted_value(value, config.max_value_chars)}" for key, value in earlier.items())
     return "\n".join(lines)
 
 
