@@ -68,9 +68,26 @@ def _docstring_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     return " ".join(" ".join(description).split()), params
 
 
-def _arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
-    hints = inspect.get_annotations(fn, eval_str=True)
-    _, param_docs = _docstring_parts(fn)
+def _defined(fn: Callable[..., Any]) -> Any:
+    """Where a callable's annotations and docstring live: the function itself, the function a
+    ``functools.partial`` wraps, or the ``__call__`` of an object that is called."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return fn if inspect.isroutine(fn) or isinstance(fn, type) else type(fn).__call__
+
+
+def _name_of(fn: Callable[..., Any], name: str | None) -> str:
+    """The tool's name: ``name``, else the function's own; a callable without one (a partial,
+    an object) must be given one."""
+    found = name or getattr(fn, "__name__", None)
+    if not isinstance(found, str) or not found:
+        raise InvalidToolCallError(f"A tool of type {type(fn).__name__[:40]} has no __name__; give it one: Tool(fn, name='...').")
+    return found
+
+
+def _arguments_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
+    hints = inspect.get_annotations(_defined(fn), eval_str=True)
+    _, param_docs = _docstring_parts(_defined(fn))
     fields: dict[str, Any] = {}
     for name, param in inspect.signature(fn).parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -78,7 +95,7 @@ def _arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
         annotation = hints.get(name, Any)
         default = ... if param.default is param.empty else param.default
         fields[name] = (annotation, Field(default, description=param_docs.get(name) or None))
-    return create_model(f"{fn.__name__}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+    return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
 
 
 def _compact(schema: dict[str, Any]) -> dict[str, Any]:
@@ -100,14 +117,15 @@ def _compact(schema: dict[str, Any]) -> dict[str, Any]:
 
 def tool_schema(fn: Callable[..., Any], *, name: str | None = None) -> dict[str, Any]:
     """The OpenAI tool schema of ``fn``, from its signature, type hints and docstring."""
-    description, _ = _docstring_parts(fn)
-    parameters = _compact(_arguments_model(fn).model_json_schema())
+    name = _name_of(fn, name)
+    description, _ = _docstring_parts(_defined(fn))
+    parameters = _compact(_arguments_model(fn, name).model_json_schema())
     parameters.setdefault("properties", {})
     return {
         "type": "function",
         "function": {
-            "name": name or fn.__name__,
-            "description": description or (name or fn.__name__).replace("_", " "),
+            "name": name,
+            "description": description or name.replace("_", " "),
             "parameters": parameters,
         },
     }
@@ -137,11 +155,12 @@ class Tool:
             raise InvalidToolCallError(f"A tool must be callable, got {type(self.fn).__name__}.")
         # Arguments are validated against the signature only when the schema came from it;
         # an explicit schema is the caller's contract with the model.
-        object.__setattr__(self, "_model", _arguments_model(self.fn) if self.schema is None else None)
-        schema = dict(self.schema) if self.schema is not None else tool_schema(self.fn)
+        given = self.schema is not None
+        schema = dict(self.schema) if self.schema is not None else tool_schema(self.fn, name=self.name or None)
         if "function" not in schema:  # a bare function schema: wrap it
             schema = {"type": "function", "function": schema}
-        name = self.name or schema["function"].get("name") or self.fn.__name__
+        name = self.name or schema["function"].get("name") or _name_of(self.fn, None)
+        object.__setattr__(self, "_model", None if given else _arguments_model(self.fn, name))
         schema["function"] = {**schema["function"], "name": name}
         object.__setattr__(self, "schema", schema)
         object.__setattr__(self, "name", name)

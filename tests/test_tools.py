@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from middleware import InvalidToolCallError
+from middleware import InvalidToolCallError, ToolCall
 from middleware.core.replies import ran_calls
 from middleware.core.text import CUT_MARKER
 from middleware.runner import arun
@@ -284,3 +284,45 @@ def test_a_waiting_turn_keeps_the_whole_text_of_a_result_cleared_to_fit() -> Non
     whole = {"0 a": "reading 0: steady " * 20, "1 b": "reading 1: steady", "1 c": '{"v": 1}'}
     assert _worth_keeping(whole) == {"1 c": '{"v": 1}'}
     assert _worth_keeping(whole, {"0 a"}) == {"0 a": whole["0 a"], "1 c": '{"v": 1}'}
+
+
+def test_a_partial_or_a_callable_object_is_a_tool_given_a_name() -> None:
+    """Found: functools.partial or an object with __call__ raised AttributeError ('__name__'),
+    even with name= given. With a name they are tools, their schema read from the function a
+    partial wraps (less what it binds) or from __call__; without one, an error says to give it."""
+    import functools
+
+    def weather(city: str, unit: str = "c") -> str:
+        """Weather in a city.
+
+        Args:
+            city: the city
+        """
+        return f"{city} in {unit}"
+
+    class Forecast:
+        def __call__(self, city: str) -> str:
+            """Tomorrow's weather."""
+            return city
+
+    tool = Tool(functools.partial(weather, unit="f"), name="weather_f")
+    function = tool.schema["function"]  # type: ignore[index]
+    assert function["name"] == "weather_f" and function["description"] == "Weather in a city."
+    assert function["parameters"]["properties"]["city"] == {"description": "the city", "type": "string"}
+    outcome = run_call(Toolset([tool]), "c1", "weather_f", {"city": "Oslo"})
+    assert outcome.record is not None and outcome.record.result == "Oslo in f"
+    assert Tool(Forecast(), name="forecast").schema["function"]["description"] == "Tomorrow's weather."  # type: ignore[index]
+    for nameless in (functools.partial(weather, unit="f"), Forecast()):
+        with pytest.raises(InvalidToolCallError, match=r"has no __name__; give it one: Tool\(fn, name='...'\)"):
+            Tool(nameless)
+
+
+def test_errors_about_a_tool_call_quote_a_long_value_cut_short() -> None:
+    """Found: ToolCall(ok=<12,000 characters>) and an unknown field of that length were quoted
+    whole in the error."""
+    long = "x" * 12_000
+    for make in (lambda: ToolCall(name="f", ok=long), lambda: ToolCall(name=[long]),  # type: ignore[arg-type]
+                 lambda: ToolCall.coerce({"name": "f", long: 1})):  # fmt: skip
+        with pytest.raises(InvalidToolCallError) as raised:
+            make()
+        assert len(str(raised.value)) < 300

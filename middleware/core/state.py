@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 from ..exceptions import InvalidMessageError, InvalidSessionIdError, InvalidToolCallError
-from .text import clean_text, parse_json
+from .text import clean_text, parse_json, quoted
 
 __all__ = [
     "Piece",
@@ -94,11 +94,11 @@ class ToolCall:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
-            raise InvalidToolCallError(f"ToolCall.name must be a non-empty string, got {self.name!r}.")
+            raise InvalidToolCallError(f"ToolCall.name must be a non-empty string, got {quoted(self.name, 60)}.")
         if len(self.name) > MAX_TOOL_NAME:
             raise InvalidToolCallError(f"ToolCall.name has {len(self.name)} characters; expected at most {MAX_TOOL_NAME}.")
         if not isinstance(self.ok, bool):
-            raise InvalidToolCallError(f"ToolCall.ok must be a bool, got {self.ok!r}.")
+            raise InvalidToolCallError(f"ToolCall.ok must be a bool, got {quoted(self.ok, 60)}.")
         if self.observation is not None and not isinstance(self.observation, str):
             raise InvalidToolCallError(f"ToolCall.observation must be a string, got {type(self.observation).__name__}.")
         if self.result_sent is not None and not isinstance(self.result_sent, str):
@@ -133,7 +133,8 @@ class ToolCall:
             return cls.from_openai(value, result=value.get("result"), ok=value.get("ok", True))
         unknown = set(value) - _TOOL_CALL_FIELDS
         if unknown or "name" not in value:
-            problem = f"unknown fields {sorted(map(str, unknown))[:10]}" if unknown else "no 'name'"
+            names = ", ".join(quoted(name, 40) for name in sorted(map(str, unknown))[:5])
+            problem = f"unknown fields {names}{' and more' if len(unknown) > 5 else ''}" if unknown else "no 'name'"
             raise InvalidToolCallError(
                 f"Tool call has {problem}; expected 'name' and optionally {sorted(_TOOL_CALL_FIELDS - {'name'})}."
             )
