@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -231,3 +232,23 @@ def test_any_sequence_of_turns_keeps_the_limits_and_a_valid_prompt(face: str, se
             assert all(value.isprintable() for value in state.context.values())
             assert is_valid_chat(mgr.build_messages("p", current))
     loop.close()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        {"name": "navigate_to_node", "arguments": {"node": "shop"}, "result": {"success": False, "error": "no node"}},
+        {"id": "c1", "type": "function", "function": {"name": "navigate_to_node", "arguments": '{"node": "shop"}'},
+         "result": {"error": "no node"}},
+    ],
+    ids=["fields", "openai-entry"],
+)  # fmt: skip
+def test_a_dict_call_without_ok_is_read_from_its_result_as_every_entrance_reads_it(call: dict[str, Any]) -> None:
+    """Found: record_turn took a dict call whose result said it failed as a success (ok's default),
+    so its arguments became context keys, while chat() and the endpoint mark the same call
+    failed. Without "ok", the result decides; an explicit ok still wins."""
+    with SessionManager() as mgr:
+        mgr.record_turn("failed-call", user="goto shop", assistant="No such node.", tool_calls=[call])
+        assert mgr.get_state("failed-call").context == {}
+        mgr.record_turn("told-ok", user="goto shop", assistant="Done.", tool_calls=[{**call, "ok": True}])
+        assert mgr.get_state("told-ok").context == {"node": "shop"}

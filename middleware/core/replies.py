@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..exceptions import LLMError
-from .state import ToolCall
+from .state import ToolCall, succeeded
 from .text import parse_json
 
 __all__ = [
@@ -27,17 +27,6 @@ __all__ = [
     "succeeded",
     "tool_results",
 ]
-
-
-def succeeded(result: Any) -> bool:
-    """A tool that returns ``{"success": False}`` or ``{"error": ...}`` did not succeed:
-    its arguments must not become context keys."""
-    if isinstance(result, Mapping):
-        if result.get("success") is False or result.get("ok") is False:
-            return False
-        if result.get("error") and "success" not in result:
-            return False
-    return True
 
 
 def as_dict(message: Any) -> dict[str, Any]:

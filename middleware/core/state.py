@@ -26,6 +26,7 @@ __all__ = [
     "ToolCall",
     "Turn",
     "TurnUpdate",
+    "succeeded",
 ]
 
 MAX_TOOL_NAME = 256
@@ -66,6 +67,17 @@ def _parse_arguments(arguments: Any) -> dict[str, Any] | None:
             return None
         return parsed if isinstance(parsed, dict) else None
     return None
+
+
+def succeeded(result: Any) -> bool:
+    """A tool that returns ``{"success": False}`` or ``{"error": ...}`` did not succeed:
+    its arguments must not become context keys."""
+    if isinstance(result, Mapping):
+        if result.get("success") is False or result.get("ok") is False:
+            return False
+        if result.get("error") and "success" not in result:
+            return False
+    return True
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,13 +136,14 @@ class ToolCall:
 
     @classmethod
     def coerce(cls, value: Any) -> ToolCall:
-        """``value`` as a ToolCall: a ToolCall, a mapping of its fields, or an OpenAI ``tool_calls`` entry."""
+        """``value`` as a ToolCall: a ToolCall, a mapping of its fields, or an OpenAI ``tool_calls`` entry.
+        A mapping without ``ok`` takes it from its result (``succeeded``)."""
         if isinstance(value, ToolCall):
             return value
         if not isinstance(value, Mapping):
             raise InvalidToolCallError(f"A tool call must be a ToolCall or a mapping, got {type(value).__name__}.")
         if "function" in value:  # an OpenAI tool_calls entry
-            return cls.from_openai(value, result=value.get("result"), ok=value.get("ok", True))
+            return cls.from_openai(value, result=value.get("result"), ok=value.get("ok", succeeded(value.get("result"))))
         unknown = set(value) - _TOOL_CALL_FIELDS
         if unknown or "name" not in value:
             names = ", ".join(quoted(name, 40) for name in sorted(map(str, unknown))[:5])
@@ -138,7 +151,8 @@ class ToolCall:
             raise InvalidToolCallError(
                 f"Tool call has {problem}; expected 'name' and optionally {sorted(_TOOL_CALL_FIELDS - {'name'})}."
             )
-        return cls(**value)
+        # ok left out: read from the result, as chat() and the endpoint read a tool's result.
+        return cls(**value) if "ok" in value else cls(**value, ok=succeeded(value.get("result")))
 
     @classmethod
     def from_openai(
