@@ -8,7 +8,11 @@ clients get the same memory as ``middleware serve`` gives, added by config::
 Before each call (``async_pre_call_hook``) the request's messages are replaced by the
 session's composed prompt and the turn's tool loop; after it (``async_log_success_event``)
 the turn is recorded, or kept open for the client's tool results, exactly as the endpoint
-does (``middleware.serve.turns``). The proxy makes the call itself, so the hook cannot answer
+does (``middleware.serve.turns``). A request the proxy rejects after that hook (a guardrail,
+a rate limit: ``async_post_call_failure_hook``) gives its turn's place in the session up at
+once; one the proxy never finishes for the hook (a client gone mid-stream) is let go after
+``OPEN_SECONDS`` (or ``serve.order_wait_seconds``, if longer), or when ``MAX_OPEN`` newer
+ones push it out, so the session's later turns never wait on it longer. The proxy makes the call itself, so the hook cannot answer
 the disclosure loader: the client's tools go upstream as it sent them. The session is the request's ``user``, else
 ``metadata.session_id``, else the ``X-Session-Id`` header; other requests pass untouched.
 Sessions belong to the proxy key's team, else to the key itself: a key of another team
@@ -22,6 +26,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .. import llm
@@ -30,18 +35,62 @@ from ..config.schema import Config
 from ..config.service import TENANT, tenant_name
 from ..core.text import JSON_DEPTH, json_depth
 from ..events import log
-from ..exceptions import InvalidInputError, require
+from ..exceptions import InvalidInputError, StoreError, require
 from ..lru import Lru
 from ..runner import arun
 from ..serve.session import SessionRequests
 from ..serve.turns import Exchange, Turns
 from ..session.engine import Engine
 from ..store.drivers import AsyncRedisStore, AsyncSessionStore
+from ..store.live import LEASE_SECONDS
 from ..turn.plan import Request
 
 __all__ = ["MiddlewareHook", "hook"]  # noqa: F822 (hook is made on first use, by __getattr__)
 
 require("litellm.proxy", "litellm-proxy", '"litellm[proxy]"')
+
+# How long, in seconds, a request's turn is kept for the callback that ends it (success or
+# failure) at least; ``serve.order_wait_seconds`` (plus a lease) if longer. Past it the proxy
+# is taken to have dropped the request without telling the hook (a client gone mid-stream):
+# the turn is let go, its lease no longer renewed and its place given up; a call ending
+# later still answers its client, but its turn is not recorded.
+OPEN_SECONDS = 600.0
+# At most this many turns kept open at once in one process; past it the oldest is let go alike.
+MAX_OPEN = 10_000
+
+
+@dataclass(eq=False)
+class _Open:
+    """A request's turn, from the pre-call hook to the callback that ends it: the turns, the
+    exchange, the request sent and when, the task renewing the lease on the turn's place
+    meanwhile, and the timer that lets it go if no callback ever comes."""
+
+    turns: Turns
+    exchange: Exchange
+    request: Request
+    started: float
+    lease: asyncio.Task[None]
+    expiry: asyncio.TimerHandle | None = None
+
+    def close(self) -> None:
+        """Stop renewing the lease and forget the timer (the caller settles the turn)."""
+        self.lease.cancel()
+        if self.expiry is not None:
+            self.expiry.cancel()
+
+
+class _OpenTurns(Lru[_Open]):
+    """The open turns by litellm call id; one pushed out by newer ones is let go (``dropped``)."""
+
+    def __init__(self, size: int, dropped: Any) -> None:
+        super().__init__(size)
+        self._dropped = dropped
+
+    def _touch(self, key: str) -> None:
+        self._items.move_to_end(key)
+        while len(self._items) > self._size:
+            _, evicted = self._items.popitem(last=False)
+            self._dropped(evicted)
 
 
 def session_of(data: Mapping[str, Any]) -> str | None:
@@ -74,9 +123,8 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
         self.engine = Engine(self.config)
         self.store = store if store is not None else AsyncRedisStore.from_url(self.config.store.url, self.config.store)
         self._tenants: Lru[Turns] = Lru(1_024)  # the turns of each tenant seen lately
-        # By litellm call id, from the hook to the callback: the turns, the exchange, the request
-        # sent, when, and the task renewing the lease on the turn's place meanwhile.
-        self._exchanges: Lru[tuple[Turns, Exchange, Request, float, asyncio.Task[None]]] = Lru(10_000)
+        # By litellm call id, from the hook to the callback that ends the turn (see _Open).
+        self._exchanges: Lru[_Open] = _OpenTurns(MAX_OPEN, self._let_go)
         self._requests = SessionRequests(lambda program: arun(program, self.store.send))
 
     def turns_of(self, tenant: str | None) -> Turns:
@@ -108,8 +156,11 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
         except InvalidInputError as exc:  # the proxy answers 400 with this message
             raise ValueError(str(exc)) from None
         request = exchange.calls.request()
-        call_id = data.setdefault("litellm_call_id", str(uuid.uuid4()))
-        self._exchanges.put(call_id, (turns, exchange, request, time.perf_counter(), self._requests.lease(turns, exchange)))
+        call_id = str(data.setdefault("litellm_call_id", str(uuid.uuid4())))
+        found = _Open(turns, exchange, request, time.perf_counter(), self._requests.lease(turns, exchange))
+        keep = max(OPEN_SECONDS, turns.wait + LEASE_SECONDS)
+        found.expiry = asyncio.get_running_loop().call_later(keep, self._expire, call_id, found)
+        self._exchanges.put(call_id, found)
         data["messages"] = request.messages
         if request.schemas is not None:  # the client's own, with their breakpoint where the caching rules place one
             data["tools"] = request.schemas
@@ -124,12 +175,50 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
         # Streams end here (after the proxy answered); a call finished above is not found again.
         await self._finish(kwargs, response_obj)
 
+    async def async_post_call_failure_hook(
+        self,
+        request_data: dict[str, Any],
+        original_exception: Exception,
+        user_api_key_dict: Any,
+        traceback_str: str | None = None,
+    ) -> None:
+        # The proxy answers with an error after our pre-call hook: a guardrail or a rate limit
+        # rejected the request (no success or failure event may follow), or the call failed.
+        # The turn gives its place up before the client hears, so its next request is not held
+        # behind it; a failure event still to come records the failed call's usage.
+        found = self._exchanges.get(str(request_data.get("litellm_call_id")))
+        if found is None:
+            return
+        found.lease.cancel()
+        try:
+            await self._requests.run(found.turns.pay(found.exchange))
+        except StoreError:  # given up beside the request while the store is back within HOLD_SECONDS
+            self._requests.pay(found.turns, found.exchange)
+        else:
+            self._requests.follow(found.turns, found.exchange)  # a turn whose client-side tools ran is recorded
+        status = getattr(original_exception, "status_code", None)
+        log.warning("litellm_proxy.call_rejected", session=found.exchange.session_id,
+                    status=status if isinstance(status, int) else None)  # fmt: skip
+
+    def _expire(self, call_id: str, found: _Open) -> None:
+        """No callback ended the turn in time: let it go."""
+        if self._exchanges.get(call_id) is found:
+            self._exchanges.pop(call_id)
+            self._let_go(found)
+
+    def _let_go(self, found: _Open) -> None:
+        """A turn no callback will end: its lease no longer renewed, its place given up."""
+        found.close()
+        if found.exchange.owed is not False:  # not given up already (a rejected request's, kept for its failure event)
+            log.warning("litellm_proxy.turn_abandoned", session=found.exchange.session_id)
+        self._requests.pay(found.turns, found.exchange)
+
     async def _finish(self, data: Mapping[str, Any], response: Any) -> None:
         found = self._exchanges.pop(str(data.get("litellm_call_id")))
         if found is None:
             return
-        turns, exchange, request, started, lease = found
-        lease.cancel()
+        found.close()
+        turns, exchange, request, started = found.turns, found.exchange, found.request, found.started
         if not getattr(response, "choices", None):  # nothing to record: the turn gives its place up
             self._requests.pay(turns, exchange)
             return
@@ -145,8 +234,8 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
         found = self._exchanges.pop(str(kwargs.get("litellm_call_id")))
         if found is None:
             return
-        turns, exchange, request, started, lease = found
-        lease.cancel()
+        found.close()
+        turns, exchange, request, started = found.turns, found.exchange, found.request, found.started
         error = kwargs.get("exception")
         status = llm.status_of(error) if isinstance(error, BaseException) else 502
         failed = turns.fail(exchange, request, model=str(kwargs.get("model") or ""), latency=time.perf_counter() - started,
