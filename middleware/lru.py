@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 __all__ = ["Lru"]
@@ -12,12 +13,14 @@ _V = TypeVar("_V")
 
 
 class Lru(Generic[_V]):
-    """At most ``size`` entries; the least recently used goes first."""
+    """At most ``size`` entries; the least recently used goes first, handed to ``evicted``
+    when given (called with the lock held: it must not use this map)."""
 
-    def __init__(self, size: int = 10_000) -> None:
+    def __init__(self, size: int = 10_000, evicted: Callable[[_V], None] | None = None) -> None:
         self._items: OrderedDict[str, _V] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
+        self._evicted = evicted
 
     def get(self, key: str) -> _V | None:
         with self._lock:
@@ -39,4 +42,6 @@ class Lru(Generic[_V]):
         """Mark ``key`` most recent and evict past the size (call with the lock held)."""
         self._items.move_to_end(key)
         while len(self._items) > self._size:
-            self._items.popitem(last=False)
+            _, value = self._items.popitem(last=False)
+            if self._evicted is not None:
+                self._evicted(value)

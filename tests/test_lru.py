@@ -19,3 +19,14 @@ def test_pop_returns_and_removes() -> None:
     cache: Lru[str] = Lru(4)
     cache.put("s", "prompt")
     assert cache.pop("s") == "prompt" and cache.pop("s") is None and cache.get("s") is None
+
+
+def test_an_evicted_value_is_handed_to_the_callback() -> None:
+    """What is pushed out is told (the proxy hook lets an evicted turn go); what is popped is not."""
+    gone: list[int] = []
+    lru: Lru[int] = Lru(2, evicted=gone.append)
+    for key, value in (("a", 1), ("b", 2), ("c", 3)):
+        lru.put(key, value)
+    lru.pop("b")
+    lru.put("d", 4)
+    assert gone == [1] and lru.get("c") == 3 and lru.get("d") == 4

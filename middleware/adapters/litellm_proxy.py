@@ -12,8 +12,10 @@ does (``middleware.serve.turns``). A request the proxy rejects after that hook (
 a rate limit: ``async_post_call_failure_hook``) gives its turn's place in the session up at
 once; one the proxy never finishes for the hook (a client gone mid-stream) is let go after
 ``OPEN_SECONDS`` (or ``serve.order_wait_seconds``, if longer), or when ``MAX_OPEN`` newer
-ones push it out, so the session's later turns never wait on it longer. The proxy makes the call itself, so the hook cannot answer
-the disclosure loader: the client's tools go upstream as it sent them. The session is the request's ``user``, else
+ones push it out, so the session's later turns never wait on it longer.
+
+The proxy makes the call itself, so the hook cannot answer the disclosure loader: the
+client's tools go upstream as it sent them. The session is the request's ``user``, else
 ``metadata.session_id``, else the ``X-Session-Id`` header; other requests pass untouched.
 Sessions belong to the proxy key's team, else to the key itself: a key of another team
 never reaches them, whatever session id it names.
@@ -79,20 +81,6 @@ class _Open:
             self.expiry.cancel()
 
 
-class _OpenTurns(Lru[_Open]):
-    """The open turns by litellm call id; one pushed out by newer ones is let go (``dropped``)."""
-
-    def __init__(self, size: int, dropped: Any) -> None:
-        super().__init__(size)
-        self._dropped = dropped
-
-    def _touch(self, key: str) -> None:
-        self._items.move_to_end(key)
-        while len(self._items) > self._size:
-            _, evicted = self._items.popitem(last=False)
-            self._dropped(evicted)
-
-
 def session_of(data: Mapping[str, Any]) -> str | None:
     """The session a proxied request names, if any."""
     metadata = data.get("metadata") or data.get("litellm_metadata") or {}
@@ -109,7 +97,7 @@ def tenant_of(key: Any) -> str | None:
     the key itself); None when the proxy knows no key (it checks none and none was sent)."""
     team = getattr(key, "team_id", None)
     if isinstance(team, str) and team:
-        return f"team-{team}" if TENANT.match(f"team-{team}") else tenant_name(team, "team")
+        return f"team-{team}" if TENANT.fullmatch(f"team-{team}") else tenant_name(team, "team")
     token = getattr(key, "token", None) or getattr(key, "api_key", None)
     return tenant_name(token) if isinstance(token, str) and token else None
 
@@ -124,7 +112,7 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
         self.store = store if store is not None else AsyncRedisStore.from_url(self.config.store.url, self.config.store)
         self._tenants: Lru[Turns] = Lru(1_024)  # the turns of each tenant seen lately
         # By litellm call id, from the hook to the callback that ends the turn (see _Open).
-        self._exchanges: Lru[_Open] = _OpenTurns(MAX_OPEN, self._let_go)
+        self._exchanges: Lru[_Open] = Lru(MAX_OPEN, evicted=self._let_go)  # one pushed out is let go
         self._requests = SessionRequests(lambda program: arun(program, self.store.send))
 
     def turns_of(self, tenant: str | None) -> Turns:
