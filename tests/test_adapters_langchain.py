@@ -144,3 +144,9 @@ def test_the_chat_history_drops_a_turn_it_can_never_record(config: Config) -> No
         shown = [m.content for m in history.messages]
     assert state.turns == 2 and state.summary == ["• turn one → reply one"]
     assert shown[-2:] == ["turn two", "reply two"]
+
+
+def test_a_thread_id_that_is_not_a_string_is_named(config: Config) -> None:
+    """Found: thread_id=42 was told "needs a session", as if none had been given."""
+    with SessionManager(config) as mgr, pytest.raises(ConfigError, match="found a session id of type int; expected a string"):
+        build(mgr).invoke({"messages": [{"role": "user", "content": "hi"}]}, {"configurable": {"thread_id": 42}})

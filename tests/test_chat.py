@@ -577,6 +577,9 @@ def test_wrap_refuses_replies_it_cannot_read(mgr: Manager) -> None:
     """A reply that is none of the understood shapes is a clear LLMError."""
     with pytest.raises(LLMError, match="expected a string"):
         mgr.wrap(lambda messages: 42)("w", "hi")
+    # Found: bytes were read as a list of messages and named as an int.
+    with pytest.raises(LLMError, match="returned a bytes; expected a string"):
+        mgr.wrap(lambda messages: b"hi")("w", "hi")
 
 
 def test_tool_call_records_keep_results_for_the_full_history_figure(mgr: Manager) -> None:

@@ -71,7 +71,10 @@ class MemoryMiddleware(AgentMiddleware):
 
             configurable = get_config().get("configurable") or {}
             found = configurable.get("session_id") or configurable.get("thread_id")
-        if not isinstance(found, str):
+        if found is not None and not isinstance(found, str):
+            raise ConfigError(f"MemoryMiddleware found a session id of type {type(found).__name__[:40]}; expected a string "
+                              "(session_id=, a context's session_id, or the config's thread_id).")  # fmt: skip
+        if found is None:
             raise ConfigError("MemoryMiddleware needs a session: pass session_id=, a context with session_id, or a thread_id.")
         return found
 

@@ -169,7 +169,7 @@ def interpret_reply(reply: Any) -> tuple[str, list[ToolCall], Any, str | None]:
         )
     if isinstance(reply, Mapping):
         return str(reply.get("content") or ""), calls_of(reply, {}), reply.get("usage"), None
-    if isinstance(reply, Sequence):
+    if isinstance(reply, Sequence) and not isinstance(reply, (bytes, bytearray)):  # bytes would read as ints
         messages = [as_dict(m) for m in reply]
         calls = [dataclasses.replace(c, round=run) for run, m, answers in _rounds(messages)
                  for c in calls_of(m, tool_results(answers))]  # fmt: skip
