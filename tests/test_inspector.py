@@ -158,6 +158,7 @@ def test_unknown_and_invalid_sessions(client: TestClient) -> None:
     """An unknown session is 404; an invalid id is 400, both with a JSON error."""
     missing = client.get("/api/session", params={"id": "nobody"})
     assert missing.status_code == 404 and "nobody" in missing.json()["error"]
+    assert "expected a session id as /api/sessions lists them" in missing.json()["error"]  # found: it said only "no session"
     invalid = client.get("/api/session", params={"id": "a\nb"})
     assert invalid.status_code == 400 and "control character (U+000A)" in invalid.json()["error"]
     assert client.get("/api/session").status_code == 400
@@ -182,6 +183,112 @@ def test_a_token_guards_every_route(mgr: SessionManager) -> None:
     assert guarded.get("/api/sessions", headers={"Authorization": "Bearer s3cret"}).status_code == 200
     assert guarded.get("/api/sessions", params={"token": "s3cret"}).status_code == 200
     assert guarded.get("/api/sessions", params={"token": "wrong"}).status_code == 401
+
+
+def test_a_non_ascii_token_works_in_the_header(mgr: SessionManager) -> None:
+    """Found: with the token 'pässwörd', `Authorization: Bearer pässwörd` from curl (UTF-8
+    bytes, which Starlette decodes as latin-1) was a 401 while ?token= passed. The header's
+    bytes are compared with the token's UTF-8 bytes, beyond latin-1 too."""
+    for token in ["pässwörd", "pässwörd 密码"]:
+        guarded = TestClient(create_app(mgr, token=token), base_url=LOCAL)
+        assert guarded.get("/api/sessions", headers={"Authorization": f"Bearer {token}".encode()}).status_code == 200
+        assert guarded.get("/api/sessions", params={"token": token}).status_code == 200
+        assert guarded.get("/api/sessions", headers={"Authorization": b"Bearer " + token.encode()[:-1]}).status_code == 401
+    # On a real socket, byte for byte (the test client re-encodes headers as UTF-8): curl's
+    # UTF-8 passes; the same text in latin-1 bytes is other bytes, not the token.
+    import http.client
+    from urllib.parse import urlsplit
+
+    from tests.browser import serve
+
+    with serve(create_app(mgr, token="pässwörd")) as url:
+        for value, status in [("pässwörd".encode(), 200), ("pässwörd".encode("latin-1"), 401)]:
+            connection = http.client.HTTPConnection("127.0.0.1", urlsplit(url).port, timeout=10)
+            connection.request("GET", "/api/health", headers={"Host": "localhost", "Authorization": b"bearer " + value})
+            assert connection.getresponse().status == status
+            connection.close()
+
+
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "bEaReR"])
+def test_the_bearer_scheme_is_case_insensitive(mgr: SessionManager, scheme: str) -> None:
+    """Found: `Authorization: bearer tok123` was a 401. RFC 7235: the scheme is case-insensitive."""
+    guarded = TestClient(create_app(mgr, token="tok123"), base_url=LOCAL)
+    assert guarded.get("/api/sessions", headers={"Authorization": f"{scheme} tok123"}).status_code == 200
+    assert guarded.get("/api/sessions", headers={"Authorization": f"{scheme}   tok123  "}).status_code == 200
+
+
+def test_every_token_sent_must_be_right(mgr: SessionManager) -> None:
+    """Found: a right header with ?token=wrong was a 401 and a wrong header with a right
+    ?token= a 200, as one or the other was read. Now every token sent is compared, and all
+    must be right; another scheme (a proxy's Basic) is not a token and is left alone."""
+    guarded = TestClient(create_app(mgr, token="tok123"), base_url=LOCAL)
+    right, wrong = {"Authorization": "Bearer tok123"}, {"Authorization": "Bearer nope"}
+    assert guarded.get("/api/sessions", headers=right, params={"token": "wrong"}).status_code == 401
+    assert guarded.get("/api/sessions", headers=wrong, params={"token": "tok123"}).status_code == 401
+    assert guarded.get("/api/sessions", params=[("token", "tok123"), ("token", "wrong")]).status_code == 401
+    assert guarded.get("/api/sessions", headers=right, params={"token": "tok123"}).status_code == 200
+    basic = {"Authorization": "Basic dXNlcjpwdw=="}
+    assert guarded.get("/api/sessions", headers=basic, params={"token": "tok123"}).status_code == 200
+    assert guarded.get("/api/sessions", headers=basic).status_code == 401
+
+
+@pytest.mark.parametrize("header", ["tok123", "Bearer", "Bearer ", "Basic tok123", "Bearertok123", "Token tok123"])
+def test_a_token_without_the_bearer_scheme_is_refused(mgr: SessionManager, header: str) -> None:
+    """Found: `Authorization: tok123` (no scheme) passed, though the docs and the CLI say
+    `Authorization: Bearer <token>`. A 401 says how to send it and names the scheme."""
+    guarded = TestClient(create_app(mgr, token="tok123"), base_url=LOCAL)
+    refused = guarded.get("/api/sessions", headers={"Authorization": header})
+    assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer ")
+    assert "'Authorization: Bearer <token>'" in refused.json()["error"] and "?token=" in refused.json()["error"]
+
+
+@pytest.mark.parametrize("token", ["", " Zq81-tok", "Zq81-tok ", "Zq81\nTok", "Zq81-tok\x7f", "\u2003Zq81-tok"])
+def test_a_token_that_cannot_be_sent_is_refused_at_start(
+    mgr: SessionManager, token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty token (which matched a request without one), one with spaces at its ends (the
+    header's are cut) or with control characters (no header carries them) is refused when the
+    app is made, and by `middleware inspect` in one line."""
+    import uvicorn
+    from click.testing import CliRunner
+
+    from middleware.cli import main
+    from middleware.exceptions import InvalidInputError
+    from middleware.testing import free_port
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: None)  # never serve, whatever happens
+    with pytest.raises(InvalidInputError, match="inspector token"):
+        create_app(mgr, token=token)
+    if token:  # click reads an empty variable as none given
+        result = CliRunner().invoke(main, ["inspect", "--port", str(free_port())], env={"MIDDLEWARE_INSPECT_TOKEN": token})
+        assert result.exit_code == 1 and "Error: The inspector token" in result.output and "Traceback" not in result.output
+        assert "Zq81" not in result.output  # never printed
+
+
+def test_every_response_carries_the_security_headers(mgr: SessionManager) -> None:
+    """A Content-Security-Policy allowing only the page's own inline script and style (by
+    hash) and fetches to its origin, no framing, no sniffing, no referrer: on the page, the
+    API, and the 401 and 400 answers."""
+    import base64
+    import hashlib
+    import re
+
+    client = TestClient(create_app(mgr, token="tok"), base_url=LOCAL)
+    page = client.get("/", params={"token": "tok"})
+    responses = [page, client.get("/api/sessions", params={"token": "tok"}), client.get("/api/sessions"),
+                 client.get("/api/sessions", headers={"host": "evil.example"})]  # fmt: skip
+    assert [r.status_code for r in responses] == [200, 200, 401, 400]
+    for response in responses:
+        assert response.headers["x-frame-options"] == "DENY" and response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "no-referrer"
+        assert response.headers["content-security-policy"] == page.headers["content-security-policy"]
+    policy = dict(part.strip().split(" ", 1) for part in page.headers["content-security-policy"].split(";"))
+    for tag in ["script", "style"]:
+        (block,) = re.findall(rf"<{tag}>(.*?)</{tag}>", page.text, re.S)
+        digest = base64.b64encode(hashlib.sha256(block.encode()).digest()).decode()
+        assert policy[f"{tag}-src"] == f"'sha256-{digest}'"
+    assert policy["default-src"] == "'none'" and policy["connect-src"] == "'self'" and policy["frame-ancestors"] == "'none'"
+    assert "unsafe" not in page.headers["content-security-policy"]
 
 
 @pytest.mark.parametrize("route", ["/api/sessions", "/api/health", "/api/session?id=s"])
