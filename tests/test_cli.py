@@ -113,6 +113,19 @@ def test_report_rejects_a_bad_since(demo_log: tuple[Path, str]) -> None:
     assert result.exit_code == 2 and "--since" in result.output
 
 
+def test_report_caps_a_long_since_in_its_error(demo_log: tuple[Path, str]) -> None:
+    """Found: `report --since <300 x's>` echoed all 300 characters. The value is quoted as
+    --session's is, at most 100 characters, marked where cut."""
+    for value, problem in [("x" * 300, "is not a date, a time or a duration"), ("9" * 300 + "d", "goes back beyond year 1")]:
+        result = CliRunner().invoke(main, ["report", str(demo_log[0]), "--since", value])
+        assert result.exit_code == 2 and "Invalid value for --since" in result.output, result.output
+        assert value[:60] not in result.output and f"'{value[:40]}" in result.output
+        assert "..." in result.output and f"{value[-40:]}' {problem}" in result.output
+        assert f"' {problem}; expected one like 2026-11-21, 2026-11-21T18:00Z, 30m, 2h or 7d." in result.output
+    far = CliRunner().invoke(main, ["report", str(demo_log[0]), "--since", "99999999999d"])  # found: a traceback
+    assert far.exit_code == 2 and "'99999999999d' goes back beyond year 1" in far.output and "Traceback" not in far.output
+
+
 def test_the_report_page_renders_in_headless_chromium(demo_log: tuple[Path, str], tmp_path: Path) -> None:
     """Chromium loads the page offline and paints it (a screenshot of real size and content)."""
     from tests.browser import screenshot

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..core.text import printable, printable_json
+from ..core.text import printable, printable_json, quoted
 from .console import Column, fitted_table, literal, new_console
 
 __all__ = ["report"]
@@ -39,8 +39,10 @@ def report(log: str, session: str | None, since: str | None, fmt: str, html_path
 
     try:
         moment = _parse_since(since)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--since") from None
+    except (ValueError, OverflowError) as exc:  # the value quoted as other options' are: at most 100 characters
+        problem = "goes back beyond year 1" if isinstance(exc, OverflowError) else "is not a date, a time or a duration"
+        raise click.BadParameter(f"{quoted(since, 100)} {problem}; expected one like 2026-11-21, 2026-11-21T18:00Z, "
+                                 "30m, 2h or 7d.", param_hint="--since") from None  # fmt: skip
     result = load_report(log, since=moment)
     if session is not None:
         if session not in result.sessions:
