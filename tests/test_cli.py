@@ -344,6 +344,28 @@ def test_a_page_beyond_any_listing_is_a_clear_error(real_redis_url: str) -> None
     assert "Redis" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [("--page", "0", "x>=1"), ("--page", "-5", "x>=1"), ("--page-size", "0", "1<=x<=200"),
+     ("--page-size", "100000", "1<=x<=200")],
+)  # fmt: skip
+def test_sessions_list_refuses_pages_out_of_range(option: str, value: str, expected: str) -> None:
+    """Found: --page 0 and --page-size 0 or 100000 were silently clamped, though the help
+    says "(1-200)". They are usage errors naming the value and the range (no store is asked)."""
+    result = CliRunner().invoke(main, ["--redis-url", "memory://cli-range", "sessions", "list", option, value])
+    assert result.exit_code == 2 and f"Invalid value for '{option}': {value} is not in the range {expected}" in result.output
+
+
+def test_sessions_show_of_an_unknown_session_says_where_ids_are_listed() -> None:
+    """Found: `sessions show nosuch` said only "no session 'nosuch'". It names the command
+    that lists the sessions, and quotes a long id at most 100 characters."""
+    result = CliRunner().invoke(main, ["--redis-url", "memory://cli-nosuch", "sessions", "show", "nosuch"])
+    assert result.exit_code == 1 and "no session 'nosuch'" in result.output
+    assert "`middleware sessions list` lists them" in result.output
+    long = CliRunner().invoke(main, ["--redis-url", "memory://cli-nosuch", "sessions", "show", "y" * 250])
+    assert long.exit_code == 1 and "y" * 60 not in long.output and "y" * 40 + "..." + "y" * 40 in long.output
+
+
 def test_store_options_work_after_the_command_too(real_redis_url: str) -> None:
     """Found: `sessions show X --redis-url …` said "No such option" (the option had to come
     before the subcommand). Given after it, it is used, and wins over the one before."""

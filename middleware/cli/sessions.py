@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ..core.text import printable_json
+from ..core.text import printable_json, quoted
 from .console import CliContext, errors, joined, literal, new_console, store_options, warn_if_private_store
 
 __all__ = ["print_state", "sessions"]
@@ -23,8 +23,8 @@ def sessions() -> None:
 @sessions.command("list")
 @store_options
 @click.option("--search", help="Only sessions whose id contains this text.")
-@click.option("--page", default=1, show_default=True, type=int, help="Page number (from 1).")
-@click.option("--page-size", default=20, show_default=True, type=int, help="Sessions per page (1-200).")
+@click.option("--page", default=1, show_default=True, type=click.IntRange(min=1), help="Page number (from 1).")
+@click.option("--page-size", default=20, show_default=True, type=click.IntRange(1, 200), help="Sessions per page (1-200).")
 @click.pass_obj
 def sessions_list(obj: CliContext, search: str | None, page: int, page_size: int) -> None:
     """Sessions, most recently updated first."""
@@ -65,7 +65,8 @@ def sessions_show(obj: CliContext, session_id: str, as_json: bool) -> None:
     with errors(), mgr:
         state = mgr.get_state(session_id)
     if state.is_empty:
-        raise click.ClickException(f"no session {session_id!r}")
+        raise click.ClickException(f"no session {quoted(session_id, 100)} in this store; expected a session id as "
+                                   "`middleware sessions list` lists them.")  # fmt: skip
     if as_json:
         data = {k: v for k, v in asdict(state).items() if k != "pairs"}
         click.echo(printable_json(json.dumps(data, indent=2, ensure_ascii=False)))
