@@ -423,13 +423,18 @@ def test_a_served_inspector_refuses_a_rebound_name(mgr: SessionManager) -> None:
 def test_the_cli_does_not_print_the_token_and_answers_its_own_names(monkeypatch: pytest.MonkeyPatch) -> None:
     """`middleware inspect` says where the token comes from without printing it, and serves an
     app that answers to loopback names, the address it binds and each --allowed-host."""
+    import importlib
+
     import uvicorn
     from click.testing import CliRunner
 
     from middleware.cli import main
 
+    cli_main = importlib.import_module("middleware.cli.main")  # the module: middleware.cli.main is also the command
     served: dict[str, object] = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **options: served.update(app=app, **options))
+    # 192.0.2.10 is no address of this machine: the command's listen check would refuse it first.
+    monkeypatch.setattr(cli_main, "_check_listen", lambda host, port: None)
     secret = "s3cret-Token-Value-Zq81"
     result = CliRunner().invoke(
         main,
