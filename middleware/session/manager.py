@@ -22,7 +22,15 @@ from ..core.state import Prompt, TurnUpdate
 from ..exceptions import ConfigError
 from ..llm import ProviderOptions
 from ..runner import ASend, arun, run
-from ..store.drivers import AsyncRedisStore, AsyncSessionStore, RedisStore, SessionStore, ThreadedStore
+from ..store.drivers import (
+    AsyncRedisStore,
+    AsyncSessionStore,
+    RedisStore,
+    SessionStore,
+    ThreadedStore,
+    checked_client,
+    checked_store,
+)
 from ..tools import Tool, Toolset, is_async_callable
 from ..turn.chat import AsyncChatStream, ChatResult, ChatStream, ChatTurn
 from ..turn.wrapped import NO_MESSAGE, wrapped_turn
@@ -115,6 +123,23 @@ class operation(Generic[P, T]):
         return bound
 
 
+def _client_url(client: Any) -> str:
+    """Where a given client connects, as errors and the repr name it (its password masked
+    there): redis://host:port/db, or "" where the client does not say."""
+    if type(client).__module__.startswith("fakeredis"):
+        return "memory://"
+    try:
+        if hasattr(client, "get_default_node"):  # a cluster client: the node it asks first
+            node = client.get_default_node()
+            return f"redis://{node.host}:{node.port}/0"
+        kwargs = client.connection_pool.connection_kwargs
+        if "host" in kwargs:
+            return f"redis://{kwargs['host']}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+    except Exception:  # a client that does not say
+        pass
+    return ""
+
+
 async def _then(result: Coroutine[Any, Any, Any], then: Callable[[Any], Any]) -> Any:
     return then(await result)
 
@@ -146,6 +171,7 @@ class _Manager:
     store: Any
     _driver: Any  # the store driver class
     _runner: Any  # runner.run or runner.arun
+    _async: bool  # the face: whether the store's methods are awaited
 
     def __init__(
         self,
@@ -173,7 +199,9 @@ class _Manager:
         self.config = config
         self._engine = Engine(config, connectors)
         self.tokenizer: Tokenizer = self._engine.tokenizer
-        self.store = store if store is not None else self._connect(client)
+        if store is not None and client is not None:
+            raise ConfigError("Give store= (a store) or client= (a redis-py client), not both.")
+        self.store = checked_store(store, asyncio=self._async) if store is not None else self._connect(client)
 
     @classmethod
     def from_config(cls: type[M], path: str | os.PathLike[str] | None = None, **kwargs: Any) -> M:
@@ -182,7 +210,9 @@ class _Manager:
 
     def _connect(self, client: Any) -> Any:
         driver, url = self._driver, self.config.store.url
-        return driver(client, url=url) if client is not None else driver.from_url(url, self.config.store)
+        if client is None:
+            return driver.from_url(url, self.config.store)
+        return driver(checked_client(client, asyncio=self._async), url=_client_url(client))
 
     def _async_send(self) -> ASend:
         """How async code reaches the store: directly, or through a worker thread for a sync store."""
@@ -260,7 +290,7 @@ class SessionManager(_Manager):
     """
 
     store: SessionStore
-    _driver, _runner = RedisStore, staticmethod(run)
+    _driver, _runner, _async = RedisStore, staticmethod(run), False
 
     @property
     def chat(self) -> Chat:
@@ -310,7 +340,7 @@ class AsyncSessionManager(_Manager):
     """:class:`SessionManager` for asyncio: the same methods, awaited."""
 
     store: AsyncSessionStore
-    _driver, _runner = AsyncRedisStore, staticmethod(arun)
+    _driver, _runner, _async = AsyncRedisStore, staticmethod(arun), True
 
     chat = _Manager.achat  # on this manager chat() is awaited too
 

@@ -20,11 +20,20 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from ..config.service import StoreConfig
 from ..core.effects import Batch, Plan
 from ..core.text import redact_url
-from ..exceptions import StoreError, StoreUnavailableError
+from ..exceptions import ConfigError, StoreError, StoreUnavailableError
 from ..runner import arun, run
 from .decoding import error_text
 
-__all__ = ["AsyncRedisStore", "AsyncSessionStore", "RedisStore", "SessionStore", "ThreadedStore", "make_client"]
+__all__ = [
+    "AsyncRedisStore",
+    "AsyncSessionStore",
+    "RedisStore",
+    "SessionStore",
+    "ThreadedStore",
+    "checked_client",
+    "checked_store",
+    "make_client",
+]
 
 T = TypeVar("T")
 
@@ -131,7 +140,21 @@ class RedisStore(_Driver):
 
 
 class AsyncRedisStore(_Driver):
-    """An ``AsyncSessionStore`` over a ``redis.asyncio`` client (fakeredis for ``memory://``)."""
+    """An ``AsyncSessionStore`` over a ``redis.asyncio`` client (fakeredis for ``memory://``).
+
+    A ``redis.asyncio`` client belongs to the event loop it first ran on: its pool's lock
+    and its connections' streams do. A store made from a URL makes a client for each new
+    loop it is used on (``asyncio.run`` per call, a worker thread's loop), and closes the
+    old one as that loop shuts down (``asyncio.run`` and ``loop.shutdown_asyncgens()`` let
+    it); a client left on a loop that closed without that is dropped, never awaited. A
+    client given by the caller cannot be remade: on another loop it is refused before
+    anything is sent."""
+
+    def __init__(self, client: Any, *, url: str = "", owns_client: bool = False, config: StoreConfig | None = None) -> None:
+        super().__init__(client, url=url, owns_client=owns_client)
+        self._config = config  # to make a client for another loop (a store made from a URL)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop ``client`` runs on
+        self._closer: Any = None  # the async generator that closes ``client`` as its loop shuts down
 
     @classmethod
     def from_url(cls, url: str, config: StoreConfig) -> AsyncSessionStore:
@@ -141,9 +164,29 @@ class AsyncRedisStore(_Driver):
         client has been initialized), while the sync client sends one round trip."""
         if config.cluster and not url.startswith("memory://"):
             return ThreadedStore(RedisStore.from_url(url, config))
-        return cls(make_client(url, config, asyncio=True), url=url, owns_client=True)
+        return cls(make_client(url, config, asyncio=True), url=url, owns_client=True, config=config)
+
+    async def _on_this_loop(self) -> None:
+        """Make ``client`` the running loop's (see the class)."""
+        loop = asyncio.get_running_loop()
+        if loop is self._loop:
+            return
+        if self._loop is not None:
+            if self._config is None:
+                raise StoreError(
+                    f"The redis.asyncio client given for store {redact_url(self.url)} was made for another event loop, "
+                    "and a client cannot move between loops (its pool and connections belong to the first). Nothing "
+                    "was sent. Make the client on this loop, or give redis_url= and the manager makes one per loop."
+                )
+            self.client = make_client(self.url, self._config, asyncio=True)  # the old one is its loop's to close
+        self._loop = loop
+        if self._owns_client:
+            self._closer = _closer(self.client)
+            await anext(self._closer)  # now registered with the loop: closed by its shutdown_asyncgens()
 
     async def send(self, batch: Batch) -> list[Any]:
+        if asyncio.get_running_loop() is not self._loop:
+            await self._on_this_loop()
         method = self._single(batch)
         try:
             return [await method(*batch.commands[0][1:])] if method else await self._pipeline(batch).execute(raise_on_error=False)
@@ -154,8 +197,21 @@ class AsyncRedisStore(_Driver):
         return await arun(plan, self.send)
 
     async def close(self) -> None:
-        if self._owns_client:
+        if self._loop is not None and self._loop is not asyncio.get_running_loop():
+            return  # a client on another loop is that loop's to close (see the class)
+        closer, self._closer, self._loop = self._closer, None, None
+        if closer is not None:
+            await closer.aclose()  # closes the client
+        elif self._owns_client:
             await self.client.aclose()
+
+
+async def _closer(client: Any) -> Any:
+    """Suspended once, closes ``client`` when its loop's ``shutdown_asyncgens()`` closes it."""
+    try:
+        yield
+    finally:
+        await client.aclose()
 
 
 class ThreadedStore:
@@ -176,6 +232,58 @@ class ThreadedStore:
 
     def __repr__(self) -> str:
         return repr(self.store)
+
+
+# --- what a manager is given ---------------------------------------------------
+
+
+def _kind(value: Any) -> str:
+    """A value's type as an error names it (never the value: a URL may hold a password)."""
+    kind = type(value)
+    return (kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}")[:80]
+
+
+def checked_client(client: Any, *, asyncio: bool) -> Any:
+    """``client`` if it is a redis-py client for the manager's face (``asyncio``: a
+    ``redis.asyncio`` one) that replies in bytes, as every store read expects; else a
+    ConfigError naming its type and what was expected."""
+    import redis
+    import redis.asyncio
+    import redis.asyncio.cluster
+    import redis.cluster
+
+    sync_kinds, async_kinds = (redis.Redis, redis.cluster.RedisCluster), (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)
+    manager, expected = ("AsyncSessionManager", "a redis.asyncio client (redis.asyncio.Redis)") if asyncio else (
+        "SessionManager", "a redis-py client (redis.Redis or redis.cluster.RedisCluster)")  # fmt: skip
+    given = f"client is a {_kind(client)}; {manager} expects {expected}"
+    if isinstance(client, (str, bytes)):
+        raise ConfigError(f"{given}. Give a URL as redis_url=, not client=.", key="client")
+    if isinstance(client, async_kinds if not asyncio else sync_kinds):
+        other = "SessionManager" if asyncio else "AsyncSessionManager"
+        raise ConfigError(f"{given}. This client is for {other}: use that manager, or a client of this one's kind.", key="client")
+    if not isinstance(client, async_kinds if asyncio else sync_kinds):
+        raise ConfigError(f"{given}. To run the store's commands through something else, give store= instead.", key="client")
+    encoder = getattr(client, "get_encoder", None)
+    if callable(encoder) and getattr(encoder(), "decode_responses", False):
+        raise ConfigError(
+            f"client ({_kind(client)}) was made with decode_responses=True; the store reads bytes (stored records "
+            "are decoded where they are read): make the client without decode_responses, or give redis_url=.",
+            key="client",
+        )
+    return client
+
+
+def checked_store(store: Any, *, asyncio: bool) -> Any:
+    """``store`` if it has the contract of the manager's face (``SessionStore``, or with
+    ``asyncio`` ``AsyncSessionStore``, whose ``send`` is awaited); else a ConfigError."""
+    contract, manager = ("AsyncSessionStore", "AsyncSessionManager") if asyncio else ("SessionStore", "SessionManager")
+    given = f"store is a {_kind(store)}; {manager} expects {'an' if asyncio else 'a'} {contract} (send(batch), execute(plan), close())"
+    if not isinstance(store, AsyncSessionStore if asyncio else SessionStore):
+        raise ConfigError(f"{given}. For a redis-py client give client=, for a URL redis_url=.", key="store")
+    if inspect.iscoroutinefunction(store.send) != asyncio:
+        hint = "wrap a sync store in ThreadedStore(store)" if asyncio else "use AsyncSessionManager for an async store"
+        raise ConfigError(f"{given}, and its send is {'not ' if asyncio else ''}a coroutine function: {hint}.", key="store")
+    return store
 
 
 # --- clients -----------------------------------------------------------------
