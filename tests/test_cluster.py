@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
-from middleware import Config, ToolCall
+from middleware import Config, StoreUnavailableError, ToolCall
 from middleware.demo.device import LAB
 from middleware.store.keys import session_keys
 from middleware.testing import RedisCluster
@@ -89,3 +92,34 @@ def test_notes_and_users_on_the_cluster(mgr: Manager) -> None:
     assert "> - likes google_tv" in mgr.build_messages(sid, "hi")[0]["content"]
     assert len(mgr.notes("alice", "atlas").split("\n\n")) == 11
     assert mgr.ping() is True
+
+
+def test_a_hung_node_costs_one_timeout_and_a_timed_out_write_says_the_turn_may_be_recorded(
+    cluster_config: Config, redis_cluster: RedisCluster, face: str, loop: asyncio.AbstractEventLoop
+) -> None:
+    """A session's node that accepts and never answers (SIGSTOP): each call fails after one
+    store.timeout_seconds, as on a single server (redis-py's cluster client retried the
+    timeout, sending the write again and doubling the wait); a timed-out record says the
+    turn may have been recorded, and it was: once."""
+    timeout = 1.0
+    config = cluster_config.with_overrides(store={"timeout_seconds": timeout})
+    node = redis_cluster.node_of(session_keys("mw", "hung")[0])
+    assert node.proc is not None
+    with open_manager(face, config, loop) as manager:
+        manager.record_turn("hung", user="goto shop", assistant="ok", tool_calls=[NAV])
+        os.kill(node.proc.pid, signal.SIGSTOP)
+        try:
+            for call, said in (
+                (lambda: manager.record_turn("hung", user="goto home", assistant="ok"), "The turn may have been recorded"),
+                (lambda: manager.get_state("hung"), "Timeout"),
+            ):
+                started = time.monotonic()
+                with pytest.raises(StoreUnavailableError, match=said) as info:
+                    call()
+                assert timeout * 0.8 < time.monotonic() - started < timeout * 1.5
+                assert ("may have been recorded" in str(info.value)) == (said != "Timeout")
+        finally:
+            os.kill(node.proc.pid, signal.SIGCONT)
+        redis_cluster.wait_ok()
+        state = manager.get_state("hung")
+        assert state.turns == 2 and [m["content"] for m in state.recent[-2:]] == ["goto home", "ok"]

@@ -113,10 +113,13 @@ class RedisStore(_Driver):
 
     def send(self, batch: Batch) -> list[Any]:
         method = self._single(batch)
+        _CALL.hung = set()  # see _OneTimeout
         try:
             return [method(*batch.commands[0][1:])] if method else self._pipeline(batch).execute(raise_on_error=False)
         except Exception as exc:
             return self._failed(exc, single=method is not None)
+        finally:
+            _CALL.hung = None
 
     def _script(self, *args: Any) -> Any:
         """A script (``EVALSHA``/``EVAL`` and its arguments) run on a pooled connection as
@@ -356,7 +359,8 @@ def _client_options(config: StoreConfig, *, asyncio: bool) -> dict[str, Any]:
 
     redis-py's default (10 retries with exponential backoff) would hold a caller for
     tens of seconds during an outage. One retry heals a pooled connection left stale
-    by a server restart; a timeout is not retried, so a hung server costs one timeout.
+    by a server restart; a timeout is not retried, so a hung server costs one timeout
+    (on a cluster too: see ``_OneTimeout``).
     """
     import redis
     from redis.backoff import NoBackoff
@@ -372,6 +376,50 @@ def _client_options(config: StoreConfig, *, asyncio: bool) -> dict[str, Any]:
     }
 
 
+_CALL = threading.local()  # hung: the nodes that timed out in this thread's store call under way, or None
+
+
+class _OneTimeout:
+    """A cluster node connection that, within one store call, sends a node that timed out
+    nothing more. redis-py's cluster client retries a timeout (its ``retry``'s count, and a
+    pipeline's timed-out commands once each, whatever that count): each retry waits
+    another timeout, and sends a write the node may have applied again. One retry on a
+    connection error stays (a stale connection to a restarted node): that command never
+    reached the node. Outside a store call (``RedisStore.send``) it is a plain connection."""
+
+    host: str
+    port: int
+
+    def _once(self, call: Any, *args: Any, **kwargs: Any) -> Any:
+        import redis
+
+        hung = getattr(_CALL, "hung", None)
+        if hung is not None and (self.host, self.port) in hung:
+            raise redis.TimeoutError(f"Timeout: {self.host}:{self.port} did not answer in time; not sent again")
+        try:
+            return call(*args, **kwargs)
+        except redis.TimeoutError:
+            if hung is not None:
+                hung.add((self.host, self.port))
+            raise
+
+    def connect_check_health(self, *args: Any, **kwargs: Any) -> Any:
+        return self._once(super().connect_check_health, *args, **kwargs)  # type: ignore[misc]
+
+    def send_packed_command(self, *args: Any, **kwargs: Any) -> Any:
+        return self._once(super().send_packed_command, *args, **kwargs)  # type: ignore[misc]
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        return self._once(super().read_response, *args, **kwargs)  # type: ignore[misc]
+
+
+@functools.cache
+def _one_timeout_connection() -> type[Any]:
+    from redis.connection import Connection
+
+    return type("OneTimeoutConnection", (_OneTimeout, Connection), {"__module__": __name__})
+
+
 def make_client(url: str, config: StoreConfig, *, asyncio: bool = False) -> Any:
     """A redis-py client for ``url``: ``memory://[name]`` is an in-process fakeredis
     server shared by name; with ``config.cluster`` the URL names any node of a Redis Cluster."""
@@ -384,6 +432,8 @@ def make_client(url: str, config: StoreConfig, *, asyncio: bool = False) -> Any:
     if config.cluster:
         from redis.cluster import RedisCluster
 
+        if url.startswith("redis://"):  # rediss:// brings its own connection class (see _OneTimeout)
+            options["connection_class"] = _one_timeout_connection()
         return RedisCluster.from_url(url, **options)
     if asyncio:
         import redis.asyncio as aioredis

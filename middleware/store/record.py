@@ -24,7 +24,7 @@ import orjson
 
 from ..core.effects import Batch, Command, Plan
 from ..core.state import TurnUpdate
-from ..exceptions import StoreError
+from ..exceptions import StoreError, StoreUnavailableError
 from .decoding import checked, error_text, text_of
 from .keys import POSTINGS, Layout, recorded_keys
 from .scripts import Arguments, Script, no_script
@@ -148,9 +148,18 @@ def record(layout: Layout, session_id: str, update: TurnUpdate, *, now: float, v
     reply lost) writes nothing and says so. On a cluster the listing index, in another
     slot, follows in a round trip of its own that never fails the turn."""
     command = record_command(layout, session_id, update, now=now, vectors=vectors)
-    (reply,) = yield Batch([command])
-    if no_script(reply):
-        (reply,) = yield Batch([RECORD.by_text(command)])
+    try:
+        (reply,) = yield Batch([command])
+        if no_script(reply):
+            (reply,) = yield Batch([RECORD.by_text(command)])
+    except StoreUnavailableError as exc:
+        if type(exc.__cause__).__name__ != "TimeoutError":  # no connection: the write did not go out (a lost reply was retried)
+            raise
+        raise StoreUnavailableError(
+            f"{exc}. The turn may have been recorded: the write was sent and its reply did not come in time. "
+            "Read the session's turn count (get_state) before recording it again; with store.on_store_error: "
+            "degrade the turn is held instead, and written once."
+        ) from exc
     turns, written, *repaired = checked([reply])[0]
     recorded = Recorded(int(turns), bool(written), tuple(map(text_of, repaired)))
     if layout.cluster and written:
