@@ -97,10 +97,13 @@ class RedisStore(_Driver):
     def __init__(self, client: Any, *, url: str = "", owns_client: bool = False) -> None:
         super().__init__(client, url=url, owns_client=owns_client)
         self._pool = _plain_pool(client)
+        self._one_timeout = False  # a cluster client of make_client's: its node connections are _OneTimeout
 
     @classmethod
     def from_url(cls, url: str, config: StoreConfig) -> RedisStore:
-        return cls(make_client(url, config), url=url, owns_client=True)
+        store = cls(make_client(url, config), url=url, owns_client=True)
+        store._one_timeout = config.cluster and url.startswith("redis://")
+        return store
 
     def _single(self, batch: Batch) -> Any:
         """As ``_Driver._single``; a script on a plain client nothing watches goes by
@@ -112,14 +115,20 @@ class RedisStore(_Driver):
         return method
 
     def send(self, batch: Batch) -> list[Any]:
-        method = self._single(batch)
+        if not self._one_timeout:
+            return self._send(batch)
         _CALL.hung = set()  # see _OneTimeout
+        try:
+            return self._send(batch)
+        finally:
+            _CALL.hung = None
+
+    def _send(self, batch: Batch) -> list[Any]:
+        method = self._single(batch)
         try:
             return [method(*batch.commands[0][1:])] if method else self._pipeline(batch).execute(raise_on_error=False)
         except Exception as exc:
             return self._failed(exc, single=method is not None)
-        finally:
-            _CALL.hung = None
 
     def _script(self, *args: Any) -> Any:
         """A script (``EVALSHA``/``EVAL`` and its arguments) run on a pooled connection as
