@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from typing import Any
 
@@ -22,6 +23,7 @@ from middleware import (
     is_valid_chat,
     load_config,
 )
+from middleware.exceptions import ConfigError, InvalidInputError
 from middleware.testing import capture_events
 from tests.conftest import ATLAS_PATH, FACES, Manager, ManagerFactory, open_manager
 from tests.strategies import turns
@@ -252,3 +254,29 @@ def test_a_dict_call_without_ok_is_read_from_its_result_as_every_entrance_reads_
         assert mgr.get_state("failed-call").context == {}
         mgr.record_turn("told-ok", user="goto shop", assistant="Done.", tool_calls=[{**call, "ok": True}])
         assert mgr.get_state("told-ok").context == {"node": "shop"}
+
+
+@pytest.mark.parametrize(
+    ("call", "fragment"),
+    [
+        (lambda mgr: mgr.chat("s", "hi", model=5), "model is of type int; expected a litellm model string"),
+        (lambda mgr: mgr.prepare("s", "hi", model="x" * 300), "model has 300 characters; expected a litellm model string"),
+        (lambda mgr: mgr.budget([1]), "model is of type list"),
+        (lambda mgr: mgr.list_sessions(search=5), "search is of type int; expected a string"),
+        (lambda mgr: mgr.list_sessions(page="1"), "page is '1' (a str); expected an integer."),
+        (lambda mgr: mgr.list_sessions(page_size=True), "page_size is True (a bool); expected an integer."),
+        (lambda mgr: mgr.inspect("s", traces=1.5), "traces is 1.5 (a float); expected an integer."),
+    ],
+    ids=["chat-model", "long-model", "budget", "search", "page-str", "page-size-bool", "traces-float"],
+)
+def test_arguments_of_the_wrong_type_are_named(call: Any, fragment: str) -> None:
+    """Found: each raised AttributeError or TypeError from deep inside ('int' object has no
+    attribute 'startswith'), or read a string, a float or a bool as a page number."""
+    with SessionManager() as mgr, pytest.raises(InvalidInputError, match=re.escape(fragment)):
+        call(mgr)
+
+
+def test_a_prompt_that_is_not_a_string_is_named() -> None:
+    for name in ("system_prompt", "instructions"):
+        with pytest.raises(ConfigError, match=f"{name} is of type int; expected a string."):
+            SessionManager(**{name: 5})

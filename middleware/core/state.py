@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 MAX_TOOL_NAME = 256
+MAX_MODEL = 256  # characters of a model name a call may give (a litellm model string is far shorter)
 _TOOL_CALL_FIELDS = frozenset({"name", "arguments", "result", "ok", "id", "observation"})
 
 

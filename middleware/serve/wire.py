@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from ..core.conversation import messages_kind
-from ..core.state import MAX_TOOL_NAME
+from ..core.state import MAX_MODEL, MAX_TOOL_NAME
 from ..core.text import JSON_DEPTH, json_depth
 from ..exceptions import InvalidRequestError
 
@@ -29,9 +29,8 @@ FORWARDED = frozenset({
 # Read here and not forwarded: the session's metadata, our own stream options.
 KNOWN = FORWARDED | {"model", "messages", "tools", "stream", "stream_options", "metadata", "store"}
 _SHOWN = 40
-# A litellm model string ('provider/model', a deployment's name or ARN) is far shorter; a
-# longer one is refused before anything (litellm, an error's hint, a log line) reads it whole.
-MAX_MODEL = 256
+# MAX_MODEL: a longer model name is refused before anything (litellm, an error's hint, a log
+# line) reads it whole.
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
           408: "timeout_error", 409: "conflict_error", 413: "invalid_request_error", 422: "invalid_request_error",
           429: "rate_limit_error"}  # fmt: skip

@@ -163,7 +163,7 @@ class Engine:
         """The session and the archive's pieces for ``message``, with the replies of commands
         sent ahead in the same round trip (the endpoint's arrival), and the turn records a
         turn to ``model`` (None: the configured one) may resend of a young session."""
-        traces = self._planner.reads_traces(model or self._config.model)
+        traces = self._planner.reads_traces(self._ops.model(model) or self._config.model)
         return self._ops.load(session_id, message, ahead=ahead, traces=traces)
 
     def plan_turn(
@@ -171,7 +171,7 @@ class Engine:
         loaded: Loaded | None = None, system: str | None = None, saved: Mapping[str, Any] | None = None,
     ) -> Program[TurnPlan]:  # fmt: skip
         """The plan of a turn (see ``TurnPlanner.plan``); ``model`` None: the configured one."""
-        return self._planner.plan(session_id, message, model=model or self._config.model, toolset=toolset, exact=exact,
+        return self._planner.plan(session_id, message, model=self._ops.model(model) or self._config.model, toolset=toolset, exact=exact,
                                   disclose=disclose, loaded=loaded, system=system, saved=saved)  # fmt: skip
 
     def call_made(self, call: CallMade, *, after_results: bool, offered: bool) -> dict[str, Any]:

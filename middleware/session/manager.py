@@ -188,6 +188,9 @@ class _Manager:
         if not isinstance(config, Config):
             raise ConfigError(f"config is a {type(config).__name__[:40]}; expected a Config (Config.model_validate(settings) "
                               "for a mapping, load_config(path) for a file).")  # fmt: skip
+        for name, text in (("system_prompt", system_prompt), ("instructions", instructions)):
+            if text is not None and not isinstance(text, str):
+                raise ConfigError(f"{name} is of type {type(text).__name__[:40]}; expected a string.")
         if system_prompt is not None and instructions is not None:
             raise ConfigError("Give system_prompt (your whole prompt) or instructions (for the default one), not both.")
         if system_prompt is not None:

@@ -22,6 +22,7 @@ from ..core.archive import Candidate, query_terms
 from ..core.composer import MAX_TOOLS_RECORDED, Composer
 from ..core.effects import Command, Program
 from ..core.state import (
+    MAX_MODEL,
     Prompt,
     SessionPage,
     SessionState,
@@ -34,7 +35,7 @@ from ..core.state import (
 )
 from ..core.text import cut_middle, redact_secrets
 from ..events import debug_enabled, log
-from ..exceptions import InvalidToolCallError, StoreError
+from ..exceptions import InvalidInputError, InvalidToolCallError, StoreError
 from ..lru import Lru
 from ..store.decoding import Loaded
 from ..store.keys import Layout
@@ -98,6 +99,18 @@ class SessionOperations:
     def user_message(self, value: Any) -> str:
         return check_user_message(value, limit=self.config.tokens.max_message_chars)
 
+    @staticmethod
+    def model(value: Any) -> str | None:
+        """A model name given to a call (None or "": the configured one); InvalidInputError
+        naming its type, or its length past MAX_MODEL (a litellm model string is short)."""
+        if value is None or (isinstance(value, str) and len(value) <= MAX_MODEL):
+            return value or None
+        if not isinstance(value, str):
+            raise InvalidInputError(
+                f"model is of type {type(value).__name__[:40]}; expected a litellm model string such as 'openai/gpt-4o-mini'."
+            )
+        raise InvalidInputError(f"model has {len(value):,} characters; expected a litellm model string of at most {MAX_MODEL}.")
+
     def turn(self, user: Any, assistant: Any, tool_calls: Iterable[Any] | None) -> Turn:
         if tool_calls is not None and (isinstance(tool_calls, (str, bytes, Mapping)) or not isinstance(tool_calls, Iterable)):
             raise InvalidToolCallError(f"tool_calls must be a list of tool calls, got {type(tool_calls).__name__}.")
@@ -113,9 +126,10 @@ class SessionOperations:
         """The prompt cap: tokens.budget, else the model's context window minus reply_reserve."""
         try:
             return self._budgets[model]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: an unhashable model, refused below
+            name = self.model(model)
             tokens = self.config.tokens
-            window = context_window(model or tokens.model) if tokens.budget is None else None
+            window = context_window(name or tokens.model) if tokens.budget is None else None
             cap = tokens.budget if tokens.budget is not None else max(window - tokens.reply_reserve, 64) if window else None
             return self._budgets.setdefault(model, cap)
 

@@ -84,8 +84,17 @@ _GLOB_SPECIAL = str.maketrans({c: f"\\{c}" for c in "*?[]\\"})
 MAX_PAGE = 1_000_000_000
 
 
+def _whole(name: str, value: Any) -> int:
+    """``value`` if it is an int (a bool, a float or a numeric string is not: refused, naming it)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{name} is {quoted(value, 40)} (a {type(value).__name__[:40]}); expected an integer.")
+    return value
+
+
 def page_bounds(page: int, page_size: int) -> tuple[int, int]:
-    """Page clamped to at least 1 and size to 1..200; returns (page, size)."""
+    """Page clamped to at least 1 and size to 1..200; returns (page, size). Values that are
+    not integers are refused (a float or a string was read as one)."""
+    page, page_size = _whole("page", page), _whole("page_size", page_size)
     if int(page) > MAX_PAGE:
         raise InvalidInputError(f"Page {quoted(int(page), 40)} is out of range; expected a page number up to {MAX_PAGE:,}.")
     return max(1, int(page)), min(max(1, int(page_size)), 200)
@@ -111,6 +120,10 @@ def _index_page(layout: Layout, search: str | None, page: int, page_size: int) -
 def list_sessions(layout: Layout, *, search: str | None = None, page: int = 1, page_size: int = 20) -> Plan[SessionPage]:
     """Sessions newest first, optionally those whose id contains ``search``; ids the index
     holds but the store no longer does (expired, deleted) are dropped from it."""
+    if search is not None and not isinstance(search, str):
+        raise InvalidInputError(
+            f"search is of type {type(search).__name__[:40]}; expected a string (part of a session id) or None."
+        )
     page, page_size = page_bounds(page, page_size)
     rows, total = yield from _index_page(layout, search, page, page_size)
     commands = [cmd for sid, _ in rows for cmd in load_commands(layout.session(sid))]
@@ -141,7 +154,9 @@ def inspect(layout: Layout, session_id: str, *, traces: int = 100) -> Plan[Inspe
     """The session's state, its last ``traces`` turn records and its last prompt, in one
     round trip (a second for the notes of a session with an owner)."""
     keys = layout.session(session_id)
-    count = min(max(traces, 1), 100_000)  # no writer keeps more (traces.max_entries); a huge count fails in Redis
+    count = min(
+        max(_whole("traces", traces), 1), 100_000
+    )  # no writer keeps more (traces.max_entries); a huge count fails in Redis
     replies = yield Batch([*load_commands(keys), ("lrange", keys.traces, -count, -1), ("get", keys.prompt)])
     loaded = decode_state(session_id, replies[:LOAD_REPLIES], layout)
     state, corrupt = loaded.state, loaded.corrupt
