@@ -89,12 +89,12 @@ def _arguments_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
     hints = inspect.get_annotations(_defined(fn), eval_str=True)
     _, param_docs = _docstring_parts(_defined(fn))
     fields: dict[str, Any] = {}
-    for name, param in inspect.signature(fn).parameters.items():
+    for argument, param in inspect.signature(fn).parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        annotation = hints.get(name, Any)
+        annotation = hints.get(argument, Any)
         default = ... if param.default is param.empty else param.default
-        fields[name] = (annotation, Field(default, description=param_docs.get(name) or None))
+        fields[argument] = (annotation, Field(default, description=param_docs.get(argument) or None))
     return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
 
 

@@ -95,9 +95,9 @@ def page_bounds(page: int, page_size: int) -> tuple[int, int]:
     """Page clamped to at least 1 and size to 1..200; returns (page, size). Values that are
     not integers are refused (a float or a string was read as one)."""
     page, page_size = _whole("page", page), _whole("page_size", page_size)
-    if int(page) > MAX_PAGE:
-        raise InvalidInputError(f"Page {quoted(int(page), 40)} is out of range; expected a page number up to {MAX_PAGE:,}.")
-    return max(1, int(page)), min(max(1, int(page_size)), 200)
+    if page > MAX_PAGE:
+        raise InvalidInputError(f"Page {quoted(page, 40)} is out of range; expected a page number up to {MAX_PAGE:,}.")
+    return max(1, page), min(max(1, page_size), 200)
 
 
 def _index_page(layout: Layout, search: str | None, page: int, page_size: int) -> Plan[tuple[list[tuple[str, float]], int]]:
@@ -154,9 +154,8 @@ def inspect(layout: Layout, session_id: str, *, traces: int = 100) -> Plan[Inspe
     """The session's state, its last ``traces`` turn records and its last prompt, in one
     round trip (a second for the notes of a session with an owner)."""
     keys = layout.session(session_id)
-    count = min(
-        max(_whole("traces", traces), 1), 100_000
-    )  # no writer keeps more (traces.max_entries); a huge count fails in Redis
+    # No writer keeps more than 100,000 (traces.max_entries); a huge count fails in Redis.
+    count = min(max(_whole("traces", traces), 1), 100_000)
     replies = yield Batch([*load_commands(keys), ("lrange", keys.traces, -count, -1), ("get", keys.prompt)])
     loaded = decode_state(session_id, replies[:LOAD_REPLIES], layout)
     state, corrupt = loaded.state, loaded.corrupt
