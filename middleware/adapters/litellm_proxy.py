@@ -34,7 +34,7 @@ from typing import Any
 from .. import llm
 from ..config.files import load_config
 from ..config.schema import Config
-from ..config.service import TENANT, tenant_name
+from ..config.service import DIGESTED, TENANT, tenant_name
 from ..core.text import JSON_DEPTH, json_depth
 from ..events import log
 from ..exceptions import InvalidInputError, StoreError, require
@@ -97,7 +97,8 @@ def tenant_of(key: Any) -> str | None:
     the key itself); None when the proxy knows no key (it checks none and none was sent)."""
     team = getattr(key, "team_id", None)
     if isinstance(team, str) and team:
-        return f"team-{team}" if TENANT.fullmatch(f"team-{team}") else tenant_name(team, "team")
+        literal = f"team-{team}"  # a team id of the digested form is digested too, so no team takes another's digest
+        return literal if TENANT.fullmatch(literal) and not DIGESTED.fullmatch(literal) else tenant_name(team, "team")
     token = getattr(key, "token", None) or getattr(key, "api_key", None)
     return tenant_name(token) if isinstance(token, str) and token else None
 

@@ -119,6 +119,20 @@ class ApiKey(Section):
     key: str = Field(min_length=1, repr=False)
     tenant: str = Field(pattern=TENANT.pattern)
 
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str) -> str:
+        if DIGESTED.fullmatch(value):
+            raise ValueError(
+                f"tenant {value!r} has the form of a digested name (key- or team- and 16 hex digits), which is kept "
+                "for digests of keys and team ids; expected another name"
+            )
+        return value
+
+
+# The form tenant_name gives: no tenant named by hand may take it, or it could share a digested tenant's memory.
+DIGESTED = re.compile(r"(key|team)-[0-9a-f]{16}")
+
 
 def tenant_name(secret: str, kind: str = "key") -> str:
     """The tenant of a key given alone (or of another name that cannot appear in key names):
