@@ -15,8 +15,8 @@ import redis
 from middleware import Config, StoreUnavailableError, ToolCall
 from middleware.demo.device import LAB
 from middleware.store.keys import session_keys
-from middleware.testing import RedisCluster
-from tests.conftest import Manager, concurrently, open_manager
+from middleware.testing import RedisCluster, free_port
+from tests.conftest import Manager, concurrently, open_manager, require_binary
 
 NAV = ToolCall(name="navigate_to_node", arguments={"userinterface_name": "google_tv", "node": "shop"}, result={"success": True})
 
@@ -30,6 +30,55 @@ def cluster_config(atlas: Config, cluster_url: str, tmp_path: Path) -> Config:
 def mgr(cluster_config: Config, face: str, loop: asyncio.AbstractEventLoop) -> Iterator[Manager]:
     with open_manager(face, cluster_config, loop) as manager:
         yield manager
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RedisCluster, str]]:
+    """A 3-master cluster whose nodes also serve TLS (their bus too), and the rediss:// URL of
+    its first node; set up through the plain ports."""
+    cert, key = _certificate(tmp_path_factory.mktemp("tls"))
+    tls = ("--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file", str(cert),
+           "--tls-auth-clients", "no", "--tls-cluster", "yes")  # fmt: skip
+    cluster = RedisCluster(
+        tmp_path_factory.mktemp("tls-cluster"), binary=require_binary("redis-server"), cli=require_binary("redis-cli"), extra=tls
+    )
+    taken = {port for node in cluster.nodes for port in (node.port, node.port + 10_000)}  # not bound until started
+    for node in cluster.nodes:
+        # Redis refuses a port past 55535 on a cluster node, TLS ports too.
+        port = next(port for port in iter(free_port, None) if port <= 55_535 and port not in taken)
+        taken.add(port)
+        node.extra = (*node.extra, "--tls-port", str(port))
+    with cluster:
+        yield cluster, f"rediss://127.0.0.1:{cluster.nodes[0].extra[-1]}?ssl_ca_certs={cert}"
+
+
+def _certificate(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, as PEM files in ``folder``."""
+    pytest.importorskip("cryptography")
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))  # fmt: skip
+    return cert_path, key_path
 
 
 def node_clients(cluster: RedisCluster) -> list[redis.Redis]:
@@ -101,9 +150,28 @@ def test_a_hung_node_costs_one_timeout_and_a_timed_out_write_says_the_turn_may_b
     store.timeout_seconds, as on a single server (redis-py's cluster client retried the
     timeout, sending the write again and doubling the wait); a timed-out record says the
     turn may have been recorded, and it was: once."""
+    _hung_node_costs_one_timeout(cluster_config, redis_cluster, face, loop)
+
+
+def test_a_hung_node_of_a_tls_cluster_costs_one_timeout_too(
+    atlas: Config, tls_cluster: tuple[RedisCluster, str], face: str, loop: asyncio.AbstractEventLoop
+) -> None:
+    """The same over rediss:// (redis-py brings its TLS connection class, which replaced the
+    one that sends a hung node nothing more: each call waited two or three timeouts, and
+    the timed-out turn was recorded three times)."""
+    cluster, url = tls_cluster
+    cluster.flush()
+    config = atlas.with_overrides(store={"url": url, "cluster": True}, usage_log={"path": None})
+    with open_manager(face, config, loop) as manager:  # the sessions are reached over TLS
+        manager.record_turn("tls", user="goto shop", assistant="ok")
+        assert manager.get_state("tls").turns == 1
+    _hung_node_costs_one_timeout(config, cluster, face, loop)
+
+
+def _hung_node_costs_one_timeout(config: Config, cluster: RedisCluster, face: str, loop: asyncio.AbstractEventLoop) -> None:
     timeout = 1.0
-    config = cluster_config.with_overrides(store={"timeout_seconds": timeout})
-    node = redis_cluster.node_of(session_keys("mw", "hung")[0])
+    config = config.with_overrides(store={"timeout_seconds": timeout})
+    node = cluster.node_of(session_keys("mw", "hung")[0])
     assert node.proc is not None
     with open_manager(face, config, loop) as manager:
         manager.record_turn("hung", user="goto shop", assistant="ok", tool_calls=[NAV])
@@ -120,6 +188,6 @@ def test_a_hung_node_costs_one_timeout_and_a_timed_out_write_says_the_turn_may_b
                 assert ("may have been recorded" in str(info.value)) == (said != "Timeout")
         finally:
             os.kill(node.proc.pid, signal.SIGCONT)
-        redis_cluster.wait_ok()
+        cluster.wait_ok()
         state = manager.get_state("hung")
         assert state.turns == 2 and [m["content"] for m in state.recent[-2:]] == ["goto home", "ok"]

@@ -102,7 +102,7 @@ class RedisStore(_Driver):
     @classmethod
     def from_url(cls, url: str, config: StoreConfig) -> RedisStore:
         store = cls(make_client(url, config), url=url, owns_client=True)
-        store._one_timeout = config.cluster and url.startswith("redis://")
+        store._one_timeout = config.cluster
         return store
 
     def _single(self, batch: Batch) -> Any:
@@ -422,11 +422,29 @@ class _OneTimeout:
         return self._once(super().read_response, *args, **kwargs)  # type: ignore[misc]
 
 
-@functools.cache
-def _one_timeout_connection() -> type[Any]:
-    from redis.connection import Connection
+_ONE_TIMEOUT: dict[type[Any], type[Any]] = {}  # each connection class, made a _OneTimeout
 
-    return type("OneTimeoutConnection", (_OneTimeout, Connection), {"__module__": __name__})
+
+def _one_timeout(connection_class: type[Any]) -> type[Any]:
+    """``connection_class`` (a plain or a TLS connection) made a ``_OneTimeout``."""
+    made = _ONE_TIMEOUT.get(connection_class)
+    if made is None:
+        name = f"OneTimeout{connection_class.__name__}"
+        made = _ONE_TIMEOUT[connection_class] = type(name, (_OneTimeout, connection_class), {"__module__": __name__})
+    return made
+
+
+@functools.cache
+def _one_timeout_pool() -> type[Any]:
+    """A cluster node's connection pool whose connections are ``_OneTimeout``: the cluster
+    client sets the connection class from the URL (``rediss://``: TLS) over any given to it,
+    and hands it to this pool for every node."""
+    from redis.connection import Connection, ConnectionPool
+
+    def __init__(self: Any, connection_class: type[Any] = Connection, **kwargs: Any) -> None:
+        ConnectionPool.__init__(self, connection_class=_one_timeout(connection_class), **kwargs)
+
+    return type("OneTimeoutConnectionPool", (ConnectionPool,), {"__init__": __init__, "__module__": __name__})
 
 
 def make_client(url: str, config: StoreConfig, *, asyncio: bool = False) -> Any:
@@ -441,9 +459,7 @@ def make_client(url: str, config: StoreConfig, *, asyncio: bool = False) -> Any:
     if config.cluster:
         from redis.cluster import RedisCluster
 
-        if url.startswith("redis://"):  # rediss:// brings its own connection class (see _OneTimeout)
-            options["connection_class"] = _one_timeout_connection()
-        return RedisCluster.from_url(url, **options)
+        return RedisCluster.from_url(url, connection_pool_class=_one_timeout_pool(), **options)
     if asyncio:
         import redis.asyncio as aioredis
 
