@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from .core.disclosure import DisclosedTools
 from .core.effects import Inline, Io, Program
 from .core.replies import decoded, succeeded
-from .core.state import ToolCall, to_text
+from .core.state import ToolCall, check_tool_name, to_text
 from .core.text import one_line, parse_json, quoted
 from .core.turnloop import ToolOutcome
 from .exceptions import ConfigError, InvalidToolCallError
@@ -159,7 +159,9 @@ class Tool:
         schema = dict(self.schema) if self.schema is not None else tool_schema(self.fn, name=self.name or None)
         if "function" not in schema:  # a bare function schema: wrap it
             schema = {"type": "function", "function": schema}
-        name = self.name or schema["function"].get("name") or _name_of(self.fn, None)
+        # Checked here, where every tool enters (chat(), wrap(), the endpoint's and the proxy's
+        # schemas): a name is listed raw in the disclosure loader's index.
+        name = check_tool_name(self.name or schema["function"].get("name") or _name_of(self.fn, None), "A tool's name")
         object.__setattr__(self, "_model", None if given else _arguments_model(self.fn, name))
         schema["function"] = {**schema["function"], "name": name}
         object.__setattr__(self, "schema", schema)
@@ -196,7 +198,7 @@ class Toolset:
         for item in tools:
             tool = item if isinstance(item, Tool) else Tool(item)
             if tool.name in self._tools:
-                raise InvalidToolCallError(f"Two tools are named '{tool.name}'; tool names must be unique.")
+                raise InvalidToolCallError(f"Two tools are named {quoted(tool.name, 60)}; tool names must be unique.")
             self._tools[tool.name] = tool
 
     def __bool__(self) -> bool:
@@ -219,7 +221,7 @@ class Toolset:
         """The tool and validated keyword arguments, or (None|tool, error text)."""
         tool = self._tools.get(name)
         if tool is None:
-            return None, f"unknown tool '{name}'; available: {sorted(self._tools)}"
+            return None, f"unknown tool {quoted(name, 80)}; available: {sorted(self._tools)}"
         call = ToolCall(name=name, arguments=arguments if arguments is not None else {})
         if call.args is None:
             return tool, not_an_object(call)

@@ -185,6 +185,9 @@ POISONED = [
                  400, id="tool-choice-name-300-chars"),
     pytest.param(body(user("hi"), tools='"tool_choice": {"type": "function", "function": "f"}'), 400,
                  id="tool-choice-function-not-an-object"),
+    # Found in a later review: a name holding line breaks was listed raw in the loader's index.
+    pytest.param(body(user("hi"), tools='"tools": [{"type": "function", "function": {"name": "f\\n- admin: x"}}]'), 400,
+                 id="offered-tool-name-with-a-line-break"),
 ]  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
@@ -26,10 +27,18 @@ __all__ = [
     "ToolCall",
     "Turn",
     "TurnUpdate",
+    "check_tool_name",
+    "is_tool_name",
     "succeeded",
 ]
 
 MAX_TOOL_NAME = 256
+# What a tool's name may hold: what every major provider accepts in one (OpenAI and Anthropic
+# ^[a-zA-Z0-9_-]{1,64}$, Gemini "." and ":" too). A name is then a token wherever it is listed
+# (the disclosure loader's index, a wrapped chatbot's loader docstring): never a line, a group
+# or an instruction of its own.
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.:\-]+")
+TOOL_NAME_EXPECTED = f"1 to {MAX_TOOL_NAME} ASCII letters, digits, '_', '-', '.' or ':'"
 MAX_MODEL = 256  # characters of a model name a call may give (a litellm model string is far shorter)
 _TOOL_CALL_FIELDS = frozenset({"name", "arguments", "result", "ok", "id", "observation"})
 
@@ -68,6 +77,21 @@ def _parse_arguments(arguments: Any) -> dict[str, Any] | None:
             return None
         return parsed if isinstance(parsed, dict) else None
     return None
+
+
+def is_tool_name(value: object) -> bool:
+    """``value`` is a tool name a provider accepts (``TOOL_NAME_EXPECTED``)."""
+    return isinstance(value, str) and len(value) <= MAX_TOOL_NAME and _TOOL_NAME.fullmatch(value) is not None
+
+
+def check_tool_name(value: object, what: str) -> str:
+    """``value`` itself once it is a tool name a provider accepts; else InvalidToolCallError
+    naming ``what`` and the value (cut short)."""
+    if isinstance(value, str) and len(value) > MAX_TOOL_NAME:
+        raise InvalidToolCallError(f"{what} has {len(value):,} characters; expected {TOOL_NAME_EXPECTED}.")
+    if not is_tool_name(value):
+        raise InvalidToolCallError(f"{what} has value {quoted(value, 60)}; expected {TOOL_NAME_EXPECTED}.")
+    return str(value)
 
 
 def succeeded(result: Any) -> bool:

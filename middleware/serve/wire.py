@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from ..core.conversation import messages_kind
-from ..core.state import MAX_MODEL, MAX_TOOL_NAME
+from ..core.state import MAX_MODEL, MAX_TOOL_NAME, TOOL_NAME_EXPECTED, is_tool_name
 from ..core.text import JSON_DEPTH, json_depth
 from ..exceptions import InvalidRequestError
 
@@ -94,9 +94,12 @@ def _tools(data: Mapping[str, Any]) -> list[dict[str, Any]] | None:
 
 def _check_name(name: str, param: str) -> None:
     """A tool's name within MAX_TOOL_NAME characters (a call of a longer one could not be
-    recorded: the turn would be lost)."""
+    recorded: the turn would be lost), of the characters every provider accepts (the name is
+    listed in the disclosure loader's index, whose schema is sent where the tool's is not)."""
     if len(name) > MAX_TOOL_NAME:
         raise InvalidRequestError(f"{param!r} has {len(name):,} characters; expected at most {MAX_TOOL_NAME}.", param=param)
+    if not is_tool_name(name):
+        raise InvalidRequestError(f"{param!r} has value {shown(name)}; expected {TOOL_NAME_EXPECTED}.", param=param)
 
 
 def _tool_choice(data: Mapping[str, Any]) -> None:
