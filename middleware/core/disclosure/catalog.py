@@ -13,7 +13,8 @@ from typing import Any
 from ...config.sections import DisclosureConfig
 from ..lexical import Bm25, tokens
 from ..replies import call_key
-from ..text import one_line
+from ..state import is_tool_name
+from ..text import one_line, quoted
 from .groups import ToolEntry, description_of, shared_preamble, without_preamble
 from .odds import CoUse
 
@@ -77,11 +78,11 @@ class Catalog:
         """One line per group: its name and its tools' names. Past ~12,000 characters the
         largest groups are listed by name and size only (loading a group opens all of its
         tools), so every tool stays reachable."""
-        lines = {group: f"- {group}: {', '.join(names)}" for group, names in self.groups.items()}
+        lines = {group: f"- {listed(group)}: {', '.join(map(listed, names))}" for group, names in self.groups.items()}
         for group in sorted(self.groups, key=lambda g: -len(lines[g])):
             if sum(map(len, lines.values())) + len(lines) <= _INDEX_CHARS:
                 break
-            lines[group] = f"- {group}: {len(self.groups[group])} tools (load the group to see them)"
+            lines[group] = f"- {listed(group)}: {len(self.groups[group])} tools (load the group to see them)"
         return "\n".join(lines.values())
 
     def _loader_schema(self) -> dict[str, Any]:
@@ -338,7 +339,15 @@ class DisclosedTools:
         budget had room), with what to tell the model when its arguments did not fit
         (``problem``)."""
         self.add([name])
-        return f"The schema of {name} had not been sent; it is loaded now ({problem}). Call {name} again."
+        return f"The schema of {listed(name)} had not been sent; it is loaded now ({problem}). Call {listed(name)} again."
+
+
+def listed(name: str) -> str:
+    """A tool or group name as the index and the loader's answers write it: as it is when it is
+    a tool name a provider accepts, else quoted and cut short (one line, plainly a value),
+    so a name that slipped past the checks where tools enter never adds a line, a group or an
+    instruction to the loader's description."""
+    return name if is_tool_name(name) else quoted(name, 80)
 
 
 def _names(names: Sequence[str]) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..lexical import tokens
+from ..state import is_tool_name
 
 __all__ = ["ToolEntry", "auto_groups", "description_of", "entry_of", "shared_preamble", "without_preamble"]
 
@@ -74,9 +75,6 @@ _VERBS = frozenset(
 _NAMESPACE = re.compile(r"^(.+?)(?:__|\.|/|:)")
 
 
-_NAMESPACE = re.compile(r"^(.+?)(?:__|\.|/|:)")
-
-
 @dataclass(frozen=True, slots=True)
 class ToolEntry:
     """One tool as disclosure sees it: its schema, its group, and the text matching reads."""
@@ -121,7 +119,9 @@ def auto_groups(
     tool belongs to the travel system."): what a client that sends only schemas still says
     of its tools. Such a group is named by the namespace prefix its tools share when they
     are exactly that prefix's tools, else by its sentence's words. Else a namespace prefix
-    two or more tools share, else ``tools``."""
+    two or more tools share, else ``tools``. A group's name is a tool name (``is_tool_name``: the
+    model loads a group by it, and the loader's index lists it), else ``tools``: an origin
+    such as a class made with ``type("...\\n...", ...)`` never becomes a line of that index."""
     rest = [(name, origin) for name, origin in tools if name not in skills]
     by_origin = len({origin for _, origin in rest if origin}) > 1
     prefix_of = {i: _prefix(name) for i, (name, _) in enumerate(tools) if name not in skills}
@@ -140,7 +140,7 @@ def auto_groups(
             groups.append(prefix)
         else:
             groups.append("tools")
-    return groups
+    return [group if is_tool_name(group) else "tools" for group in groups]
 
 
 # Words that name no API in an opening sentence ("This tool belongs to the ... system").
@@ -158,7 +158,7 @@ def _named(opening: str, taken: set[str]) -> str:
     """A group name from an opening sentence: its first words that say something, up to a
     comma or a relative clause ("the travel system, which ..." is ``travel_system``)."""
     head = re.split(r",|\b(?:which|that|who)\b", opening, maxsplit=1)[0]
-    kept = [word for word in tokens(head) if word not in _GENERIC][:3]
+    kept = [word for word in tokens(head) if word not in _GENERIC and word.isascii()][:3]
     name = "_".join(kept) or "tools"
     candidate, number = name, 2
     while candidate in taken:
