@@ -15,7 +15,7 @@ from typing import Any
 from .core.text import cut_middle, redact_secrets
 from .exceptions import LLMError, RedactedError
 
-__all__ = ["ProviderOptions", "provider_error", "status_code"]
+__all__ = ["ProviderOptions", "environment_secrets", "provider_error", "status_code"]
 
 
 # Names of arguments (api_key, aws_secret_access_key, extra_headers' Authorization...) and of
@@ -25,6 +25,13 @@ _SECRET_VARIABLE = re.compile(r"(?i)(?:^|_)(?:API_?KEY|KEY|KEY_ID|TOKEN|SECRET|P
 # Exceptions of a provider's chain retold under an LLMError (litellm's wrapper, the SDK's, the HTTP one...).
 _CHAIN_KEPT = 8
 _CAUSE_CHARS = 2_000
+
+
+def environment_secrets() -> set[str]:
+    """The values of the environment variables named as credentials (``OPENAI_API_KEY``,
+    ``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD``...): litellm reads a provider's
+    key there, and a tool's error may quote one."""
+    return {value for name, value in os.environ.items() if _SECRET_VARIABLE.search(name)}
 
 
 def _secret_values(value: Any, named: bool) -> Iterator[str]:
@@ -70,9 +77,7 @@ class ProviderOptions(Mapping[str, Any]):
     def secrets(self) -> set[str]:
         """The credentials this call may use: its secret-named arguments, and the keys in the
         environment that litellm reads for a provider when no argument names one."""
-        found = set(_secret_values(self._values, named=False))
-        found.update(value for name, value in os.environ.items() if _SECRET_VARIABLE.search(name))
-        return found
+        return set(_secret_values(self._values, named=False)) | environment_secrets()
 
 
 def _text_of(exc: BaseException) -> str:

@@ -30,9 +30,10 @@ from .core.disclosure import DisclosedTools
 from .core.effects import Inline, Io, Program
 from .core.replies import decoded, succeeded
 from .core.state import ToolCall, check_tool_name, to_text
-from .core.text import one_line, parse_json, quoted
+from .core.text import one_line, parse_json, quoted, redact_secrets
 from .core.turnloop import ToolOutcome
 from .exceptions import ConfigError, InvalidToolCallError
+from .provider import environment_secrets
 
 __all__ = ["Tool", "ToolList", "Toolset", "as_tools", "import_tool", "is_async_callable", "origin_of", "tool_schema"]
 
@@ -373,8 +374,28 @@ def _field(value: Any) -> str:
     return one_line(value if isinstance(value, str) else to_text(value), 120)
 
 
+# A pair whose name ends in a secret word after a prefix (access_token=, client_secret:,
+# db_password=, AWS_SECRET_ACCESS_KEY=, passwd=): redact_secrets masks a pair only where the
+# secret word starts the name.
+_NAMED_SECRET = re.compile(
+    r"(?i)([A-Za-z0-9_.\-]*(?:api[_-]?key|access[_-]?key|private[_-]?key|token|secret|passw(?:or)?d|pwd|credentials?)"
+    r"[\"']?\s*[:=]\s*[\"']?)[^\s\"',}&]+"
+)
+_ERROR_CHARS, _ERROR_READ = 500, 20_000  # of a failed tool's error: kept; read to mask secrets in
+
+
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:500]
+    """A failed tool's error as the model is told it and the turn records it (traces, archive):
+    its type and message, credentials masked (passwords in URLs, ``api_key=``- and
+    ``token: ``-style pairs, provider keys by their format, the environment's secret
+    variables), at most 500 characters. Its first 20,000 are masked and then cut to 500, so
+    the cut never leaves part of a secret its pattern no longer matches."""
+    try:
+        text = str(exc)
+    except Exception:  # a broken __str__ must not turn a failed call into a failed turn
+        text = "<unprintable>"
+    masked = redact_secrets(f"{type(exc).__name__}: {text[:_ERROR_READ]}", environment_secrets())
+    return _NAMED_SECRET.sub(r"\1***", masked)[:_ERROR_CHARS]
 
 
 def import_tool(ref: str, skill: str) -> Tool:

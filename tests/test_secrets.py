@@ -211,3 +211,48 @@ def test_a_provider_error_quotes_a_huge_model_name_cut_short_and_at_once() -> No
     assert len(str(error)) < 1_000 and "(2,000,000 characters)" in str(error) and "'provider/model'" in str(error)
     assert "Did you mean 'gpt-4o-mini'?" in str(provider_error("gpt-4o-minii", ValueError("LLM Provider NOT provided"),
                                                                 ProviderOptions({}), known=["gpt-4o-mini"]))  # fmt: skip
+
+
+TOOL_SECRETS = {
+    "URL password": ("redis://app:Sup3rS3cretPassw0rd@db.internal:6379/0", "Sup3rS3cretPassw0rd"),
+    "api_key pair": ("api_key=Zq81-no-known-format-Zq81", "Zq81-no-known-format-Zq81"),
+    "key format": ("using sk-live-abcdefghijklmnop", "abcdefghijklmnop"),
+    "access_token pair": ("access_token=ya29.A0ARrdaM-secret-part", "ya29.A0ARrdaM-secret-part"),
+    "client_secret JSON": ('{"client_secret": "GOCSPX-1a2b3c4d5e6f"}', "GOCSPX-1a2b3c4d5e6f"),
+    "db_password colon": ("db_password: correct-horse-battery", "correct-horse-battery"),
+    "environment": ("handshake with value envtoken.Zq81Zq81.x failed", "envtoken.Zq81Zq81.x"),
+}
+
+
+@pytest.mark.parametrize("kind", TOOL_SECRETS)
+def test_a_failing_tools_error_reaches_the_model_and_the_store_with_its_secrets_masked(
+    atlas: Config, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Found in review: a tool's exception text went to the model (and into the turn's record:
+    traces, archive) as it was, credentials and all. It is masked now as provider errors are,
+    and still says what failed."""
+    text, secret = TOOL_SECRETS[kind]
+    monkeypatch.setenv("INTERNAL_SERVICE_TOKEN", "envtoken.Zq81Zq81.x")
+
+    def lookup(q: str) -> str:
+        """Look it up."""
+        raise ConnectionError(f"could not connect to db.internal: {text}")
+
+    seen: list[Any] = []
+
+    def bot(messages: Any, tools: Any) -> Any:
+        seen.append(messages[-1])
+        if messages[-1]["role"] == "tool":
+            return {"role": "assistant", "content": "done"}
+        return {"role": "assistant", "content": None,
+                "tool_calls": [{"id": "c1", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}]}  # fmt: skip
+
+    name = f"tool-secret-{uuid.uuid4().hex[:6]}"
+    register(name, bot)
+    with SessionManager(atlas.with_overrides(store={"url": f"memory://{name}"})) as mgr:
+        result = mgr.chat("s", "look it up", model=f"scripted/{name}", tools=[lookup])
+        stored = repr(mgr.inspect("s", traces=10)) + repr(mgr.get_state("s"))
+    told = seen[-1]["content"]
+    assert secret not in told and secret not in repr(result.tool_calls) and secret not in stored
+    assert told.startswith('{"error":"ConnectionError: could not connect to db.internal: ') and "***" in told
+    assert not result.tool_calls[0].ok and "could not connect to db.internal" in stored  # the record holds the error

@@ -90,6 +90,28 @@ def test_a_raising_tool_becomes_an_error_result() -> None:
     assert not outcome.record.ok and "RuntimeError: device unplugged" in outcome.message["content"]
 
 
+def test_a_tools_error_keeps_what_failed_and_survives_an_unprintable_exception() -> None:
+    """Masking secrets leaves an error's ordinary words (max_tokens=, a KeyError's key) as they
+    are; an exception whose __str__ raises is still an error result, not a failed turn."""
+
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise ValueError("no")
+
+    def limited() -> None:
+        """Fails."""
+        raise ValueError("max_tokens=100 is over the limit; KeyError: 'user_id'")
+
+    def broken() -> None:
+        """Fails oddly."""
+        raise Unprintable
+
+    said = json.loads(run_call(Toolset([limited]), "c1", "limited", "{}").message["content"])["error"]
+    assert said == "ValueError: max_tokens=100 is over the limit; KeyError: 'user_id'"
+    outcome = run_call(Toolset([broken]), "c1", "broken", "{}")
+    assert not outcome.record.ok and json.loads(outcome.message["content"]) == {"error": "Unprintable: <unprintable>"}
+
+
 def test_results_that_do_not_serialize_are_still_returned_as_text() -> None:
     """A result json cannot encode (a cycle, an object) becomes text rather than a crash."""
 
