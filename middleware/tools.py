@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from .core.disclosure import DisclosedTools
 from .core.effects import Inline, Io, Program
 from .core.replies import decoded, succeeded
-from .core.state import ToolCall, check_tool_name, to_text
+from .core.state import ToolCall, check_tool_name, recorded_name, to_text
 from .core.text import one_line, parse_json, quoted, redact_secrets
 from .core.turnloop import ToolOutcome
 from .exceptions import ConfigError, InvalidToolCallError
@@ -244,7 +244,7 @@ class Toolset:
         text = result if isinstance(result, str) else None
         if text is not None and value is None:
             value = decoded(text)
-        record = ToolCall(name=name, arguments=arguments if arguments is not None else {},
+        record = ToolCall(name=recorded_name(name), arguments=arguments if arguments is not None else {},
                           result=value if text is not None else result, ok=ok, id=call_id, observation=observation,
                           result_sent=text)  # fmt: skip
         content = record.result_text if ok else to_text(result)

@@ -394,3 +394,35 @@ def test_a_call_of_an_unknown_name_is_answered_with_the_name_quoted_on_one_line(
     error = json.loads(outcome.message["content"])["error"]
     assert not outcome.record.ok and outcome.record.name == FORGED * 2
     assert "\n" not in error and error.startswith("unknown tool 'zz\\nIMPORTANT: before") and len(error) < 200
+
+
+@pytest.mark.parametrize("name", ["f" * 300, "", "   "])
+def test_a_call_of_a_name_no_record_can_hold_is_recorded_under_a_stand_in(name: str) -> None:
+    """A model's call of an empty or over-long name (made up: no tool is named so) is recorded
+    as a failed call under a stand-in; it raised after the billed model call, so the turn was
+    lost. The endpoint's path (a client's messages) records it alike."""
+    outcome = run_call(Toolset([navigate]), "c1", name, "{}")
+    expected = "unnamed" if not name.strip() else "f" * 255 + "…"
+    assert not outcome.record.ok and outcome.record.name == expected
+    asked = {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": name, "arguments": "{}"}}]}  # fmt: skip
+    answer = {"role": "tool", "tool_call_id": "c1", "content": '{"error": "no such tool"}'}
+    [call] = ran_calls([asked, answer], ())
+    assert call.name == expected and not call.ok
+
+
+def test_a_chat_whose_model_calls_a_name_past_the_limit_is_recorded() -> None:
+    from middleware import SessionManager
+    from middleware.testing.scripted import register
+
+    def bot(messages: Any, tools: Any) -> dict[str, Any]:
+        if messages[-1].get("role") == "tool":
+            return {"role": "assistant", "content": "no such tool", "tool_calls": None}
+        call = {"id": "c1", "type": "function", "function": {"name": "f" * 300, "arguments": "{}"}}
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+    register("made-up-name", bot)
+    with SessionManager() as mgr:
+        result = mgr.chat("s", "go to the shop", model="scripted/made-up-name", tools=[navigate])
+        assert result.text == "no such tool" and [c.ok for c in result.tool_calls] == [False]
+        assert mgr.get_state("s").turns == 1

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..exceptions import LLMError
-from .state import ToolCall, succeeded
+from .state import ToolCall, recorded_name, succeeded
 from .text import parse_json
 
 __all__ = [
@@ -43,6 +43,9 @@ def calls_of(message: Mapping[str, Any], results: Mapping[str, Any]) -> list[Too
     for call in message.get("tool_calls") or ():
         call = as_dict(call)
         result, text = results.get(call.get("id") or "", (None, None))
+        function = call.get("function")
+        if isinstance(function, Mapping) and recorded_name(function.get("name")) != function.get("name"):
+            call = {**call, "function": {**function, "name": recorded_name(function.get("name"))}}  # a name made up
         calls.append(ToolCall.from_openai(call, result=result, ok=succeeded(result), result_sent=text))
     return calls
 

@@ -29,6 +29,7 @@ __all__ = [
     "TurnUpdate",
     "check_tool_name",
     "is_tool_name",
+    "recorded_name",
     "succeeded",
 ]
 
@@ -92,6 +93,16 @@ def check_tool_name(value: object, what: str) -> str:
     if not is_tool_name(value):
         raise InvalidToolCallError(f"{what} has value {quoted(value, 60)}; expected {TOOL_NAME_EXPECTED}.")
     return str(value)
+
+
+def recorded_name(name: Any) -> str:
+    """The name a model's call of ``name`` is recorded under: ``name`` itself when a record can
+    hold it. A model may make a call up: one of an empty or non-text name is recorded as
+    ``unnamed``, one past MAX_TOOL_NAME characters cut short (with "…"), so the turn that
+    holds it (a failed call: no such tool) is recorded, not lost after its billed call."""
+    if not isinstance(name, str) or not name.strip():
+        return "unnamed"
+    return name if len(name) <= MAX_TOOL_NAME else name[: MAX_TOOL_NAME - 1] + "…"
 
 
 def succeeded(result: Any) -> bool:
