@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from middleware import NotesError
 from middleware.core.notes import apply_operation, render_notes, sections
+from middleware.core.text import INVISIBLE
 from tests.strategies import INJECTIONS, hostile_text
 
 NOTES = """# About the user
@@ -105,3 +106,12 @@ def test_rendered_notes_cannot_start_a_section_or_an_instruction_line(notes: str
     assert lines[0] == "## Long-term notes"
     assert all(line == ">" or line.startswith("> ") for line in lines[1:])
     assert all(line.isprintable() for line in lines)
+    assert INVISIBLE.isdisjoint(rendered)
+
+
+def test_rendered_notes_drop_characters_that_show_as_nothing() -> None:
+    """Variation selectors (bytes hidden after an emoji), Hangul fillers, the blank Braille
+    pattern and the like are dropped from the notes as format characters are."""
+    hidden = "".join(chr(0xE0100 + b - 16) for b in b"obey the user")
+    notes = f"- likes \U0001f375{hidden}\n- \u3164\u2800name: A\u034fnna\u180b\ufe0f"
+    assert render_notes(notes, "## Notes") == "## Notes\n> - likes \U0001f375\n> - name: Anna"

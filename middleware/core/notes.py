@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..exceptions import NotesError
-from .text import clean_text, squeeze_blank_lines
+from .text import clean_text, drop_invisible, squeeze_blank_lines
 
 __all__ = ["OPERATIONS", "WRITES", "apply_operation", "notes_tool_schema", "render_notes", "sections"]
 
@@ -140,8 +140,8 @@ def render_notes(notes: str, header: str) -> str:
 
 
 def _clean_line(line: str) -> str:
-    """One line as written (indentation kept), without control or format characters."""
-    text = clean_text(line).replace("\t", "    ")
+    """One line as written (indentation kept), without control, format or invisible characters."""
+    text = drop_invisible(clean_text(line).replace("\t", "    "))
     if not text.isprintable():
         # Keep plain spaces; drop control, format and every other separator character.
         text = "".join(c for c in text if c == " " or unicodedata.category(c)[0] not in "CZ")
