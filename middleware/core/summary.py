@@ -8,6 +8,9 @@ failed, else a brief of the assistant's reply.
 
 from __future__ import annotations
 
+import functools
+import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,21 +61,65 @@ def action_of(turn: Turn, config: SummaryConfig) -> str:
     return one_line(text, config.action_brief_chars) or "(no reply)"
 
 
-def _neutral(text: str, config: SummaryConfig) -> str:
-    """``text`` unable to pass for summary structure: no bullet or arrow of a line of its
-    own, no copy of the summary's header (a user could otherwise write a fake earlier turn)."""
-    if BULLET in text or ARROW in text:
-        text = text.replace(BULLET, "·").replace(ARROW, "->")
-    if config.header and config.header in text:
-        text = text.replace(config.header, config.header.translate(_BRACKETS))
-    return text
+def _lookalikes() -> dict[int, str]:
+    """Characters that could pass for the summary's bullet or arrow: every rightwards arrow
+    of Unicode's arrow blocks (``⟶``, ``⇒``, ``➔``, ``⭢``...) becomes ``->``, bullets and
+    round dots (``∙``, ``●``, ``⦁``...) become ``·``."""
+    arrows = (
+        (0x2190, 0x21FF),
+        (0x2794, 0x27BF),
+        (0x27F0, 0x27FF),
+        (0x2900, 0x297F),
+        (0x2B00, 0x2BFF),
+        (0x1F800, 0x1F8FF),
+        (0xFFE8, 0xFFEE),
+    )
+    table = {
+        ord(c): "·"
+        for c in BULLET + "\u2023\u2043\u204c\u204d\u2219\u23fa\u25cf\u25d8\u25e6\u2981\u29be\u29bf\u26ab\u2b24\U0001f784"
+    }
+    for first, last in arrows:
+        for code in range(first, last + 1):
+            name = unicodedata.name(chr(code), "")
+            if ("RIGHTWARDS" in name or ("RIGHT" in name and ("ARROW" in name or "HARPOON" in name))) and "LEFT" not in name:
+                table[code] = "->"
+    return table
 
 
+_LOOKALIKES = _lookalikes()
 _BRACKETS = str.maketrans("[]", "()")
+
+
+@functools.lru_cache(maxsize=8)
+def _header_pattern(header: str) -> tuple[re.Pattern[str], str]:
+    """What a copy of ``header`` looks like in one-line text, and what it becomes: any case,
+    any spacing (or none: a zero-width space dropped leaves none), any punctuation for the
+    header's (``［``, ``⟦`` for ``[``); it becomes the header with round brackets, or in
+    brackets when it has none."""
+    parts = []
+    for char in header.strip():
+        parts.append(r"\s*" if char.isspace() else re.escape(char) if char.isalnum() else r"\s*[^\w\s]\s*")
+    pattern = re.sub(r"(?:\\s\*)+", r"\\s*", "".join(parts)).removeprefix(r"\s*").removesuffix(r"\s*")
+    neutral = header.strip().translate(_BRACKETS)
+    return re.compile(pattern, re.IGNORECASE), neutral if neutral != header.strip() else f"({neutral})"
+
+
+def _neutral(text: str, config: SummaryConfig, limit: int) -> str:
+    """``text`` as one line of at most ``limit`` characters, unable to pass for summary
+    structure: no bullet or arrow (or a look-alike) of a line of its own, no copy of the
+    summary's header (a user could otherwise write a fake earlier turn). It is checked
+    after the text is made one line, so a line break or an invisible character cannot hide a copy."""
+    text = one_line(text).translate(_LOOKALIKES)
+    if config.header.strip():
+        pattern, neutral = _header_pattern(config.header)
+        text = pattern.sub(neutral, text)
+    return one_line(text, limit)
 
 
 def summary_line(turn: Turn, config: SummaryConfig, *, action: str | None = None) -> str:
     """``• {user brief} → {action}``; ``action`` is ``action_of(turn, config)`` when given."""
-    user = one_line(_neutral(turn.user, config), config.user_brief_chars) or "(empty message)"
-    action = _neutral(action if action is not None else action_of(turn, config), config)
+    user = _neutral(turn.user, config, config.user_brief_chars) or "(empty message)"
+    action = (
+        _neutral(action if action is not None else action_of(turn, config), config, config.action_brief_chars) or "(no reply)"
+    )
     return f"{BULLET} {user} {ARROW} {action}"
