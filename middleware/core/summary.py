@@ -88,6 +88,7 @@ def _lookalikes() -> dict[int, str]:
 
 _LOOKALIKES = _lookalikes()
 _BRACKETS = str.maketrans("[]", "()")
+_WORD = re.compile(r"\w")
 
 
 @functools.lru_cache(maxsize=8)
@@ -98,7 +99,7 @@ def _header_pattern(header: str) -> tuple[re.Pattern[str], str]:
     brackets when it has none."""
     parts = []
     for char in header.strip():
-        parts.append(r"\s*" if char.isspace() else re.escape(char) if char.isalnum() else r"\s*[^\w\s]\s*")
+        parts.append(r"\s*" if char.isspace() else re.escape(char) if _WORD.match(char) else r"\s*[^\w\s]\s*")
     pattern = re.sub(r"(?:\\s\*)+", r"\\s*", "".join(parts)).removeprefix(r"\s*").removesuffix(r"\s*")
     neutral = header.strip().translate(_BRACKETS)
     return re.compile(pattern, re.IGNORECASE), neutral if neutral != header.strip() else f"({neutral})"
