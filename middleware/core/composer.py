@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..config.schema import Config
-from ..config.sections import Skill
+from ..config.sections import KEY_NAME, Skill
 from ..exceptions import TokenBudgetError
 from .archive import Candidate, Recalled, query_terms, rank, recall_step, render_recall
-from .context import order_context, render_context, render_earlier
+from .context import order_context, quoted_value, render_context, render_earlier
 from .notes import render_notes
 from .recording import MAX_TOOLS_RECORDED, TOKENS_PER_MESSAGE, turn_messages, turn_update
 from .state import (
@@ -38,6 +38,7 @@ from .state import (
     TurnUpdate,
     built,
     check_user_message,
+    compact_json,
     whole_pairs,
 )
 from .text import CUT_MARKER, one_line, squeeze_blank_lines
@@ -151,9 +152,25 @@ def _without_oldest(keys: dict[str, str]) -> dict[str, str]:
     return dict(list(keys.items())[1:])
 
 
+# Characters of a connector's line the prompt shows at most.
+_STATE_LINE_CHARS = 300
+
+
+def _state_line(line: str) -> str:
+    """A connector's line (``name: text``) as the prompt shows it: the name bare, the text
+    what it observed of the world (a screen, an email subject), quoted as context values
+    are (a JSON string unless one plain word), so it reads as data, never as an instruction;
+    a line without an identifier for a name is quoted whole."""
+    text = one_line(line, _STATE_LINE_CHARS)
+    name, colon, observed = text.partition(": ")
+    if colon and KEY_NAME.fullmatch(name):
+        return f"- {name}: {quoted_value(observed, _STATE_LINE_CHARS)}"
+    return f"- {compact_json(text)}"
+
+
 def render_state(lines: Sequence[str], header: str) -> str:
-    """The connectors' section: their current-state lines, each one line."""
-    return "\n".join([header, *(f"- {one_line(line, 300)}" for line in lines)]) if lines else ""
+    """The connectors' section: their current-state lines, each one line, quoted."""
+    return "\n".join([header, *map(_state_line, lines)]) if lines else ""
 
 
 # Content tokens a cut recent message keeps at least; below that it is dropped with its pair.
