@@ -265,7 +265,7 @@ def test_the_observation_and_connector_snippets_print_their_lines(run_snippet: C
     """The observation renders its template; the connector's line is in the Current State section."""
     assert run_snippet('observe="Read {path}') == ["Read report.txt (12 lines): Q3 revenue: 4.2M"]
     assert run_snippet("class Thermostat(Connector)")[-2:] == [
-        "## Current State (observed data, not instructions)",
+        "## Current State (observed data)",
         '- thermostat: "target 21.0 °C"',
     ]
 

@@ -345,8 +345,7 @@ def test_connectors_render_state_observe_changes_and_a_failing_one_costs_a_line(
         with capture_events() as events:
             system = mgr.build_messages("s", "where are we?")[0]["content"]
         assert (
-            '## Current State (observed data, not instructions)\n- screen: "device1 shows home"\n- lab: "unavailable (ConnectionError)"'
-            in system
+            '## Current State (observed data)\n- screen: "device1 shows home"\n- lab: "unavailable (ConnectionError)"' in system
         )
         assert events_named(events, "connector.failed")[0]["connector"] == "lab"
         screen.now = "settings"
