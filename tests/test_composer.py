@@ -385,3 +385,11 @@ def test_one_long_line_of_notes_is_cut_within_and_quoted_again() -> None:
     _quoted_or_cut(section)
     lines = section.split("\n")
     assert len(lines) == 4 and lines[1].startswith("> word0 word1") and lines[3].endswith(" word298 word299")
+
+
+def test_a_heading_of_several_lines_is_never_cut() -> None:
+    """A configured heading of two lines stays whole above the cut notes."""
+    composer = composer_for(Config().with_overrides(notes={"header": "## Notes\n(yours, kept across sessions)"}))
+    section = composer.notes_section(TEA, 30)
+    assert section.startswith("## Notes\n(yours, kept across sessions)\n> ") and composer.tokenizer.count(section) <= 30
+    assert all(line.startswith("> ") or line == "[…cut…]" for line in section.split("\n")[2:])

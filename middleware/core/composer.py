@@ -239,7 +239,8 @@ class Composer:
         not quoted, so it cannot be the notes'); "" when the heading and the mark do not fit.
         Whole lines where one fits at either end, else the ends of the text re-quoted."""
         count = self.tokenizer.count
-        header, _, body = rendered.partition("\n")
+        header = self.config.notes.header  # kept whole, even of several lines
+        body = rendered.removeprefix(header + "\n")
         lines = body.split("\n")
 
         def section(head: Sequence[str], tail: Sequence[str]) -> str:
