@@ -374,13 +374,6 @@ def _field(value: Any) -> str:
     return one_line(value if isinstance(value, str) else to_text(value), 120)
 
 
-# A pair whose name ends in a secret word after a prefix (access_token=, client_secret:,
-# db_password=, AWS_SECRET_ACCESS_KEY=, passwd=): redact_secrets masks a pair only where the
-# secret word starts the name.
-_NAMED_SECRET = re.compile(
-    r"(?i)([A-Za-z0-9_.\-]*(?:api[_-]?key|access[_-]?key|private[_-]?key|token|secret|passw(?:or)?d|pwd|credentials?)"
-    r"[\"']?\s*[:=]\s*[\"']?)[^\s\"',}&]+"
-)
 _ERROR_CHARS, _ERROR_READ = 500, 20_000  # of a failed tool's error: kept; read to mask secrets in
 
 
@@ -394,8 +387,7 @@ def _describe(exc: BaseException) -> str:
         text = str(exc)
     except Exception:  # a broken __str__ must not turn a failed call into a failed turn
         text = "<unprintable>"
-    masked = redact_secrets(f"{type(exc).__name__}: {text[:_ERROR_READ]}", environment_secrets())
-    return _NAMED_SECRET.sub(r"\1***", masked)[:_ERROR_CHARS]
+    return redact_secrets(f"{type(exc).__name__}: {text[:_ERROR_READ]}", environment_secrets())[:_ERROR_CHARS]
 
 
 def import_tool(ref: str, skill: str) -> Tool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -77,11 +78,29 @@ def test_logs_hold_no_content_and_no_secrets_by_default(atlas: Config, tmp_path:
         ('{"api_key": "k-123456"}', "k-123456"),
         ("password=swordfish&db=0", "swordfish"),
         ("AIzaSyA1234567890abcdefghijklmnopqrstu", "AIzaSyA1234567890abcdefghijklmnopqrstu"),
+        ("access_token=abcdef123", "abcdef123"),
+        ("DB_PASSWORD=hunter22", "hunter22"),
+        ("client_secret: 'zzzzzz'", "zzzzzz"),
+        ("x-api-key: abcdefgh", "abcdefgh"),
     ],
 )
 def test_redaction_covers_the_usual_shapes(text: str, hidden: str) -> None:
-    """URL passwords, provider keys, bearer tokens and key=value secrets are masked."""
+    """URL passwords, provider keys, bearer tokens and key=value secrets are masked, a pair
+    whose name ends in a secret word too."""
     assert hidden not in redact_secrets(text)
+
+
+@pytest.mark.parametrize("text", ["max_tokens=500", "token_count=5", "tokenizer=gpt2", "input_tokens: 12", "secretive=no"])
+def test_names_that_only_hold_a_secret_word_are_not_pairs(text: str) -> None:
+    assert redact_secrets(text) == text
+
+
+def test_redaction_reads_a_long_word_once() -> None:
+    """A pair's name is matched from the start of a word only: matched from every position,
+    a 20,000-letter word (a tool's error may hold one) took 20 s; 200,000 would take half an hour."""
+    started = time.perf_counter()
+    assert redact_secrets("g" * 200_000 + " access_token=abcdef123") == "g" * 200_000 + " access_token=***"
+    assert time.perf_counter() - started < 2.0
 
 
 # Keys in the formats providers issue, each as a provider might echo it back in an error.
