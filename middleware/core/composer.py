@@ -27,7 +27,7 @@ from ..config.sections import KEY_NAME, Skill
 from ..exceptions import TokenBudgetError
 from .archive import Candidate, Recalled, query_terms, rank, recall_step, render_recall
 from .context import order_context, quoted_value, render_context, render_earlier
-from .notes import render_notes
+from .notes import cut_notes, render_notes
 from .recording import MAX_TOOLS_RECORDED, TOKENS_PER_MESSAGE, turn_messages, turn_update
 from .state import (
     Prompt,
@@ -173,14 +173,6 @@ def render_state(lines: Sequence[str], header: str) -> str:
     return "\n".join([header, *map(_state_line, lines)]) if lines else ""
 
 
-# The line that marks where the notes were cut: the one line of their section not quoted.
-NOTES_CUT_LINE = CUT_MARKER.strip()
-# Where the tokenizer cuts the notes' text (the notes hold no control character).
-_SPLIT = "\x00"
-# Tokens kept spare when the notes' text is cut within lines: the quote mark put back on
-# the cut line, and tokens merging differently where the text was cut.
-_REQUOTE_TOKENS = 4
-
 # Content tokens a cut recent message keeps at least; below that it is dropped with its pair.
 _MIN_RECENT_TOKENS = 16
 
@@ -229,60 +221,11 @@ class Composer:
 
         def make() -> str:
             rendered = render_notes(notes, self.config.notes.header)
-            return rendered if self.tokenizer.count(rendered) <= max_tokens else self._cut_notes(rendered, max_tokens)
+            if self.tokenizer.count(rendered) <= max_tokens:
+                return rendered
+            return cut_notes(rendered, self.config.notes.header, max_tokens, self.tokenizer)
 
         return self._notes.get_or((notes, max_tokens), make)  # type: ignore[no-any-return]
-
-    def _cut_notes(self, rendered: str, max_tokens: int) -> str:
-        """Rendered notes cut to ``max_tokens``: the heading whole, then quoted lines from the
-        start and from the end around a line of its own marking the cut (the one body line
-        not quoted, so it cannot be the notes'); "" when the heading and the mark do not fit.
-        Whole lines where one fits at either end, else the ends of the text re-quoted."""
-        count = self.tokenizer.count
-        header = self.config.notes.header  # kept whole, even of several lines
-        body = rendered.removeprefix(header + "\n")
-        lines = body.split("\n")
-
-        def section(head: Sequence[str], tail: Sequence[str]) -> str:
-            return "\n".join([header, *head, NOTES_CUT_LINE, *tail])
-
-        room = max_tokens - count(section((), ()))
-        if room < 0:
-            return ""
-        sizes = [count("\n" + line) for line in lines]
-
-        def ends(head_room: int) -> tuple[list[str], list[str]]:
-            start, used = 0, 0
-            while start < len(lines) and used + sizes[start] <= head_room:
-                used, start = used + sizes[start], start + 1
-            end = len(lines)
-            while end > start and used + sizes[end - 1] <= room:
-                used, end = used + sizes[end - 1], end - 1
-            return lines[:start], lines[end:]
-
-        # Half the room for the start; all of it when no whole line fits that way.
-        head, tail = ends(room - room // 2)
-        if not head and not tail:
-            head, tail = ends(room)
-        if not head and not tail and room > _REQUOTE_TOKENS:
-            head, tail = self._quoted_ends(body, room - _REQUOTE_TOKENS)
-        # Counted whole: tokens can merge across a line break, so the sum of the lines may be short.
-        while (head or tail) and count(section(head, tail)) > max_tokens:
-            head, tail = (head, tail[1:]) if len(tail) >= len(head) else (head[:-1], tail)
-        return section(head, tail)
-
-    def _quoted_ends(self, body: str, room: int) -> tuple[list[str], list[str]]:
-        """The first and last tokens of quoted ``body`` within ``room``, as lines that each
-        start with the quote mark (a cut line is quoted again)."""
-        cut = self.tokenizer.cut_middle(body, room, _SPLIT)
-        head_text, split, tail_text = cut.partition(_SPLIT)
-        if not split:
-            return body.split("\n"), []
-        head = [line for line in head_text.rstrip().split("\n") if line]
-        tail = [line for line in tail_text.lstrip("\n").split("\n") if line]
-        if tail and not (tail[0] == ">" or tail[0].startswith("> ")):
-            tail[0] = f"> {tail[0].lstrip('> ')}"
-        return head, tail
 
     def _summary_messages(self, lines: Sequence[str]) -> list[dict[str, str]]:
         if not lines:

@@ -22,13 +22,23 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from ..exceptions import NotesError
-from .text import clean_text, drop_invisible, squeeze_blank_lines
+from .text import CUT_MARKER, clean_text, drop_invisible, squeeze_blank_lines
 
-__all__ = ["OPERATIONS", "WRITES", "apply_operation", "notes_tool_schema", "render_notes", "sections"]
+__all__ = [
+    "NOTES_CUT_LINE",
+    "OPERATIONS",
+    "WRITES",
+    "apply_operation",
+    "cut_notes",
+    "notes_tool_schema",
+    "render_notes",
+    "sections",
+]
 
 Operation = Literal[
     "read", "overwrite", "append", "prepend", "replace_section_by_header", "delete_section_by_header", "delete_all_notes"
@@ -169,3 +179,69 @@ def notes_tool_schema(name: str = "manage_long_term_memory") -> dict[str, Any]:
             },
         },
     }
+
+
+class _Counter(Protocol):
+    def count(self, text: str) -> int: ...
+    def cut_middle(self, text: str, max_tokens: int, marker: str) -> str: ...
+
+
+# The line that marks where the notes were cut: the one line of their section not quoted.
+NOTES_CUT_LINE = CUT_MARKER.strip()
+# Where the tokenizer cuts the notes' text (the notes hold no control character).
+_SPLIT = "\x00"
+# Tokens kept spare when the notes' text is cut within lines: the quote mark put back on
+# the cut line, and tokens merging differently where the text was cut.
+_REQUOTE_TOKENS = 4
+
+
+def cut_notes(rendered: str, header: str, max_tokens: int, tokenizer: _Counter) -> str:
+    """Rendered notes cut to ``max_tokens``: the heading whole, then quoted lines from the
+    start and from the end around a line of its own marking the cut (the one body line
+    not quoted, so it cannot be the notes'); "" when the heading and the mark do not fit.
+    Whole lines where one fits at either end, else the ends of the text re-quoted."""
+    count = tokenizer.count
+    body = rendered.removeprefix(header + "\n")  # the heading is kept whole, even of several lines
+    lines = body.split("\n")
+
+    def section(head: Sequence[str], tail: Sequence[str]) -> str:
+        return "\n".join([header, *head, NOTES_CUT_LINE, *tail])
+
+    room = max_tokens - count(section((), ()))
+    if room < 0:
+        return ""
+    sizes = [count("\n" + line) for line in lines]
+
+    def ends(head_room: int) -> tuple[list[str], list[str]]:
+        start, used = 0, 0
+        while start < len(lines) and used + sizes[start] <= head_room:
+            used, start = used + sizes[start], start + 1
+        end = len(lines)
+        while end > start and used + sizes[end - 1] <= room:
+            used, end = used + sizes[end - 1], end - 1
+        return lines[:start], lines[end:]
+
+    # Half the room for the start; all of it when no whole line fits that way.
+    head, tail = ends(room - room // 2)
+    if not head and not tail:
+        head, tail = ends(room)
+    if not head and not tail and room > _REQUOTE_TOKENS:
+        head, tail = _quoted_ends(body, room - _REQUOTE_TOKENS, tokenizer)
+    # Counted whole: tokens can merge across a line break, so the sum of the lines may be short.
+    while (head or tail) and count(section(head, tail)) > max_tokens:
+        head, tail = (head, tail[1:]) if len(tail) >= len(head) else (head[:-1], tail)
+    return section(head, tail)
+
+
+def _quoted_ends(body: str, room: int, tokenizer: _Counter) -> tuple[list[str], list[str]]:
+    """The first and last tokens of quoted ``body`` within ``room``, as lines that each
+    start with the quote mark (a cut line is quoted again)."""
+    cut = tokenizer.cut_middle(body, room, _SPLIT)
+    head_text, split, tail_text = cut.partition(_SPLIT)
+    if not split:
+        return body.split("\n"), []
+    head = [line for line in head_text.rstrip().split("\n") if line]
+    tail = [line for line in tail_text.lstrip("\n").split("\n") if line]
+    if tail and not (tail[0] == ">" or tail[0].startswith("> ")):
+        tail[0] = f"> {tail[0].lstrip('> ')}"
+    return head, tail
