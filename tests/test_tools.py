@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -422,7 +423,8 @@ def test_a_chat_whose_model_calls_a_name_past_the_limit_is_recorded() -> None:
         return {"role": "assistant", "content": None, "tool_calls": [call]}
 
     register("made-up-name", bot)
+    session = f"made-up-{uuid.uuid4().hex}"  # memory:// is one store for the whole process
     with SessionManager() as mgr:
-        result = mgr.chat("s", "go to the shop", model="scripted/made-up-name", tools=[navigate])
+        result = mgr.chat(session, "go to the shop", model="scripted/made-up-name", tools=[navigate])
         assert result.text == "no such tool" and [c.ok for c in result.tool_calls] == [False]
-        assert mgr.get_state("s").turns == 1
+        assert mgr.get_state(session).turns == 1
