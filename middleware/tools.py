@@ -20,7 +20,7 @@ import functools
 import importlib
 import inspect
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,8 +117,9 @@ def _compact(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def tool_schema(fn: Callable[..., Any], *, name: str | None = None) -> dict[str, Any]:
-    """The OpenAI tool schema of ``fn``, from its signature, type hints and docstring."""
-    name = _name_of(fn, name)
+    """The OpenAI tool schema of ``fn``, from its signature, type hints and docstring; its
+    name (``name``, else the function's own) must be one a provider accepts."""
+    name = check_tool_name(_name_of(fn, name), "A tool's name")
     description, _ = _docstring_parts(_defined(fn))
     parameters = _compact(_arguments_model(fn, name).model_json_schema())
     parameters.setdefault("properties", {})
@@ -250,11 +251,12 @@ class Toolset:
         content = record.result_text if ok else to_text(result)
         return ToolOutcome(message={"role": "tool", "tool_call_id": call_id, "content": content}, record=record)
 
-    def call(self, call_id: str, name: str, arguments: Any) -> Program[ToolOutcome]:
+    def call(self, call_id: str, name: str, arguments: Any, *, secrets: Set[str] = frozenset()) -> Program[ToolOutcome]:
         """Run one call the model asked for (sync tools in the calling thread under the sync
         runner, async tools awaited under the async one); a tool that raises or gets bad
-        arguments gives an error result, never an exception. A tool may return an
-        ``Inline`` program, which runs in place."""
+        arguments gives an error result, never an exception, its ``secrets`` (the turn's
+        credentials, such as an ``api_key`` given to ``chat()``) masked with the rest. A tool
+        may return an ``Inline`` program, which runs in place."""
         tool, prepared = self.prepare(name, arguments)
         if tool is None or isinstance(prepared, str):
             return self.outcome(call_id, name, arguments, {"error": prepared}, ok=False)
@@ -263,7 +265,7 @@ class Toolset:
             if isinstance(result, Inline):
                 result = yield from result.program
         except Exception as exc:
-            return self.outcome(call_id, name, arguments, {"error": _describe(exc)}, ok=False)
+            return self.outcome(call_id, name, arguments, {"error": _describe(exc, secrets)}, ok=False)
         value = decoded(result) if isinstance(result, str) else result
         ok = succeeded(value)
         return self.outcome(
@@ -377,17 +379,17 @@ def _field(value: Any) -> str:
 _ERROR_CHARS, _ERROR_READ = 500, 20_000  # of a failed tool's error: kept; read to mask secrets in
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, secrets: Set[str] = frozenset()) -> str:
     """A failed tool's error as the model is told it and the turn records it (traces, archive):
     its type and message, credentials masked (passwords in URLs, ``api_key=``- and
     ``token: ``-style pairs, provider keys by their format, the environment's secret
-    variables), at most 500 characters. Its first 20,000 are masked and then cut to 500, so
+    variables, the turn's own ``secrets``), at most 500 characters. Its first 20,000 are masked and then cut to 500, so
     the cut never leaves part of a secret its pattern no longer matches."""
     try:
         text = str(exc)
     except Exception:  # a broken __str__ must not turn a failed call into a failed turn
         text = "<unprintable>"
-    return redact_secrets(f"{type(exc).__name__}: {text[:_ERROR_READ]}", environment_secrets())[:_ERROR_CHARS]
+    return redact_secrets(f"{type(exc).__name__}: {text[:_ERROR_READ]}", environment_secrets() | secrets)[:_ERROR_CHARS]
 
 
 def import_tool(ref: str, skill: str) -> Tool:

@@ -275,3 +275,33 @@ def test_a_failing_tools_error_reaches_the_model_and_the_store_with_its_secrets_
     assert secret not in told and secret not in repr(result.tool_calls) and secret not in stored
     assert told.startswith('{"error":"ConnectionError: could not connect to db.internal: ') and "***" in told
     assert not result.tool_calls[0].ok and "could not connect to db.internal" in stored  # the record holds the error
+
+
+def test_a_failing_tools_error_is_masked_of_the_credentials_given_to_chat(atlas: Config) -> None:
+    """Found in review: a key given to chat() (``api_key=``, no known format, in no
+    environment variable) was masked in provider errors but not in a tool's error, which
+    went to the model and into the turn's record as it was."""
+    key = "Zq81opaque" + uuid.uuid4().hex[:12]
+
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        raise PermissionError(f"upstream refused the request made with {key}")
+
+    seen: list[Any] = []
+
+    def bot(messages: Any, tools: Any) -> Any:
+        seen.append(messages[-1])
+        if messages[-1]["role"] == "tool":
+            return {"role": "assistant", "content": "done"}
+        return {"role": "assistant", "content": None,
+                "tool_calls": [{"id": "c1", "function": {"name": "fetch", "arguments": '{"url": "x"}'}}]}  # fmt: skip
+
+    name = f"chat-key-{uuid.uuid4().hex[:6]}"
+    register(name, bot)
+    with SessionManager(atlas.with_overrides(store={"url": f"memory://{name}"})) as mgr:
+        result = mgr.chat("s", "fetch it", model=f"scripted/{name}", tools=[fetch], api_key=key)
+        stored = repr(mgr.inspect("s", traces=10)) + repr(mgr.get_state("s"))
+    told = seen[-1]["content"]
+    assert told.startswith('{"error":"PermissionError: upstream refused the request made with ')
+    assert key not in told and key not in repr(result.tool_calls) and key not in stored
+    assert "upstream refused the request" in stored  # what failed is still recorded

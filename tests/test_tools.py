@@ -371,8 +371,10 @@ def test_a_tool_name_providers_refuse_is_refused_wherever_a_tool_is_made(bad: st
     named = functools.partial(fn)
     named.__name__ = bad  # type: ignore[attr-defined]
     schema = {"name": bad, "description": "x", "parameters": {"type": "object", "properties": {}}}
+    # tool_schema() too: a schema made from a callable is sent as it is (found in a later review).
     for make in (lambda: Tool(fn, name=bad), lambda: Tool(named), lambda: Tool(fn, schema=schema),
-                 lambda: Tool(fn, schema={"type": "function", "function": schema}), lambda: Toolset([named])):  # fmt: skip
+                 lambda: Tool(fn, schema={"type": "function", "function": schema}), lambda: Toolset([named]),
+                 lambda: tool_schema(fn, name=bad), lambda: tool_schema(named)):  # fmt: skip
         with pytest.raises(InvalidToolCallError) as raised:
             make()
         message = str(raised.value)
@@ -385,6 +387,7 @@ def test_a_tool_name_providers_refuse_is_refused_wherever_a_tool_is_made(bad: st
 def test_every_name_a_provider_accepts_is_a_tool_name(good: str) -> None:
     """Letters, digits, '_', '-', '.' and ':', up to 256 characters (what ToolCall records)."""
     assert Tool(navigate, name=good).name == good
+    assert tool_schema(navigate, name=good)["function"]["name"] == good
     assert Tool(lambda **kw: kw, schema={"name": good, "parameters": {"type": "object"}}).schema["function"]["name"] == good  # type: ignore[index]
 
 

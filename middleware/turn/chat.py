@@ -18,6 +18,7 @@ from ..core.state import Prompt, ToolCall, Turn
 from ..core.text import redact_secrets
 from ..core.turnloop import PendingCall, ToolOutcome, TurnLoop
 from ..events import log
+from ..provider import ProviderOptions, environment_secrets
 from ..exceptions import LLMError
 from ..runner import ASend, Send, adrive, drive
 from ..session.engine import Engine
@@ -82,9 +83,13 @@ class ChatTurn:
         self.engine, self.stream, self.kind = engine, stream, "stream" if stream else "chat"
         self.session_id, self.message = engine.checked(session_id, user_message)
         self.model, self.toolset = model, engine.toolset(tools)
+        self.secrets: set[str] = set()
 
     def program(self, litellm_kwargs: Mapping[str, Any]) -> Program[ChatResult]:
         engine, stream = self.engine, self.stream
+        # The turn's credentials (an api_key given to chat()), masked in a failed tool's error
+        # and in what is logged, as the environment's are.
+        self.secrets = litellm_kwargs.secrets() if isinstance(litellm_kwargs, ProviderOptions) else environment_secrets()
         plan: TurnPlan = yield from engine.plan_turn(self.session_id, self.message, model=self.model, toolset=self.toolset)
         calls = Calls(engine, plan, self.kind, TurnLoop(plan.prompt.messages, max_rounds=plan.max_rounds))
         loop, texts = calls.loop, list[str]()
@@ -120,7 +125,7 @@ class ChatTurn:
         own = calls.answer(call, self._problem)
         if own is not None:
             return own
-        return (yield from self.toolset.call(call.id, call.name, call.arguments))
+        return (yield from self.toolset.call(call.id, call.name, call.arguments, secrets=self.secrets))
 
     def _problem(self, name: str, arguments: Any) -> str | None:
         _, prepared = self.toolset.prepare(name, arguments)
@@ -154,7 +159,7 @@ class ChatTurn:
     def _failed(self, error: BaseException, loop: TurnLoop) -> str:
         """Text recorded when the model fails after tools already ran (their effects happened)."""
         log.warning("chat.failed_after_tools", session=self.session_id, tool_calls=len(loop.calls),
-                    error=redact_secrets(str(error))[:200])  # fmt: skip
+                    error=redact_secrets(str(error), self.secrets)[:200])  # fmt: skip
         return f"(the model failed after running tools: {type(error).__name__})"
 
 
