@@ -18,8 +18,8 @@ from ..core.state import Prompt, ToolCall, Turn
 from ..core.text import redact_secrets
 from ..core.turnloop import PendingCall, ToolOutcome, TurnLoop
 from ..events import log
-from ..provider import ProviderOptions, environment_secrets
 from ..exceptions import LLMError
+from ..provider import ProviderOptions, environment_secrets
 from ..runner import ASend, Send, adrive, drive
 from ..session.engine import Engine
 from .calls import Calls
