@@ -156,11 +156,24 @@ def test_the_budget_holds_and_the_best_come_first() -> None:
 
 
 def test_a_similar_piece_is_admitted_by_similarity_alone() -> None:
-    """Semantic recall: a piece near the current message comes back without a shared word."""
+    """Semantic recall: a piece near the current message comes back without a shared word;
+    one under MIN_SIMILARITY does not, and nor does a lexical candidate the vector search
+    did not find (similarity 0), which lexical recall hands over for every piece."""
     near = Candidate(5, "user", "I drive a 2016 Volvo V60.", 9, 0.0, (), ("driv", "2016", "volvo", "v60"), 0.41)
-    far = Candidate(6, "user", "The weather was awful.", 6, 0.0, (), ("weather", "awful"), 0.12)
-    ranked = rank([near, far], {}, query=[("car", 1.0)], **RANK)
+    far = Candidate(6, "user", "The weather was awful in Oslo.", 6, 0.0, (), ("weather", "awful", "oslo"),
+                    archive.MIN_SIMILARITY - 0.01)  # fmt: skip
+    unfound = Candidate(7, "user", "Bought a 2019 Skoda Octavia.", 9, 2.0, ("bought",), ("bought", "2019", "skoda", "octavia"), 0.0)
+    ranked = rank([near, far, unfound], {}, query=[("car", 1.0)], **RANK)
     assert [r.text for r in ranked] == [near.text] and "similar (0.41)" in ranked[0].why
+
+
+def test_a_piece_the_search_found_is_admitted_well_under_the_old_threshold() -> None:
+    """Found on the tool-free conversations: at 0.2 the answer to "What do I drive?" ("My
+    2020 Mazda CX-5 is in the garage again", 0.16 with all-MiniLM-L6-v2) was left out though
+    the search had found it and the block had room."""
+    car = Candidate(12, "user", "My 2020 Mazda CX-5 is in the garage again.", 12, 0.0, (), ("2020", "mazda", "cx-5", "garag"), 0.16)
+    ranked = rank([car], {}, query=[("drive", 1.0)], **RANK)
+    assert [r.text for r in ranked] == [car.text]
 
 
 def test_a_question_the_user_asked_is_recalled_only_when_it_tells_something() -> None:
