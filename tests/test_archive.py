@@ -162,7 +162,9 @@ def test_a_similar_piece_is_admitted_by_similarity_alone() -> None:
     near = Candidate(5, "user", "I drive a 2016 Volvo V60.", 9, 0.0, (), ("driv", "2016", "volvo", "v60"), 0.41)
     far = Candidate(6, "user", "The weather was awful in Oslo.", 6, 0.0, (), ("weather", "awful", "oslo"),
                     archive.MIN_SIMILARITY - 0.01)  # fmt: skip
-    unfound = Candidate(7, "user", "Bought a 2019 Skoda Octavia.", 9, 2.0, ("bought",), ("bought", "2019", "skoda", "octavia"), 0.0)
+    unfound = Candidate(
+        7, "user", "Bought a 2019 Skoda Octavia.", 9, 2.0, ("bought",), ("bought", "2019", "skoda", "octavia"), 0.0
+    )
     ranked = rank([near, far, unfound], {}, query=[("car", 1.0)], **RANK)
     assert [r.text for r in ranked] == [near.text] and "similar (0.41)" in ranked[0].why
 
@@ -171,7 +173,9 @@ def test_a_piece_the_search_found_is_admitted_well_under_the_old_threshold() -> 
     """Found on the tool-free conversations: at 0.2 the answer to "What do I drive?" ("My
     2020 Mazda CX-5 is in the garage again", 0.16 with all-MiniLM-L6-v2) was left out though
     the search had found it and the block had room."""
-    car = Candidate(12, "user", "My 2020 Mazda CX-5 is in the garage again.", 12, 0.0, (), ("2020", "mazda", "cx-5", "garag"), 0.16)
+    car = Candidate(
+        12, "user", "My 2020 Mazda CX-5 is in the garage again.", 12, 0.0, (), ("2020", "mazda", "cx-5", "garag"), 0.16
+    )
     ranked = rank([car], {}, query=[("drive", 1.0)], **RANK)
     assert [r.text for r in ranked] == [car.text]
 

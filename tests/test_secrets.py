@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import json
 import time
 import uuid
 from pathlib import Path
@@ -232,6 +234,27 @@ def test_a_provider_error_quotes_a_huge_model_name_cut_short_and_at_once() -> No
                                                                 ProviderOptions({}), known=["gpt-4o-mini"]))  # fmt: skip
 
 
+def _failing_tool_turn(atlas: Config, tool: Any, **options: Any) -> tuple[str, Any, str]:
+    """One chat turn whose model calls ``tool`` (which raises) with argument ``x``, then
+    replies: what the model was told of the failure, the result, and what the store holds."""
+    seen: list[Any] = []
+    argument = next(iter(inspect.signature(tool).parameters))
+
+    def bot(messages: Any, tools: Any) -> Any:
+        seen.append(messages[-1])
+        if messages[-1]["role"] == "tool":
+            return {"role": "assistant", "content": "done"}
+        call = {"name": tool.__name__, "arguments": json.dumps({argument: "x"})}
+        return {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": call}]}
+
+    name = f"tool-error-{uuid.uuid4().hex[:6]}"
+    register(name, bot)
+    with SessionManager(atlas.with_overrides(store={"url": f"memory://{name}"})) as mgr:
+        result = mgr.chat("s", "do it", model=f"scripted/{name}", tools=[tool], **options)
+        stored = repr(mgr.inspect("s", traces=10)) + repr(mgr.get_state("s"))
+    return seen[-1]["content"], result, stored
+
+
 TOOL_SECRETS = {
     "URL password": ("redis://app:Sup3rS3cretPassw0rd@db.internal:6379/0", "Sup3rS3cretPassw0rd"),
     "api_key pair": ("api_key=Zq81-no-known-format-Zq81", "Zq81-no-known-format-Zq81"),
@@ -257,21 +280,7 @@ def test_a_failing_tools_error_reaches_the_model_and_the_store_with_its_secrets_
         """Look it up."""
         raise ConnectionError(f"could not connect to db.internal: {text}")
 
-    seen: list[Any] = []
-
-    def bot(messages: Any, tools: Any) -> Any:
-        seen.append(messages[-1])
-        if messages[-1]["role"] == "tool":
-            return {"role": "assistant", "content": "done"}
-        return {"role": "assistant", "content": None,
-                "tool_calls": [{"id": "c1", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}]}  # fmt: skip
-
-    name = f"tool-secret-{uuid.uuid4().hex[:6]}"
-    register(name, bot)
-    with SessionManager(atlas.with_overrides(store={"url": f"memory://{name}"})) as mgr:
-        result = mgr.chat("s", "look it up", model=f"scripted/{name}", tools=[lookup])
-        stored = repr(mgr.inspect("s", traces=10)) + repr(mgr.get_state("s"))
-    told = seen[-1]["content"]
+    told, result, stored = _failing_tool_turn(atlas, lookup)
     assert secret not in told and secret not in repr(result.tool_calls) and secret not in stored
     assert told.startswith('{"error":"ConnectionError: could not connect to db.internal: ') and "***" in told
     assert not result.tool_calls[0].ok and "could not connect to db.internal" in stored  # the record holds the error
@@ -287,21 +296,7 @@ def test_a_failing_tools_error_is_masked_of_the_credentials_given_to_chat(atlas:
         """Fetch a page."""
         raise PermissionError(f"upstream refused the request made with {key}")
 
-    seen: list[Any] = []
-
-    def bot(messages: Any, tools: Any) -> Any:
-        seen.append(messages[-1])
-        if messages[-1]["role"] == "tool":
-            return {"role": "assistant", "content": "done"}
-        return {"role": "assistant", "content": None,
-                "tool_calls": [{"id": "c1", "function": {"name": "fetch", "arguments": '{"url": "x"}'}}]}  # fmt: skip
-
-    name = f"chat-key-{uuid.uuid4().hex[:6]}"
-    register(name, bot)
-    with SessionManager(atlas.with_overrides(store={"url": f"memory://{name}"})) as mgr:
-        result = mgr.chat("s", "fetch it", model=f"scripted/{name}", tools=[fetch], api_key=key)
-        stored = repr(mgr.inspect("s", traces=10)) + repr(mgr.get_state("s"))
-    told = seen[-1]["content"]
+    told, result, stored = _failing_tool_turn(atlas, fetch, api_key=key)
     assert told.startswith('{"error":"PermissionError: upstream refused the request made with ')
     assert key not in told and key not in repr(result.tool_calls) and key not in stored
     assert "upstream refused the request" in stored  # what failed is still recorded
