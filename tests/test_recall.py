@@ -484,6 +484,26 @@ def test_a_phrase_repeated_word_for_word_takes_one_place_of_the_vector_search(
     assert texts.count(repeated) == 1
 
 
+def test_a_phrase_reworded_one_word_at_a_time_takes_one_place_before_the_others_wait(
+    face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Found: a phrase a user varied turn after turn, one word changed each time, held every
+    place of the vector search, nearer the question than the answer: not one text repeated,
+    so each took a place, and the answer was never a candidate. Such rewordings now wait
+    until the others have had their places, and the answer is recalled."""
+    search_server.client().flushall()
+    config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(store={"url": search_server.url})
+    reworded = [f"Where the blue kayak stays is a question for {word}." for word in
+                ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday", "tomorrow", "tonight", "later",
+                 "spring", "summer", "autumn", "winter")]  # fmt: skip
+    assert len(reworded) > CANDIDATES
+    with open_manager(face, config, loop) as mgr:
+        say(mgr, "s", "The blue kayak stays at the boathouse on pier 9.", *reworded, FILLER, FILLER)
+        prompt = mgr.prepare("s", "where does the blue kayak stay?")
+    texts = [r.text for r in prompt.recalled]
+    assert any("pier 9" in text for text in texts)
+
+
 def test_questions_that_told_nothing_take_no_place_of_the_vector_search(
     face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
 ) -> None:

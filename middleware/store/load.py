@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.archive import MIN_SCORE, Candidate, bare_question
+from ..core.archive import MIN_SCORE, REDUNDANT, Candidate, bare_question
 from ..core.effects import Batch, Command, Plan
+from ..core.lexical import terms
 from .decoding import (
     LOAD_REPLIES,
     Corrupt,
@@ -158,18 +159,29 @@ def _distinct(near: Sequence[Candidate], oldest: int, newest: int) -> list[Candi
     """The nearest CANDIDATES pieces of archived turns out of the recent window, one of
     each text (its newest: the search gives equal texts equal distances), leaving out a
     user's question that told nothing (``bare_question``: recall would leave it out, and
-    it would hold a place the next nearest can fill)."""
-    kept: dict[str, Candidate] = {}
+    it would hold a place the next nearest can fill). A piece that mostly says what those
+    nearer already say (fewer than one term in ``REDUNDANT`` new: a phrase reworded, one
+    word changed) waits until the others have had their places, as it does in the
+    ranking: else one phrase a user varies turn after turn fills every place."""
+    texts: dict[str, Candidate] = {}  # nearest first
     for c in near:
         if oldest <= c.turn <= newest and not bare_question(c):
-            held = kept.get(c.text)
-            if held is None:
-                if len(kept) == CANDIDATES:
-                    continue
-                kept[c.text] = c
-            elif c.turn > held.turn:
-                kept[c.text] = c
-    return list(kept.values())
+            held = texts.get(c.text)
+            if held is None or c.turn > held.turn:
+                texts[c.text] = c
+    kept: list[Candidate] = []
+    waiting: list[Candidate] = []
+    said: set[str] = set()
+    for c in texts.values():
+        says = set(c.terms or terms(c.text))
+        if says and len(says - said) * REDUNDANT < len(says):
+            waiting.append(c)
+            continue
+        kept.append(c)
+        said |= says
+        if len(kept) == CANDIDATES:
+            break
+    return [*kept, *waiting][:CANDIDATES]
 
 
 def _candidates(flat: Any) -> tuple[Candidate, ...]:
