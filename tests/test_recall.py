@@ -467,19 +467,27 @@ def test_a_piece_the_vector_search_finds_keeps_its_neighbours() -> None:
         assert (old.text, old.around, old.turn) == ("The blue kayak stays in the garage.", ("", ""), 3)
 
 
+def _kayak_recalled_past(
+    face: str, server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop, crowd: Sequence[str]
+) -> list[str]:
+    """The recalled lines for "where does the blue kayak stay?" with semantic recall, after the
+    answer was told and then ``crowd`` said, a turn each, nearer the question than the answer."""
+    server.client().flushall()
+    config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(store={"url": server.url})
+    with open_manager(face, config, loop) as mgr:
+        say(mgr, "s", "The blue kayak stays at the boathouse on pier 9.", *crowd, FILLER, FILLER)
+        prompt = mgr.prepare("s", "where does the blue kayak stay?")
+    return [r.text for r in prompt.recalled]
+
+
 def test_a_phrase_repeated_word_for_word_takes_one_place_of_the_vector_search(
     face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
 ) -> None:
     """Found: the vector search's CANDIDATES places all went to one phrase a user repeated
     turn after turn, nearer the question than the answer, so the answer was never a
     candidate. Repeats now take one place (the newest), and the answer is recalled."""
-    search_server.client().flushall()
-    config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(store={"url": search_server.url})
     repeated = "Where does the blue kayak stay, I keep asking myself."
-    with open_manager(face, config, loop) as mgr:
-        say(mgr, "s", "The blue kayak stays at the boathouse on pier 9.", *([repeated] * (CANDIDATES + 4)), FILLER, FILLER)
-        prompt = mgr.prepare("s", "where does the blue kayak stay?")
-    texts = [r.text for r in prompt.recalled]
+    texts = _kayak_recalled_past(face, search_server, tmp_path, loop, [repeated] * (CANDIDATES + 4))
     assert any("pier 9" in text for text in texts)
     assert texts.count(repeated) == 1
 
@@ -491,17 +499,11 @@ def test_a_phrase_reworded_one_word_at_a_time_takes_one_place_before_the_others_
     place of the vector search, nearer the question than the answer: not one text repeated,
     so each took a place, and the answer was never a candidate. Such rewordings now wait
     until the others have had their places, and the answer is recalled."""
-    search_server.client().flushall()
-    config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(store={"url": search_server.url})
     reworded = [f"Where the blue kayak stays is a question for {word}." for word in
                 ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday", "tomorrow", "tonight", "later",
                  "spring", "summer", "autumn", "winter")]  # fmt: skip
     assert len(reworded) > CANDIDATES
-    with open_manager(face, config, loop) as mgr:
-        say(mgr, "s", "The blue kayak stays at the boathouse on pier 9.", *reworded, FILLER, FILLER)
-        prompt = mgr.prepare("s", "where does the blue kayak stay?")
-    texts = [r.text for r in prompt.recalled]
-    assert any("pier 9" in text for text in texts)
+    assert any("pier 9" in text for text in _kayak_recalled_past(face, search_server, tmp_path, loop, reworded))
 
 
 def test_questions_that_told_nothing_take_no_place_of_the_vector_search(
@@ -511,16 +513,11 @@ def test_questions_that_told_nothing_take_no_place_of_the_vector_search(
     vector search's CANDIDATES places were filled, so questions nearer the message than the
     answer held every place and the answer was never a candidate. They now give their
     places to the next nearest, and the answer is recalled."""
-    search_server.client().flushall()
-    config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(store={"url": search_server.url})
     asked = [f"Where does the blue kayak stay {word}?" for word in
              ("now", "today", "again", "lately", "tonight", "usually", "mostly", "then", "there", "anyway", "exactly", "often",
               "still", "instead")]  # fmt: skip
     assert len(asked) > CANDIDATES
-    with open_manager(face, config, loop) as mgr:
-        say(mgr, "s", "The blue kayak stays at the boathouse on pier 9.", *asked, FILLER, FILLER)
-        prompt = mgr.prepare("s", "where does the blue kayak stay?")
-    texts = [r.text for r in prompt.recalled]
+    texts = _kayak_recalled_past(face, search_server, tmp_path, loop, asked)
     assert any("pier 9" in text for text in texts)
     assert not any(text in asked for text in texts)
 
