@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from middleware import Config, Connector, Tool, ToolCall, Turn
+from middleware.core.archive import Candidate
 from middleware.core.summary import summary_line
 from middleware.store import keys as store_keys
 from middleware.store import load as store_load
@@ -492,7 +493,7 @@ def test_a_phrase_repeated_word_for_word_takes_one_place_of_the_vector_search(
     assert texts.count(repeated) == 1
 
 
-def test_a_phrase_reworded_one_word_at_a_time_takes_one_place_before_the_others_wait(
+def test_a_phrase_reworded_one_word_at_a_time_leaves_the_answer_a_place_of_the_vector_search(
     face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
 ) -> None:
     """Found: a phrase a user varied turn after turn, one word changed each time, held every
@@ -504,6 +505,22 @@ def test_a_phrase_reworded_one_word_at_a_time_takes_one_place_before_the_others_
                  "spring", "summer", "autumn", "winter")]  # fmt: skip
     assert len(reworded) > CANDIDATES
     assert any("pier 9" in text for text in _kayak_recalled_past(face, search_server, tmp_path, loop, reworded))
+
+
+def test_the_vector_search_keeps_one_rewording_and_the_next_nearest_before_the_other_rewordings() -> None:
+    """Of the nearest pieces, a rewording of one already kept (fewer than one term in
+    REDUNDANT new) waits: the places go first to one rewording and the pieces that say
+    something else, then to the other rewordings, nearest first, while places are left."""
+
+    def piece(turn: int, text: str) -> Candidate:
+        return Candidate(turn, "user", text, 12, 0.0, similarity=1.0 - turn / 100)
+
+    reworded = [piece(turn, f"Where the blue kayak stays is a question for day {turn}.") for turn in range(1, CANDIDATES + 4)]
+    answer = piece(CANDIDATES + 5, "The blue kayak stays at the boathouse on pier 9.")
+    kept = store_load._distinct([*reworded, answer], 1, 100)
+    assert len(kept) == CANDIDATES
+    assert kept[:2] == [reworded[0], answer]
+    assert kept[2:] == reworded[1 : CANDIDATES - 1]
 
 
 def test_questions_that_told_nothing_take_no_place_of_the_vector_search(
