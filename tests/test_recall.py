@@ -20,6 +20,7 @@ import pytest
 
 from middleware import Config, Connector, Tool, ToolCall, Turn
 from middleware.core.archive import Candidate
+from middleware.core.lexical import terms
 from middleware.core.summary import summary_line
 from middleware.store import keys as store_keys
 from middleware.store import load as store_load
@@ -141,6 +142,33 @@ def test_a_sentence_repeated_with_other_neighbours_takes_one_place_of_the_candid
     say(mgr, "s", "The blue kayak stays at the boathouse on pier 9.", *repeated, FILLER, FILLER, FILLER)
     prompt = mgr.prepare("s", "where does the blue kayak stay?")
     assert any("pier 9" in r.text for r in prompt.recalled)
+
+
+def test_what_a_user_said_once_outranks_chatter_said_turn_after_turn(managers: ManagerFactory, tmp_path: Path, raw: Any) -> None:
+    """The newest turn of a complaint the user makes turn after turn shares more of the
+    question's words than the fact does; with room for one line, the fact, whose words were
+    new when said, is recalled. The archive's records say how new: all of the fact's terms,
+    two of the complaint's (the keys, said once before)."""
+    mgr = managers(auto(tmp_path, recall_tokens=40))
+    chatter = [f"I forget where I leave the {item} whenever Olek comes over."
+               for item in ("car charger", "ladder", "drill", "good scissors", "spare keys")]  # fmt: skip
+    say(mgr, "s", "My cousin Tomasz keeps the spare keys in his van.", *chatter, *([FILLER] * 20))
+    prompt = mgr.prepare("s", "Where do I leave the spare keys?")
+    assert [r.turn for r in prompt.recalled] == [1]
+    arc = raw.hgetall(session_keys("mw", "s").arc)
+    shares = {field.decode(): value.split(b"\t")[1].partition(b":")[2] for field, value in arc.items()}
+    assert (shares["1.0"], shares["6.0"]) == (b"100", b"%d" % (200 // len(terms(chatter[-1]))))
+
+
+def test_an_archived_record_reads_with_or_without_its_share_of_rare_terms() -> None:
+    """A record carries its tokens and the hundredths of its terms that were rare when it was
+    written; one written before that share was (or holding a bad one) counts as all new."""
+    from middleware.store.decoding import archived
+
+    assert archived(b"user\t7:40\ta b\tSome text.")[1::4] == ("7", 0.4)
+    assert archived(b"user\t7:100\ta b\tSome text.\tBefore.\t")[1::4] == ("7", 1.0)
+    for old in (b"user\t7\ta b\tSome text.", b"user\t7:x\ta b\tSome text.", b"user\t7:1000\ta b\tSome text."):
+        assert archived(old)[1::4] == ("7", 1.0)
 
 
 def test_a_tight_budget_takes_a_neighbour_before_a_matched_line(managers: ManagerFactory, tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -54,6 +54,11 @@ RRF_K = 60
 # name, a number or a code: "INV-0" and "INV-1" may both matter), and is left out if not
 # ("Done (wc). 2 words" after "wc -> 2 words" says nothing the model lacks).
 REDUNDANT = 4
+# A candidate none of whose terms was rare in the archive when it was written (each was in
+# more than two pieces, its turn's included: chatter that comes back turn after turn) counts
+# this share of one whose terms all were (what a user says once, such as an allergy); in
+# between, in proportion (``Candidate.novelty``). Both rankings weigh it.
+FAMILIAR = 0.5
 _PIECE_CHARS = 240
 # A neighbour of a user sentence is kept to its first this many characters (the same cut
 # whichever side it is on, so a sentence between two recalled ones is one text, seen once).
@@ -263,6 +268,7 @@ class Candidate(NamedTuple):
     similarity: float = 0.0  # cosine similarity to the current message (semantic recall)
     asked: float = 0.0  # the part of ``score`` the current message's own terms gave
     around: tuple[str, str] = ("", "")  # a user sentence's neighbours (``Piece.around``)
+    novelty: float = 1.0  # the share of its terms rare in the archive when it was written (see FAMILIAR)
 
 
 # A candidate as rank scores it: (lexical, semantic, turn, text, kind, tokens, why), each
@@ -290,7 +296,8 @@ def rank(
     context value; older values of context keys (``facts``) score by the query terms of
     their key and value they share. The ranking by meaning (semantic recall): the
     ``similarity`` a vector search found to the current message, not weighed by recency.
-    A user's sentence that names nothing specific counts half in both. Left out: weak
+    A user's sentence that names nothing specific counts half in both, and so does a piece
+    none of whose terms was rare when it was written (``FAMILIAR``). Left out: weak
     lexical matches, matches on the recent window's terms alone (they rank, the current
     message selects), pieces that say nothing the prompt does not already say (every term
     of theirs is in ``shown``) and a user's sentence that only asks (``bare_question``).
@@ -323,6 +330,7 @@ def rank(
         lowered = c.text.lower() if values else ""
         overlap = 1.25 if any(value in lowered for value in values) else 1.0
         weight = overlap * (1.0 if c.kind != "user" or _specific(c.text) else 0.5)  # memory is for specifics
+        weight *= FAMILIAR + (1.0 - FAMILIAR) * c.novelty  # and for what was new when said
         # BM25's length normalisation: a long sentence shares words by its length alone.
         length = saturation(1, len(c.terms or c.matched), _AVERAGE_TERMS)
         # The recent window's words rank what the message selected (the store sees only the message's).
@@ -354,7 +362,7 @@ def rank(
             if used + cost > budget or key in seen or key in shown_lower:
                 continue
             says = set(reason[0].terms or terms(text)) if not isinstance(reason, str) else set()
-            if not repeats and says and len(says - said) * REDUNDANT < len(says):
+            if not repeats and mostly_said(says, said):
                 later.append((score, row))  # mostly what a chosen line says: a phrase repeated, a word changed
                 continue
             if repeats and (says - said).isdisjoint(_specific_terms(text)):
@@ -391,6 +399,13 @@ def rank(
         chosen[index] = item
     chosen.sort(key=lambda r: (-r.score, -r.turn))
     return chosen
+
+
+def mostly_said(says: Set[str], said: Set[str]) -> bool:
+    """Whether a text with the terms ``says`` adds fewer than one term in ``REDUNDANT`` to
+    those of ``said``: a phrase repeated with a word changed (an empty text adds nothing, and
+    is not counted as one)."""
+    return bool(says) and len(says - said) * REDUNDANT < len(says)
 
 
 def _fused(scored: Sequence[_Scored]) -> list[tuple[float, _Scored]]:

@@ -37,15 +37,19 @@ __all__ = [
 _loads = orjson.loads  # about ten times faster than the json module on the store's own records
 
 
-def archived(record: Any) -> tuple[str, str, str, str, tuple[str, str]]:
-    """An archived piece's record (see ``record``): its kind, tokens, terms, text and a user
-    sentence's neighbours (("", "") where it has none, as in a record written before them)."""
+def archived(record: Any) -> tuple[str, str, str, str, tuple[str, str], float]:
+    """An archived piece's record (see ``record``): its kind, tokens, terms, text, a user
+    sentence's neighbours (("", "") where it has none, as in a record written before them)
+    and the share of its terms that were rare when it was written (1.0 in a record written
+    before the share was)."""
     kind, tokens, terms, text = [*text_of(record).split("\t", 3), "", "", ""][:4]
+    tokens, _, share = tokens.partition(":")
+    novelty = int(share) / 100 if share.isdigit() and len(share) <= 3 else 1.0
     if "\t" not in text:
-        return kind, tokens, terms, text, ("", "")
+        return kind, tokens, terms, text, ("", ""), min(novelty, 1.0)
     text, _, rest = text.partition("\t")
     before, _, after = rest.partition("\t")
-    return kind, tokens, terms, text, (before, after.replace("\t", " "))
+    return kind, tokens, terms, text, (before, after.replace("\t", " ")), min(novelty, 1.0)
 
 
 def text_of(value: Any) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.archive import MIN_SCORE, REDUNDANT, Candidate, bare_question
+from ..core.archive import MIN_SCORE, Candidate, bare_question, mostly_said
 from ..core.effects import Batch, Command, Plan
 from ..core.lexical import terms
 from .decoding import (
@@ -174,7 +174,7 @@ def _distinct(near: Sequence[Candidate], oldest: int, newest: int) -> list[Candi
     said: set[str] = set()
     for c in texts.values():
         says = set(c.terms or terms(c.text))
-        if says and len(says - said) * REDUNDANT < len(says):
+        if mostly_said(says, said):
             waiting.append(c)
             continue
         kept.append(c)
@@ -188,12 +188,12 @@ def _candidates(flat: Any) -> tuple[Candidate, ...]:
     found = []
     for i in range(0, len(flat) - 4, 5):
         piece_id, score, asked, matched, record = flat[i : i + 5]
-        kind, tokens, terms, text, around = archived(record)
+        kind, tokens, terms, text, around, novelty = archived(record)
         if text and tokens.isdigit():
             turn = int(text_of(piece_id).partition(".")[0])
             # Positional: a NamedTuple's keyword constructor costs more.
             found.append(Candidate(turn, kind, text, int(tokens), float(score), tuple(text_of(matched).split()),
-                                   tuple(terms.split()), 0.0, float(asked), around))  # fmt: skip
+                                   tuple(terms.split()), 0.0, float(asked), around, novelty))  # fmt: skip
     return tuple(found)
 
 

@@ -62,6 +62,19 @@ local function after(list, gone)
   return ''
 end
 
+-- How many ids `list` holds, counted up to `most` + 1 (a missing list, false, holds none).
+local RARE = 2
+local function held_ids(list, most)
+  if not list or list == '' then return 0 end
+  local n, from = 1, 1
+  while n <= most do
+    local space = string.find(list, ' ', from, true)
+    if space == nil then return n end
+    n, from = n + 1, space + 1
+  end
+  return n
+end
+
 -- All or nothing: a server refuses a command by its ACL (NOPERM) before the script writes
 -- anything, not after half the turn is written (a script's writes are never rolled back,
 -- and a replay would take a half-written turn for a recorded one).
@@ -204,11 +217,39 @@ end
 
 local archive, cap, n_pieces, vectors = tonumber(archive_turns), tonumber(postings), tonumber(ARGV[at]), vector_prefix
 if archive > 0 then
-  local fields, postings, terms = {}, {}, {}
+  local fields, postings, terms, pieces_of = {}, {}, {}, {}
   local prefix, vector_ttl = turn .. '.', int(math.floor(ttl * 1.5))
   for i = 0, n_pieces - 1 do
+    local id = prefix .. int(i)
+    for term in string.gmatch(ARGV[at + 3 + 6 * i], '%S+') do
+      if postings[term] == nil then
+        postings[term] = id
+        pieces_of[term] = 1
+        terms[#terms + 1] = term
+      else
+        postings[term] = postings[term] .. ' ' .. id
+        pieces_of[term] = pieces_of[term] + 1
+      end
+    end
+  end
+  local own = #terms  -- this turn's terms; those only the leaving turns hold follow
+  local lists = each('HMGET', idx, terms)  -- their lists before this turn
+  local before = {}
+  for j = 1, own do before[terms[j]] = lists[j] end
+  -- A piece's record carries, after its tokens, the share (in hundredths) of its terms that
+  -- were rare in the archive when it was written: in at most RARE pieces, its own turn's
+  -- included. What a user says once ("I react badly to latex") is mostly rare words; chatter
+  -- that comes back turn after turn ("I saw an episode about X on Tuesday") is not, and
+  -- recall ranks it below what was new when said (``archive.FAMILIAR``).
+  for i = 0, n_pieces - 1 do
     local base, id = at + 1 + 6 * i, prefix .. int(i)
-    local record = ARGV[base] .. '\t' .. ARGV[base + 1] .. '\t' .. ARGV[base + 3] .. '\t' .. ARGV[base + 4]
+    local rare, all = 0, 0
+    for term in string.gmatch(ARGV[base + 2], '%S+') do
+      all = all + 1
+      if pieces_of[term] + held_ids(before[term], RARE) <= RARE then rare = rare + 1 end
+    end
+    local share = all > 0 and int(math.floor(100 * rare / all)) or '100'
+    local record = ARGV[base] .. '\t' .. ARGV[base + 1] .. ':' .. share .. '\t' .. ARGV[base + 3] .. '\t' .. ARGV[base + 4]
     fields[#fields + 1] = id
     fields[#fields + 1] = record
     if vectors ~= '' and ARGV[base + 5] ~= '' then  -- semantic recall: the piece's vector, for the server's index
@@ -216,17 +257,8 @@ if archive > 0 then
       redis.call('HSET', key, 's', vector_tag, 'turn', turn, 'vec', ARGV[base + 5], 'rec', record)
       if ttl > 0 then redis.call('PEXPIRE', key, vector_ttl) end
     end
-    for term in string.gmatch(ARGV[base + 2], '%S+') do
-      if postings[term] == nil then
-        postings[term] = id
-        terms[#terms + 1] = term
-      else
-        postings[term] = postings[term] .. ' ' .. id
-      end
-    end
   end
   if #fields > 0 then call('HSET', arc, unpack(fields)) end
-  local own = #terms  -- this turn's terms; those only the leaving turns hold follow
   -- The turns leaving the archive now: its oldest (meta's arc_from) and, while that is older
   -- than `gone` (turns kept while archive_turns was higher), the next four oldest with it.
   -- A session archived before arc_from was kept has its oldest turn found once, in the
@@ -268,8 +300,13 @@ if archive > 0 then
   end
   -- One read and one write of the lists of every term either touches: this turn's ids join
   -- a list (cut back to its newest `cap` bytes past twice that), the leaving turns' ids go.
+  if #terms > own then  -- the lists of terms only the leaving turns hold
+    local rest = {}
+    for j = own + 1, #terms do rest[#rest + 1] = terms[j] end
+    for _, list in ipairs(each('HMGET', idx, rest)) do lists[#lists + 1] = list end
+  end
   if #terms > 0 then
-    local lists, updates = each('HMGET', idx, terms), {}
+    local updates = {}
     for j, term in ipairs(terms) do
       local list, added = lists[j], postings[term]
       if added then list = newest(list and (list .. ' ' .. added) or added, cap) end

@@ -5,7 +5,8 @@ no writer reads and writes back. Every write refreshes the TTL of the whole sess
 
 Context members are "key=value" scored turn * 1000 + position: the newest value of a key
 is its current one, and the score tells the turn that set each value. The archive holds
-pieces "<turn>.<n>" -> "kind<TAB>tokens<TAB>facts<TAB>text" (facts: the terms of what it
+pieces "<turn>.<n>" -> "kind<TAB>tokens:share<TAB>facts<TAB>text" (share: the hundredths
+of its terms that were rare in the archive when it was written; facts: the terms of what it
 says, rather than of the names it says them with; a user sentence with neighbours worth
 recalling beside it ends "text<TAB>before<TAB>after", see ``decoding.archived``); the index maps each term to the ids of
 the pieces holding it, newest last, at most POSTINGS bytes of them. With semantic recall

@@ -72,9 +72,9 @@ def nearest(reply: Any) -> tuple[Candidate, ...]:
     """The pieces a vector search found, their score the cosine similarity."""
     found = []
     for row in _search_rows(reply):
-        kind, tokens, terms, text, around = archived(row.get("rec", b""))
+        kind, tokens, terms, text, around, novelty = archived(row.get("rec", b""))
         turn, distance = text_of(row.get("turn", b"0")), text_of(row.get("dist", b"2"))
         if text and tokens.isdigit() and turn.isdigit():
             found.append(Candidate(int(turn), kind, text, int(tokens), 0.0, (), tuple(terms.split()), 1.0 - float(distance),
-                                   0.0, around))  # fmt: skip
+                                   0.0, around, novelty))  # fmt: skip
     return tuple(found)
