@@ -298,8 +298,9 @@ if archive > 0 then
       end
     end
   end
-  -- One read and one write of the lists of every term either touches: this turn's ids join
-  -- a list (cut back to its newest `cap` bytes past twice that), the leaving turns' ids go.
+  -- One write of the lists of every term either touches (read above, this turn's terms
+  -- before its records, the leaving turns' own after): this turn's ids join a list (cut back
+  -- to its newest `cap` bytes past twice that), the leaving turns' ids go.
   if #terms > own then  -- the lists of terms only the leaving turns hold
     local rest = {}
     for j = own + 1, #terms do rest[#rest + 1] = terms[j] end
