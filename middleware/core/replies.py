@@ -112,7 +112,7 @@ def round_ids(keys: Iterable[str], round_: int) -> set[str]:
     ids = set()
     for key in keys:
         number, space, call_id = key.partition(" ")
-        if not (space and number.isdigit()):
+        if not (space and number.isascii() and number.isdigit()):
             ids.add(key)
         elif int(number) == round_:
             ids.add(call_id)
@@ -131,7 +131,7 @@ def portable_keys(keys: Iterable[str], loop: Sequence[Mapping[str, Any]]) -> lis
     portable = []
     for key in keys:
         number, space, call_id = key.partition(" ")
-        portable.append(call_id if space and number.isdigit() and rounds.get(call_id) == 1 else key)
+        portable.append(call_id if space and number.isascii() and number.isdigit() and rounds.get(call_id) == 1 else key)
     return portable
 
 

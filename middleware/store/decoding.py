@@ -44,7 +44,7 @@ def archived(record: Any) -> tuple[str, str, str, str, tuple[str, str], float]:
     before the share was)."""
     kind, tokens, terms, text = [*text_of(record).split("\t", 3), "", "", ""][:4]
     tokens, _, share = tokens.partition(":")
-    novelty = int(share) / 100 if share.isdigit() and len(share) <= 3 else 1.0
+    novelty = int(share) / 100 if share.isascii() and share.isdigit() and len(share) <= 3 else 1.0
     if "\t" not in text:
         return kind, tokens, terms, text, ("", ""), min(novelty, 1.0)
     text, _, rest = text.partition("\t")

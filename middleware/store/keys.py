@@ -11,7 +11,7 @@ Redis Cluster slot::
     <prefix>:{<sid>}:traces   list   JSON turn records: the inspector, and a young session resending its history
     <prefix>:{<sid>}:prompt   string JSON of the prompt sent on the last recorded turn
     <prefix>:{<sid>}:ids      zset   ids of the last turns written, score = turn number
-    <prefix>:{<sid>}:arc      hash   the episodic archive: "<turn>.<n>" -> "kind\ttokens\tterms\ttext[\tbefore\tafter]"
+    <prefix>:{<sid>}:arc      hash   the episodic archive: "<turn>.<n>" -> "kind\ttokens:share\tterms\ttext[\tbefore\tafter]"
     <prefix>:{<sid>}:idx      hash   term -> ids of the archived pieces holding it, newest last
     <prefix>:{<sid>}:live     hash   the endpoint's turns in flight (see ``live``)
     <prefix>:v:{<sid>}:<id>   hash   a piece's vector, for semantic recall (see ``vectors``)

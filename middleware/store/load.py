@@ -189,7 +189,7 @@ def _candidates(flat: Any) -> tuple[Candidate, ...]:
     for i in range(0, len(flat) - 4, 5):
         piece_id, score, asked, matched, record = flat[i : i + 5]
         kind, tokens, terms, text, around, novelty = archived(record)
-        if text and tokens.isdigit():
+        if text and tokens.isascii() and tokens.isdigit():
             turn = int(text_of(piece_id).partition(".")[0])
             # Positional: a NamedTuple's keyword constructor costs more.
             found.append(Candidate(turn, kind, text, int(tokens), float(score), tuple(text_of(matched).split()),

@@ -217,48 +217,20 @@ end
 
 local archive, cap, n_pieces, vectors = tonumber(archive_turns), tonumber(postings), tonumber(ARGV[at]), vector_prefix
 if archive > 0 then
-  local fields, postings, terms, pieces_of = {}, {}, {}, {}
+  local postings, terms = {}, {}
   local prefix, vector_ttl = turn .. '.', int(math.floor(ttl * 1.5))
   for i = 0, n_pieces - 1 do
     local id = prefix .. int(i)
     for term in string.gmatch(ARGV[at + 3 + 6 * i], '%S+') do
       if postings[term] == nil then
         postings[term] = id
-        pieces_of[term] = 1
         terms[#terms + 1] = term
       else
         postings[term] = postings[term] .. ' ' .. id
-        pieces_of[term] = pieces_of[term] + 1
       end
     end
   end
   local own = #terms  -- this turn's terms; those only the leaving turns hold follow
-  local lists = each('HMGET', idx, terms)  -- their lists before this turn
-  local before = {}
-  for j = 1, own do before[terms[j]] = lists[j] end
-  -- A piece's record carries, after its tokens, the share (in hundredths) of its terms that
-  -- were rare in the archive when it was written: in at most RARE pieces, its own turn's
-  -- included. What a user says once ("I react badly to latex") is mostly rare words; chatter
-  -- that comes back turn after turn ("I saw an episode about X on Tuesday") is not, and
-  -- recall ranks it below what was new when said (``archive.FAMILIAR``).
-  for i = 0, n_pieces - 1 do
-    local base, id = at + 1 + 6 * i, prefix .. int(i)
-    local rare, all = 0, 0
-    for term in string.gmatch(ARGV[base + 2], '%S+') do
-      all = all + 1
-      if pieces_of[term] + held_ids(before[term], RARE) <= RARE then rare = rare + 1 end
-    end
-    local share = all > 0 and int(math.floor(100 * rare / all)) or '100'
-    local record = ARGV[base] .. '\t' .. ARGV[base + 1] .. ':' .. share .. '\t' .. ARGV[base + 3] .. '\t' .. ARGV[base + 4]
-    fields[#fields + 1] = id
-    fields[#fields + 1] = record
-    if vectors ~= '' and ARGV[base + 5] ~= '' then  -- semantic recall: the piece's vector, for the server's index
-      local key = vectors .. id
-      redis.call('HSET', key, 's', vector_tag, 'turn', turn, 'vec', ARGV[base + 5], 'rec', record)
-      if ttl > 0 then redis.call('PEXPIRE', key, vector_ttl) end
-    end
-  end
-  if #fields > 0 then call('HSET', arc, unpack(fields)) end
   -- The turns leaving the archive now: its oldest (meta's arc_from) and, while that is older
   -- than `gone` (turns kept while archive_turns was higher), the next four oldest with it.
   -- A session archived before arc_from was kept has its oldest turn found once, in the
@@ -298,33 +270,52 @@ if archive > 0 then
       end
     end
   end
-  -- One write of the lists of every term either touches (read above, this turn's terms
-  -- before its records, the leaving turns' own after): this turn's ids join a list (cut back
-  -- to its newest `cap` bytes past twice that), the leaving turns' ids go.
-  if #terms > own then  -- the lists of terms only the leaving turns hold
-    local rest = {}
-    for j = own + 1, #terms do rest[#rest + 1] = terms[j] end
-    for _, list in ipairs(each('HMGET', idx, rest)) do lists[#lists + 1] = list end
-  end
-  if #terms > 0 then
-    local updates = {}
-    for j, term in ipairs(terms) do
-      local list, added = lists[j], postings[term]
-      if added then list = newest(list and (list .. ' ' .. added) or added, cap) end
-      if list and leaving[term] then list = after(list, gone) end
-      if list == '' then
-        emptied[#emptied + 1] = term
-      elseif list and list ~= lists[j] then
-        updates[#updates + 1] = term
-        updates[#updates + 1] = list
-      end
+  -- One read and one write of the lists of every term either touches: this turn's ids join
+  -- a list (cut back to its newest `cap` bytes past twice that), the leaving turns' ids go.
+  -- A term of this turn is rare when its list then holds at most RARE ids (its own pieces
+  -- included).
+  local lists, updates, rare = each('HMGET', idx, terms), {}, {}
+  for j, term in ipairs(terms) do
+    local list, added = lists[j], postings[term]
+    if added then list = newest(list and (list .. ' ' .. added) or added, cap) end
+    if list and leaving[term] then list = after(list, gone) end
+    if added then rare[term] = held_ids(list, RARE) <= RARE end
+    if list == '' then
+      emptied[#emptied + 1] = term
+    elseif list and list ~= lists[j] then
+      updates[#updates + 1] = term
+      updates[#updates + 1] = list
     end
-    if own > 0 then  -- the turn's piece count and terms ("3|a b c"), read when it leaves the archive
-      updates[#updates + 1] = '#' .. turn
-      updates[#updates + 1] = int(n_pieces) .. '|' .. table.concat(terms, ' ', 1, own)
-    end
-    each('HSET', idx, updates)
   end
+  -- A piece's record carries, after its tokens, the share (in hundredths) of its terms that
+  -- were rare in the archive when it was written. What a user says once ("I react badly to
+  -- latex") is mostly rare words; chatter that comes back turn after turn ("I saw an episode
+  -- about X on Tuesday") is not, and recall ranks it below what was new when said
+  -- (``archive.FAMILIAR``).
+  local fields = {}
+  for i = 0, n_pieces - 1 do
+    local base, id = at + 1 + 6 * i, prefix .. int(i)
+    local n_rare, all = 0, 0
+    for term in string.gmatch(ARGV[base + 2], '%S+') do
+      all = all + 1
+      if rare[term] then n_rare = n_rare + 1 end
+    end
+    local share = all > 0 and int(math.floor(100 * n_rare / all)) or '100'
+    local record = ARGV[base] .. '\t' .. ARGV[base + 1] .. ':' .. share .. '\t' .. ARGV[base + 3] .. '\t' .. ARGV[base + 4]
+    fields[#fields + 1] = id
+    fields[#fields + 1] = record
+    if vectors ~= '' and ARGV[base + 5] ~= '' then  -- semantic recall: the piece's vector, for the server's index
+      local key = vectors .. id
+      redis.call('HSET', key, 's', vector_tag, 'turn', turn, 'vec', ARGV[base + 5], 'rec', record)
+      if ttl > 0 then redis.call('PEXPIRE', key, vector_ttl) end
+    end
+  end
+  if #fields > 0 then call('HSET', arc, unpack(fields)) end
+  if own > 0 then  -- the turn's piece count and terms ("3|a b c"), read when it leaves the archive
+    updates[#updates + 1] = '#' .. turn
+    updates[#updates + 1] = int(n_pieces) .. '|' .. table.concat(terms, ' ', 1, own)
+  end
+  each('HSET', idx, updates)
   each('HDEL', idx, emptied)
   each('HDEL', arc, old)
   if #keys > 0 then redis.call('DEL', unpack(keys)) end

@@ -74,7 +74,7 @@ def nearest(reply: Any) -> tuple[Candidate, ...]:
     for row in _search_rows(reply):
         kind, tokens, terms, text, around, novelty = archived(row.get("rec", b""))
         turn, distance = text_of(row.get("turn", b"0")), text_of(row.get("dist", b"2"))
-        if text and tokens.isdigit() and turn.isdigit():
+        if text and tokens.isascii() and tokens.isdigit() and turn.isascii() and turn.isdigit():
             found.append(Candidate(int(turn), kind, text, int(tokens), 0.0, (), tuple(terms.split()), 1.0 - float(distance),
                                    0.0, around, novelty))  # fmt: skip
     return tuple(found)
