@@ -167,8 +167,12 @@ def test_an_archived_record_reads_with_or_without_its_share_of_rare_terms() -> N
 
     assert archived(b"user\t7:40\ta b\tSome text.")[1::4] == ("7", 0.4)
     assert archived(b"user\t7:100\ta b\tSome text.\tBefore.\t")[1::4] == ("7", 1.0)
-    for old in (b"user\t7\ta b\tSome text.", b"user\t7:x\ta b\tSome text.", b"user\t7:1000\ta b\tSome text.",
-                "user\t7:\u00b2\ta b\tSome text.".encode()):  # "²" is a digit to str.isdigit, not to int()
+    for old in (
+        b"user\t7\ta b\tSome text.",
+        b"user\t7:x\ta b\tSome text.",
+        b"user\t7:1000\ta b\tSome text.",
+        "user\t7:\u00b2\ta b\tSome text.".encode(),
+    ):  # "²" is a digit to str.isdigit, not to int()
         assert archived(old)[1::4] == ("7", 1.0)
 
 
