@@ -23,7 +23,7 @@ from typing import Any
 from . import local_embedding
 from .core.caching import KINDS, Kind, Rules, rules_for
 from .exceptions import LLMError
-from .provider import ProviderOptions, provider_error, status_code
+from .provider import ProviderOptions, provider_error, sent_texts, status_code
 from .testing.scripted import get_embedder, get_responder
 from .tokens import get_tokenizer
 
@@ -203,7 +203,7 @@ def complete(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[
     try:
         return lib.completion(model=model, messages=list(messages), tools=list(tools) if tools else None, **options)
     except Exception as exc:
-        error = provider_error(model, exc, options, _known_models())
+        error = provider_error(model, exc, options, _known_models(), sent_texts(messages))
     raise error
 
 
@@ -216,7 +216,7 @@ async def acomplete(
     try:
         return await lib.acompletion(model=model, messages=list(messages), tools=list(tools) if tools else None, **options)
     except Exception as exc:
-        error = provider_error(model, exc, options, _known_models())
+        error = provider_error(model, exc, options, _known_models(), sent_texts(messages))
     raise error
 
 
@@ -238,7 +238,7 @@ def embed(model: str, texts: Sequence[str], **kwargs: Any) -> list[list[float]]:
     try:
         return _vectors(lib.embedding(model=model, input=list(texts), **options))
     except Exception as exc:
-        error = provider_error(model, exc, options, _known_models())
+        error = provider_error(model, exc, options, _known_models(), list(reversed(texts)))
     raise error
 
 
@@ -251,7 +251,7 @@ async def aembed(model: str, texts: Sequence[str], **kwargs: Any) -> list[list[f
     try:
         return _vectors(await lib.aembedding(model=model, input=list(texts), **options))
     except Exception as exc:
-        error = provider_error(model, exc, options, _known_models())
+        error = provider_error(model, exc, options, _known_models(), list(reversed(texts)))
     raise error
 
 
@@ -297,7 +297,7 @@ def stream(
     try:
         yield from response
     except Exception as exc:
-        error = provider_error(model, exc, options, _known_models())
+        error = provider_error(model, exc, options, _known_models(), sent_texts(messages))
     else:
         return
     raise error
@@ -313,7 +313,7 @@ async def astream(
         async for chunk in response:
             yield chunk
     except Exception as exc:
-        error = provider_error(model, exc, options, _known_models())
+        error = provider_error(model, exc, options, _known_models(), sent_texts(messages))
     else:
         return
     raise error

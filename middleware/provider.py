@@ -8,11 +8,11 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .core.text import cut_middle, redact_secrets
+from .core.text import cut_middle, redact_quoted, redact_secrets
 from .exceptions import LLMError, RedactedError
 
 __all__ = ["ProviderOptions", "environment_secrets", "provider_error", "status_code"]
@@ -99,9 +99,10 @@ def _raised_at(exc: BaseException) -> str | None:
     return f"{file}:{tb.tb_lineno} in {code.co_name}"
 
 
-def _retold(exc: BaseException, secrets: Collection[str]) -> RedactedError:
+def _retold(exc: BaseException, secrets: Collection[str], sent: Sequence[str] = ()) -> RedactedError:
     """``exc`` and the exceptions it came from (as a traceback would show them), each retold as a
-    RedactedError with the secrets masked and without its frames."""
+    RedactedError with the secrets and what it quotes of the ``sent`` texts masked, and without
+    its frames."""
     chain: list[BaseException] = []
     seen: BaseException | None = exc
     while seen is not None and len(chain) < _CHAIN_KEPT and not any(seen is known for known in chain):
@@ -110,7 +111,7 @@ def _retold(exc: BaseException, secrets: Collection[str]) -> RedactedError:
     retold: RedactedError | None = None
     for original in reversed(chain):
         name, where = f"{type(original).__module__}.{type(original).__qualname__}", _raised_at(original)
-        text = cut_middle(redact_secrets(_text_of(original), secrets), _CAUSE_CHARS)
+        text = cut_middle(redact_quoted(redact_secrets(_text_of(original), secrets), sent), _CAUSE_CHARS)
         stand_in = RedactedError(f"{name}{f' (raised at {where})' if where else ''}: {text}", type_name=name, location=where)
         stand_in.__cause__, stand_in.__suppress_context__ = retold, True
         retold = stand_in
@@ -118,21 +119,24 @@ def _retold(exc: BaseException, secrets: Collection[str]) -> RedactedError:
     return retold
 
 
-def provider_error(model: str, exc: BaseException, options: ProviderOptions, known: Iterable[str] = ()) -> LLMError:
-    """The LLMError for a failed call, chained to a retelling of ``exc`` that quotes no secret of
-    the call (``exc`` itself, its frames and their local variables are dropped). A model
-    name litellm cannot place gets a hint: the closest of the ``known`` names, and the form
-    a name takes."""
+def provider_error(
+    model: str, exc: BaseException, options: ProviderOptions, known: Iterable[str] = (), sent: Sequence[str] = ()
+) -> LLMError:
+    """The LLMError for a failed call, chained to a retelling of ``exc`` (``exc`` itself, its
+    frames and their local variables are dropped) that quotes no secret of the call and none
+    of the ``sent`` texts, the call's messages newest first (a provider may echo what it
+    refused). A model name litellm cannot place gets a hint: the closest of the ``known``
+    names, and the form a name takes."""
     secrets = options.secrets()
     # litellm's messages can carry a whole traceback: keep the first line (the cause has the rest).
     first = _text_of(exc).strip().split("\n", 1)[0]
-    told = redact_secrets(first, secrets)[:500]
+    told = redact_quoted(redact_secrets(first, secrets), sent)[:500]
     if "LLM Provider NOT provided" in first:
         told = told.rstrip(".") + "." + _model_hint(model, known)
     name = repr(model) if len(model) <= _MODEL_SHOWN else f"{model[:_MODEL_SHOWN]!r}… ({len(model):,} characters)"
     error = LLMError(f"Model {name} failed: {type(exc).__name__}: {told}",
                      status_code=status_code(exc))  # fmt: skip
-    error.__cause__, error.__suppress_context__ = _retold(exc, secrets), True
+    error.__cause__, error.__suppress_context__ = _retold(exc, secrets, sent), True
     return error
 
 
@@ -152,3 +156,22 @@ def status_code(exc: BaseException) -> int | None:
     """The HTTP status of a provider's failure (litellm's exceptions carry the provider's own)."""
     status = getattr(exc, "status_code", None)
     return status if isinstance(status, int) and 400 <= status <= 599 else None
+
+
+def sent_texts(messages: Sequence[Any]) -> list[str]:
+    """The texts of a call's ``messages``, newest first (what ``provider_error`` keeps out of an
+    error): each message's content (a string, or its text parts) and its tool calls' arguments."""
+    texts = []
+    for message in reversed(messages):
+        if not isinstance(message, Mapping):
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts += [part["text"] for part in content if isinstance(part, Mapping) and isinstance(part.get("text"), str)]
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(function, Mapping) and isinstance(function.get("arguments"), str):
+                texts.append(function["arguments"])
+    return texts

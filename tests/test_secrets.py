@@ -54,6 +54,40 @@ def test_provider_errors_are_redacted(atlas: Config, tmp_path: Path) -> None:
     assert KEY not in (tmp_path / "u.jsonl").read_text()
 
 
+def test_a_provider_error_echoing_the_message_keeps_its_text_out(atlas: Config, tmp_path: Path) -> None:
+    """A provider that refuses a message and quotes it back (a content filter) fails the call
+    with an LLMError that names the failure but not the message, in its text and its causes;
+    what it says in its own words stays."""
+    said = "please summarise the medical file of Jane Roe, born 1984-03-07, for the insurer"
+
+    def echoing(messages: Any, tools: Any) -> Any:
+        raise RuntimeError(f"Content policy violation: the prompt '{messages[-1]['content']}' was refused (code 4711)")
+
+    name = f"echo-{uuid.uuid4().hex[:6]}"
+    register(name, echoing)
+    config = atlas.with_overrides(usage_log={"path": str(tmp_path / "u.jsonl")})
+    with SessionManager(config, redis_url=f"memory://{name}") as mgr, pytest.raises(LLMError) as info:
+        mgr.chat("s", said, model=f"scripted/{name}")
+    chain, cause = [], info.value
+    while cause is not None:
+        chain.append(str(cause))
+        cause = cause.__cause__
+    told = "\n".join(chain)
+    assert len(chain) >= 2 and "Jane Roe" not in told and "1984-03-07" not in told
+    assert "Content policy violation" in chain[0] and "(code 4711)" in chain[0] and "[…message text…]" in chain[0]
+
+
+def test_an_error_keeps_short_phrases_a_message_shares_and_masks_long_runs() -> None:
+    from middleware.core.text import QUOTE_MARK, redact_quoted
+
+    sent = ["the request was made", "my card number is 4111 1111 1111 1111 and it expires soon"]
+    assert redact_quoted("Error: the request was made twice", sent) == "Error: the request was made twice"
+    masked = redact_quoted("refused: 'card number is 4111 1111 1111 1111' (policy)", sent)
+    assert masked == f"refused: '{QUOTE_MARK}' (policy)"
+    # Only the newest ``searched`` characters of what was sent are searched.
+    assert redact_quoted("x: card number is 4111 1111 1111 1111", sent, searched=20) == "x: card number is 4111 1111 1111 1111"
+
+
 def test_logs_hold_no_content_and_no_secrets_by_default(atlas: Config, tmp_path: Path) -> None:
     """Usage lines and debug events from a full chat carry neither text nor credentials."""
     log = tmp_path / "u.jsonl"

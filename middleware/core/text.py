@@ -180,6 +180,50 @@ def redact_secrets(text: str, known: Iterable[str] = ()) -> str:
     return _SECRET_PAIR.sub(lambda m: m.group(1) + "***", text)
 
 
+# A run this long that an error shares with a message sent is the message quoted back; shorter
+# runs are common phrases ("the request", a model name).
+QUOTED_RUN = 24
+# What of the texts sent is searched for runs an error quotes: the newest first, this many
+# characters at most (a content filter quotes what it refused, mostly the current message).
+QUOTED_SEARCHED = 65_536
+QUOTE_MARK = "[…message text…]"
+
+
+def redact_quoted(text: str, sent: Iterable[str], *, run: int = QUOTED_RUN, searched: int = QUOTED_SEARCHED) -> str:
+    """``text`` (an error) with every run of at least ``run`` characters that also stands in
+    one of the ``sent`` texts (newest first; ``searched`` characters of them at most) written
+    as one mark: a provider error echoing a message does not carry its content into a log."""
+    if len(text) < run:
+        return text
+    at: dict[str, list[int]] = {}
+    for i in range(len(text) - run + 1):
+        at.setdefault(text[i : i + run], []).append(i)
+    covered = bytearray(len(text))
+    left = searched
+    for said in sent:
+        said = said[: max(left, 0)]
+        left -= len(said)
+        for i in range(len(said) - run + 1):
+            for start in at.get(said[i : i + run], ()):
+                covered[start : start + run] = b"\x01" * run
+        if left <= 0:
+            break
+    if not any(covered):
+        return text
+    out, i = [], 0
+    while i < len(text):
+        if covered[i]:
+            while i < len(text) and covered[i]:
+                i += 1
+            out.append(QUOTE_MARK)
+        else:
+            j = covered.find(1, i)
+            j = len(text) if j < 0 else j
+            out.append(text[i:j])
+            i = j
+    return "".join(out)
+
+
 def redact_url(url: str) -> str:
     """Hide the password of a URL (``redis://user:secret@host`` -> ``redis://user:***@host``)."""
     url = _URL_PASSWORD.sub(r"\g<head>***@", url)
