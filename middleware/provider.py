@@ -111,7 +111,10 @@ def _retold(exc: BaseException, secrets: Collection[str], sent: Sequence[str] = 
     retold: RedactedError | None = None
     for original in reversed(chain):
         name, where = f"{type(original).__module__}.{type(original).__qualname__}", _raised_at(original)
-        text = cut_middle(redact_quoted(redact_secrets(_text_of(original), secrets), sent), _CAUSE_CHARS)
+        # Cut to a bounded size before the search for quoted text (which indexes every
+        # window of it), then to what is kept: the first cut's middle goes with the second's.
+        text = cut_middle(redact_secrets(_text_of(original), secrets), 16 * _CAUSE_CHARS)
+        text = cut_middle(redact_quoted(text, sent), _CAUSE_CHARS)
         stand_in = RedactedError(f"{name}{f' (raised at {where})' if where else ''}: {text}", type_name=name, location=where)
         stand_in.__cause__, stand_in.__suppress_context__ = retold, True
         retold = stand_in
@@ -130,7 +133,7 @@ def provider_error(
     secrets = options.secrets()
     # litellm's messages can carry a whole traceback: keep the first line (the cause has the rest).
     first = _text_of(exc).strip().split("\n", 1)[0]
-    told = redact_quoted(redact_secrets(first, secrets), sent)[:500]
+    told = redact_quoted(redact_secrets(first, secrets)[:2_000], sent)[:500]
     if "LLM Provider NOT provided" in first:
         told = told.rstrip(".") + "." + _model_hint(model, known)
     name = repr(model) if len(model) <= _MODEL_SHOWN else f"{model[:_MODEL_SHOWN]!r}… ({len(model):,} characters)"

@@ -84,8 +84,17 @@ def test_an_error_keeps_short_phrases_a_message_shares_and_masks_long_runs() -> 
     assert redact_quoted("Error: the request was made twice", sent) == "Error: the request was made twice"
     masked = redact_quoted("refused: 'card number is 4111 1111 1111 1111' (policy)", sent)
     assert masked == f"refused: '{QUOTE_MARK}' (policy)"
-    # Only the newest ``searched`` characters of what was sent are searched.
+    # What was sent is searched newest first, ``searched`` characters in all, ``each`` of each
+    # text at most: a huge tool result does not crowd out the message before it.
     assert redact_quoted("x: card number is 4111 1111 1111 1111", sent, searched=20) == "x: card number is 4111 1111 1111 1111"
+    assert redact_quoted("x: card number is 4111 1111 1111 1111", ["<p>page</p>" * 100_000, *sent]) == f"x:{QUOTE_MARK}"
+    # Quoted inside a JSON body or a repr, line breaks and accents escaped, it is found all the same.
+    note = "Patient: Jane Roe\nDOB: 1984-03-07\nLe médecin a confirmé\n"
+    for body in (json.dumps({"prompt": note}), json.dumps({"prompt": note}, ensure_ascii=False), repr({"prompt": note})):
+        assert "Jane" not in redact_quoted(body, [note]) and "confirm" not in redact_quoted(body, [note])
+    # Layout a message shares with an error page (indentation, rules of dashes) is not its text.
+    page, code = "<div>\n" + " " * 32 + "-" * 30 + "</div>", " " * 32 + "return x\n" + "-" * 30
+    assert redact_quoted(page, [code]) == page
 
 
 def test_logs_hold_no_content_and_no_secrets_by_default(atlas: Config, tmp_path: Path) -> None:

@@ -183,30 +183,53 @@ def redact_secrets(text: str, known: Iterable[str] = ()) -> str:
 # A run this long that an error shares with a message sent is the message quoted back; shorter
 # runs are common phrases ("the request", a model name).
 QUOTED_RUN = 24
-# What of the texts sent is searched for runs an error quotes: the newest first, this many
-# characters at most (a content filter quotes what it refused, mostly the current message).
-QUOTED_SEARCHED = 65_536
+# What of the texts sent is searched for runs an error quotes, newest first: this many
+# characters of each text at most, and of all of them together (a content filter quotes what
+# it refused, mostly the current message; a huge tool result does not crowd that out).
+QUOTED_EACH = 65_536
+QUOTED_SEARCHED = 262_144
 QUOTE_MARK = "[…message text…]"
 
 
-def redact_quoted(text: str, sent: Iterable[str], *, run: int = QUOTED_RUN, searched: int = QUOTED_SEARCHED) -> str:
+def _quoted_forms(said: str) -> set[str]:
+    """``said`` as an error may quote it: as it is, and escaped as JSON (ASCII or not) or as
+    a Python repr writes a string (a provider's JSON body, an SDK's message)."""
+    return {said, json.dumps(said)[1:-1], json.dumps(said, ensure_ascii=False)[1:-1], repr(said)[1:-1]}
+
+
+def redact_quoted(
+    text: str, sent: Iterable[str], *, run: int = QUOTED_RUN, each: int = QUOTED_EACH, searched: int = QUOTED_SEARCHED
+) -> str:
     """``text`` (an error) with every run of at least ``run`` characters that also stands in
-    one of the ``sent`` texts (newest first; ``searched`` characters of them at most) written
-    as one mark: a provider error echoing a message does not carry its content into a log."""
+    one of the ``sent`` texts (newest first; as they are or escaped as JSON or a repr; the
+    first ``each`` characters of each, ``searched`` of all together) written as one mark: a
+    provider error echoing a message does not carry its content into a log. Each window of
+    ``text`` is looked up once: linear in the characters searched, whatever repeats."""
     if len(text) < run:
         return text
+    # Windows of mostly letters and digits: a run of indentation or punctuation that a
+    # message shares with an error page is layout, not the message.
+    letters = [0]
+    for char in text:
+        letters.append(letters[-1] + char.isalnum())
     at: dict[str, list[int]] = {}
     for i in range(len(text) - run + 1):
-        at.setdefault(text[i : i + run], []).append(i)
+        if 2 * (letters[i + run] - letters[i]) >= run:
+            at.setdefault(text[i : i + run], []).append(i)
+    if not at:
+        return text
     covered = bytearray(len(text))
     left = searched
     for said in sent:
-        said = said[: max(left, 0)]
-        left -= len(said)
-        for i in range(len(said) - run + 1):
-            for start in at.get(said[i : i + run], ()):
-                covered[start : start + run] = b"\x01" * run
-        if left <= 0:
+        for form in _quoted_forms(said[: min(each, max(left, 0))]):
+            for i in range(len(form) - run + 1):
+                starts = at.pop(form[i : i + run], None)
+                for start in starts or ():
+                    covered[start : start + run] = b"\x01" * run
+            if not at:
+                break
+        left -= min(len(said), each)
+        if left <= 0 or not at:
             break
     if not any(covered):
         return text

@@ -272,14 +272,15 @@ if archive > 0 then
   end
   -- One read and one write of the lists of every term either touches: this turn's ids join
   -- a list (cut back to its newest `cap` bytes past twice that), the leaving turns' ids go.
-  -- A term of this turn is rare when its list then holds at most RARE ids (its own pieces
-  -- included).
+  -- A term of this turn is rare when its list then holds at most RARE ids of turns the
+  -- archive keeps (its own pieces included; a list not written back may still hold ids of
+  -- turns gone, left for the sweep, and they do not count).
   local lists, updates, rare = each('HMGET', idx, terms), {}, {}
   for j, term in ipairs(terms) do
     local list, added = lists[j], postings[term]
     if added then list = newest(list and (list .. ' ' .. added) or added, cap) end
     if list and leaving[term] then list = after(list, gone) end
-    if added then rare[term] = held_ids(list, RARE) <= RARE end
+    if added then rare[term] = held_ids(leaving[term] and list or after(list, gone), RARE) <= RARE end
     if list == '' then
       emptied[#emptied + 1] = term
     elseif list and list ~= lists[j] then
