@@ -291,7 +291,11 @@ def test_chat_prints_replies_and_errors_as_text(tmp_path: Path, monkeypatch: pyt
     def hostile(messages: object, tools: object) -> dict[str, object]:
         last = messages[-1]["content"]  # type: ignore[index]
         if last == "fail":
-            raise RuntimeError(f"bad request [/red] {ESCAPES}")
+            # Escapes of its own: a run it shared with the reply before it would be masked as
+            # quoted message text (see test_secrets), not printed.
+            raise RuntimeError(
+                "bad request [/red] \x07 \x9b2J \x1b]8;;https://bad.example\x1b\\x\x1b]8;;\x1b\\ \x1b[32mgreen\x1b[0m"
+            )
         return {"role": "assistant", "content": f"{LINK_ID} [/bold] {ESCAPES}", "tool_calls": None}
 
     register("hostile-cli", hostile)
@@ -306,7 +310,7 @@ def test_chat_prints_replies_and_errors_as_text(tmp_path: Path, monkeypatch: pyt
         assert result.exit_code == 1, result.output
         assert "1 turn got no reply (the model call failed)" in result.output
         assert f"{LINK_ID} [/bold]" in result.output and "[/red]" in result.output
-        assert "\\x1b[31mred" in result.output and shown_raw(result.output) == []
+        assert "\\x1b[31mred" in result.output and "\\x1b[32mgreen" in result.output and shown_raw(result.output) == []
 
 
 def test_chat_exits_0_when_every_turn_got_a_reply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
