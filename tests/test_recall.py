@@ -160,6 +160,21 @@ def test_what_a_user_said_once_outranks_chatter_said_turn_after_turn(managers: M
     assert (shares["1.0"], shares["6.0"]) == (b"100", b"%d" % (200 // len(terms(chatter[-1]))))
 
 
+def test_words_of_turns_gone_from_the_archive_do_not_make_a_new_word_familiar(
+    managers: ManagerFactory, tmp_path: Path, raw: Any
+) -> None:
+    """With memory.archive_turns lowered, the archive catches up a few turns per write, so an
+    index list can still hold ids of turns gone that this write does not remove. A word only
+    those turns said is new again: every term of the piece that says it counts as rare."""
+    said = "My quokka photo is framed."
+    say(managers(auto(tmp_path, archive_turns=20)), "q", *([FILLER] * 6), "A quokka smiled at me.", "Another quokka!",
+        *([FILLER] * 3))  # fmt: skip
+    say(managers(auto(tmp_path, archive_turns=2)), "q", said)  # turn 12: turns up to 10 are gone, 1 to 5 leave now
+    arc = raw.hgetall(session_keys("mw", "q").arc)
+    (record,) = [value for value in arc.values() if value.split(b"\t")[3] == said.encode()]
+    assert record.split(b"\t")[1].partition(b":")[2] == b"100"
+
+
 def test_an_archived_record_reads_with_or_without_its_share_of_rare_terms() -> None:
     """A record carries its tokens and the hundredths of its terms that were rare when it was
     written; one written before that share was (or holding a bad one) counts as all new."""
