@@ -12,10 +12,10 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .core.text import cut_middle, redact_quoted, redact_secrets
+from .core.text import QuotedTexts, cut_middle, redact_quoted, redact_secrets
 from .exceptions import LLMError, RedactedError
 
-__all__ = ["ProviderOptions", "environment_secrets", "provider_error", "status_code"]
+__all__ = ["ProviderOptions", "environment_secrets", "provider_error", "sent_texts", "status_code"]
 
 
 # Names of arguments (api_key, aws_secret_access_key, extra_headers' Authorization...) and of
@@ -99,7 +99,7 @@ def _raised_at(exc: BaseException) -> str | None:
     return f"{file}:{tb.tb_lineno} in {code.co_name}"
 
 
-def _retold(exc: BaseException, secrets: Collection[str], sent: Sequence[str] = ()) -> RedactedError:
+def _retold(exc: BaseException, secrets: Collection[str], sent: QuotedTexts) -> RedactedError:
     """``exc`` and the exceptions it came from (as a traceback would show them), each retold as a
     RedactedError with the secrets and what it quotes of the ``sent`` texts masked, and without
     its frames."""
@@ -133,13 +133,14 @@ def provider_error(
     secrets = options.secrets()
     # litellm's messages can carry a whole traceback: keep the first line (the cause has the rest).
     first = _text_of(exc).strip().split("\n", 1)[0]
-    told = redact_quoted(redact_secrets(first, secrets)[:2_000], sent)[:500]
+    quoted = QuotedTexts(sent)  # each text's escaped forms made once, for the error and its causes
+    told = redact_quoted(redact_secrets(first, secrets)[:2_000], quoted)[:500]
     if "LLM Provider NOT provided" in first:
         told = told.rstrip(".") + "." + _model_hint(model, known)
     name = repr(model) if len(model) <= _MODEL_SHOWN else f"{model[:_MODEL_SHOWN]!r}… ({len(model):,} characters)"
     error = LLMError(f"Model {name} failed: {type(exc).__name__}: {told}",
                      status_code=status_code(exc))  # fmt: skip
-    error.__cause__, error.__suppress_context__ = _retold(exc, secrets, sent), True
+    error.__cause__, error.__suppress_context__ = _retold(exc, secrets, quoted), True
     return error
 
 

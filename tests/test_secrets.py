@@ -97,6 +97,34 @@ def test_an_error_keeps_short_phrases_a_message_shares_and_masks_long_runs() -> 
     assert redact_quoted(page, [code]) == page
 
 
+def test_an_error_and_its_causes_share_the_escaped_forms_of_what_was_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    import middleware.core.text as text
+    from middleware.provider import ProviderOptions, provider_error
+
+    made: list[int] = []
+    forms = text._quoted_forms
+    monkeypatch.setattr(text, "_quoted_forms", lambda said: made.append(len(said)) or forms(said))
+    quote = "my card number is 4111 1111 1111 1111 and it expires soon"
+    try:
+        try:
+            try:
+                raise ValueError(f"upstream refused {quote!r}")
+            except ValueError as inner:
+                raise RuntimeError(f"proxy: {quote}") from inner
+        except RuntimeError:
+            raise OSError(f"content policy: {quote}")  # noqa: B904 (chained implicitly, as SDKs do)
+    except OSError as exc:
+        error = provider_error("gpt-4o-mini", exc, ProviderOptions({}), sent=["x" * 50_000, quote])
+    told, cause = [str(error)], error.__cause__
+    while cause is not None:
+        told.append(str(cause))
+        cause = cause.__cause__
+    assert len(told) == 4 and not any("4111" in line for line in told)
+    # Four errors searched, and each sent text's escaped forms made once (a retelling made
+    # them again for every cause: up to 8 causes of 262,144 characters each).
+    assert made == [50_000, len(quote)]
+
+
 def test_logs_hold_no_content_and_no_secrets_by_default(atlas: Config, tmp_path: Path) -> None:
     """Usage lines and debug events from a full chat carry neither text nor credentials."""
     log = tmp_path / "u.jsonl"

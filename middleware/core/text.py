@@ -11,7 +11,7 @@ import json
 import re
 import reprlib
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -191,20 +191,46 @@ QUOTED_SEARCHED = 262_144
 QUOTE_MARK = "[…message text…]"
 
 
-def _quoted_forms(said: str) -> set[str]:
+def _quoted_forms(said: str) -> tuple[str, ...]:
     """``said`` as an error may quote it: as it is, and escaped as JSON (ASCII or not) or as
     a Python repr writes a string (a provider's JSON body, an SDK's message)."""
-    return {said, json.dumps(said)[1:-1], json.dumps(said, ensure_ascii=False)[1:-1], repr(said)[1:-1]}
+    return tuple(dict.fromkeys((said, json.dumps(said)[1:-1], json.dumps(said, ensure_ascii=False)[1:-1], repr(said)[1:-1])))
+
+
+class QuotedTexts:
+    """The texts a call sent, as ``redact_quoted`` searches them (newest first; the first
+    ``each`` characters of each, ``searched`` of all together; each also escaped as JSON
+    and a repr): each text's forms are made once, when a search first reaches it, so one
+    error and the causes it is retold from share them."""
+
+    def __init__(self, sent: Iterable[str], *, each: int = QUOTED_EACH, searched: int = QUOTED_SEARCHED) -> None:
+        self._sent, self._each, self._left = iter(sent), each, searched
+        self._forms: list[tuple[str, ...]] = []
+
+    def __iter__(self) -> Iterator[tuple[str, ...]]:
+        """Each text's forms in turn."""
+        index = 0
+        while True:
+            if index == len(self._forms):
+                said = next(self._sent, None) if self._left > 0 else None
+                if said is None:
+                    return
+                self._forms.append(_quoted_forms(said[: min(self._each, self._left)]))
+                self._left -= min(len(said), self._each)
+            yield self._forms[index]
+            index += 1
 
 
 def redact_quoted(
-    text: str, sent: Iterable[str], *, run: int = QUOTED_RUN, each: int = QUOTED_EACH, searched: int = QUOTED_SEARCHED
-) -> str:
+    text: str, sent: Iterable[str] | QuotedTexts, *, run: int = QUOTED_RUN, each: int = QUOTED_EACH,
+    searched: int = QUOTED_SEARCHED,
+) -> str:  # fmt: skip
     """``text`` (an error) with every run of at least ``run`` characters that also stands in
     one of the ``sent`` texts (newest first; as they are or escaped as JSON or a repr; the
-    first ``each`` characters of each, ``searched`` of all together) written as one mark: a
-    provider error echoing a message does not carry its content into a log. Each window of
-    ``text`` is looked up once: linear in the characters searched, whatever repeats."""
+    first ``each`` characters of each, ``searched`` of all together; or ``QuotedTexts``,
+    which carries its own bounds) written as one mark: a provider error echoing a message
+    does not carry its content into a log. Each window of ``text`` is looked up once:
+    linear in the characters searched, whatever repeats."""
     if len(text) < run:
         return text
     # Windows of mostly letters and digits: a run of indentation or punctuation that a
@@ -219,17 +245,15 @@ def redact_quoted(
     if not at:
         return text
     covered = bytearray(len(text))
-    left = searched
-    for said in sent:
-        for form in _quoted_forms(said[: min(each, max(left, 0))]):
+    for forms in sent if isinstance(sent, QuotedTexts) else QuotedTexts(sent, each=each, searched=searched):
+        for form in forms:
             for i in range(len(form) - run + 1):
                 starts = at.pop(form[i : i + run], None)
                 for start in starts or ():
                     covered[start : start + run] = b"\x01" * run
             if not at:
                 break
-        left -= min(len(said), each)
-        if left <= 0 or not at:
+        if not at:
             break
     if not any(covered):
         return text
