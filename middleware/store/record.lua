@@ -62,11 +62,21 @@ local function after(list, gone)
   return ''
 end
 
--- How many ids `list` holds, counted up to `most` + 1 (a missing list, false, holds none).
+-- How many ids of turns after `gone` `list` holds, counted up to `most` + 1 (a missing list,
+-- false, holds none): the opening run of ids up to `gone` is passed over as `after` drops it,
+-- without a copy of the rest.
 local RARE = 2
-local function held_ids(list, most)
+local function held_ids(list, gone, most)
   if not list or list == '' then return 0 end
-  local n, from = 1, 1
+  local from = 1
+  while true do
+    local turn = tonumber(string.match(list, '^(%d+)%.', from))
+    if turn and turn > gone then break end
+    local space = string.find(list, '%s', from)
+    if space == nil then return 0 end
+    from = space + 1
+  end
+  local n = 1
   while n <= most do
     local space = string.find(list, ' ', from, true)
     if space == nil then return n end
@@ -280,7 +290,7 @@ if archive > 0 then
     local list, added = lists[j], postings[term]
     if added then list = newest(list and (list .. ' ' .. added) or added, cap) end
     if list and leaving[term] then list = after(list, gone) end
-    if added then rare[term] = held_ids(leaving[term] and list or after(list, gone), RARE) <= RARE end
+    if added then rare[term] = held_ids(list, gone, RARE) <= RARE end
     if list == '' then
       emptied[#emptied + 1] = term
     elseif list and list ~= lists[j] then
