@@ -16,7 +16,7 @@ from openai.types.chat import ChatCompletionMessageToolCall
 
 from middleware import Config, InvalidToolCallError, Tool, llm
 from middleware.config import DisclosureConfig
-from middleware.core.disclosure import LOADER_DESCRIPTION, Catalog, auto_groups, baseline_messages, entry_of
+from middleware.core.disclosure import LOADER_DESCRIPTION, Catalog, DisclosedTools, auto_groups, baseline_messages, entry_of
 from middleware.session.tools import SchemaCount
 from middleware.testing.scripted import register
 from tests.conftest import ManagerFactory
@@ -1110,6 +1110,67 @@ def test_a_load_brings_the_tools_usually_called_with_what_it_loads(managers: Man
                       companions=lambda names: ["ls"] if names == ["touch"] else [])  # fmt: skip
     assert handed.load('{"names": ["touch"]}').endswith("with these: ls.")  # wrap(): the list a chatbot is handed
     assert [tool["function"]["name"] for tool in handed] == ["load_tools", "touch", "ls"]
+
+
+def test_a_second_load_of_a_turn_adds_the_next_best_matches_for_the_message() -> None:
+    """A turn's first load is the model's own choice. A load after one that loaded tools
+    also brings the best matches for the message after those sent up front (match_tools of
+    them at most), not sent yet, and says so; a plan saved between requests keeps them."""
+    chosen = CATALOG.select({}, 1, "list files and send a message", policy(match_tools=1))
+    assert chosen.names == ["send_message"] and chosen.following == ["ls"]
+    assert chosen.load({"names": ["cat"]}) == "Loaded cat: call them in your next step."
+    restored = DisclosedTools.restored(CATALOG, json.loads(json.dumps(chosen.saved())))
+    assert restored.following == ["ls"]
+    assert restored.load({"names": ["touch"]}) == (
+        "Loaded touch: call them in your next step. Also loaded, as the next best matches for the user's message: ls."
+    )
+    assert restored.names == ["send_message", "cat", "touch", "ls"]
+    assert restored.load({"names": ["mv"]}) == "Loaded mv: call them in your next step."  # ls is sent already
+    two = CATALOG.select({}, 1, "list files and send a message", policy(match_tools=2))
+    assert two.names == ["ls", "send_message"] and two.following == ["view_inbox", "cat"]  # sent in catalog order
+    # A record saved before the field existed restores with none.
+    saved = chosen.saved()
+    del saved["following"]
+    assert DisclosedTools.restored(CATALOG, saved).following == []
+    # Within the prompt's budget: no room left, nothing more.
+    counter = SchemaCount("gpt-4o-mini").tokens
+    tight = CATALOG.select({}, 1, "list files and send a message", policy(match_tools=1))
+    tight.load({"names": ["cat"]})
+    start = counter(tight.schemas())
+    tight.load({"names": ["touch"]}, counter([*tight.schemas(), CATALOG.entries["touch"].schema]) - start, counter)
+    assert tight.names == ["send_message", "cat", "touch"]
+
+
+class Guesses(Needs):
+    """A model that, while a tool it needs is missing, loads names of its own guessing
+    (``guesses``, one a round, wrong ones included) and gives up when it has none left."""
+
+    def __init__(self, needs: Mapping[str, Sequence[tuple[str, dict[str, Any]]]], guesses: Sequence[str]) -> None:
+        super().__init__(needs)
+        self.guesses = list(guesses)
+
+    def __call__(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+        reply = super().__call__(messages, tools)
+        for call in reply.get("tool_calls") or ():
+            if call["function"]["name"] == "load_tools":
+                if not self.guesses:
+                    return {"role": "assistant", "content": "I could not find the tool.", "tool_calls": None}
+                call["function"]["arguments"] = json.dumps({"names": [self.guesses.pop(0)]})
+        return reply
+
+
+def test_a_model_that_guesses_wrong_twice_gets_the_tool_its_message_matches(managers: ManagerFactory, log_path: Path) -> None:
+    """Sent the best match up front (send_message), a model that needs ls loads cat, then
+    touch: its second load brings ls, the next best match for its message, and it calls ls.
+    With nothing matched beyond what was sent up front, the same guesses find nothing."""
+    for match_tools, found in ((1, ["ls"]), (0, [])):
+        model = Guesses({"list files and send a message": [("ls", {})]}, guesses=["cat", "touch"])
+        mgr = managers(disclosing(log_path, match_tools=match_tools, co_use_tools=0))
+        result = mgr.chat("s", "list files and send a message", model=model.model, tools=toolset())
+        assert [call.name for call in result.tool_calls] == found, model.requests
+        answers = [_text(sent[-1]["content"]) for sent in model.sent[1:] if sent[-1]["role"] == "tool"]
+        assert answers[0] == "Loaded cat: call them in your next step."
+        assert ("next best matches for the user's message: ls." in answers[1]) is bool(found), answers
 
 
 def test_a_turn_that_loads_counts_as_one_its_first_call_did_not_carry(managers: ManagerFactory, log_path: Path) -> None:

@@ -172,7 +172,10 @@ class Catalog:
             stable = list(pinned)
             staying = DisclosedTools(self, names=stable, stable=len(stable), share_preambles=share).schemas() if grows else []
         # The best matches overall: those already sent add nothing, and the list stays put.
-        ranked = [name for name in self.match(message, policy.match_tools, vector) if name not in stable]
+        # The next ones after them wait for a turn whose loads did not find what it needed.
+        best = self.match(message, 2 * policy.match_tools + len(stable), vector)
+        ranked = [name for name in best[: policy.match_tools] if name not in stable]
+        following = [name for name in best[policy.match_tools :] if name not in stable][: policy.match_tools]
         companions: list[str] = []
         if co_use is not None and policy.co_use_tools:
             learned = [name for name in co_use.companions([*stable, *ranked]) if name in self.entries]
@@ -182,7 +185,7 @@ class Catalog:
         grown = len(matched) if growing else 0
         return DisclosedTools(self, names=[*stable, *matched], stable=len(stable) + grown, share_preambles=share, grown=grown,
                               growing=growing, pinned=len(pinned), ranked=ranked, companions=companions,
-                              settled=len(stable) > len(pinned))  # fmt: skip
+                              settled=len(stable) > len(pinned), following=following)  # fmt: skip
 
 
 _MAX_ECHO = 20  # names echoed back in a loader answer
@@ -206,6 +209,9 @@ class DisclosedTools:
     ranked: list[str] = field(default_factory=list)
     companions: list[str] = field(default_factory=list)  # then the tools sent with them (CoUse)
     settled: bool = False  # tools used earlier stay (beyond the pinned ones)
+    # The matches for the message after those ranked (as many at most): what a second load
+    # of the turn adds, the first having not found what the model needed.
+    following: list[str] = field(default_factory=list)
 
     def __contains__(self, name: object) -> bool:
         return name in self.names
@@ -249,7 +255,7 @@ class DisclosedTools:
         open turn): everything but the catalog, which each request brings again."""
         return {"names": self.names, "stable": self.stable, "loaded": self.loaded, "share": self.share_preambles,
                 "grown": self.grown, "growing": self.growing, "pinned": self.pinned, "ranked": self.ranked,
-                "companions": self.companions, "settled": self.settled}  # fmt: skip
+                "companions": self.companions, "settled": self.settled, "following": self.following}  # fmt: skip
 
     @classmethod
     def restored(cls, catalog: Catalog, saved: Mapping[str, Any]) -> DisclosedTools:
@@ -263,7 +269,8 @@ class DisclosedTools:
                        loaded=[str(n) for n in saved["loaded"] if n in catalog], share_preambles=bool(saved["share"]),
                        grown=int(saved["grown"]), growing=bool(saved["growing"]), pinned=int(saved["pinned"]),
                        ranked=[str(n) for n in saved["ranked"]], companions=[str(n) for n in saved["companions"]],
-                       settled=bool(saved["settled"]))  # fmt: skip
+                       settled=bool(saved["settled"]),
+                       following=[str(n) for n in saved.get("following") or () if n in catalog])  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a saved tool plan of the wrong shape: {type(exc).__name__}") from None
 
@@ -285,7 +292,9 @@ class DisclosedTools:
         a load that added every tool it asked for adds those usually called with them, not
         sent yet, within what ``room`` leaves: a model that had to ask for a tool is likely
         to need what goes with it (``cd`` before a file operation, a login), and would
-        otherwise spend another loader round on it."""
+        otherwise spend another loader round on it. A load after one that loaded tools this
+        turn also adds the best matches for the message not sent yet (``following``), within
+        what is left: the model's own choice did not find what it needed the first time."""
         requested = arguments.get("names") if isinstance(arguments, Mapping) else None
         if isinstance(requested, str):
             requested = [requested]
@@ -293,16 +302,24 @@ class DisclosedTools:
             return f'{self.catalog.loader_name} takes {{"names": [tool or group names]}}; see its description for the names.'
         found, unknown = self.catalog.resolve(requested)
         already = [name for name in found if name in self.names]
+        searching = bool(self.loaded)  # this turn loaded tools before, and asks again
         new, over, used = self.add_within([name for name in found if name not in already], room, count)
         extra: list[str] = []
         if new and not over and companions is not None:
             # add_within passes over what is sent already or not in the catalog
-            extra, _, _ = self.add_within(list(companions(new)), room - used if room is not None else None, count)
+            extra, _, grown = self.add_within(list(companions(new)), room - used if room is not None else None, count)
+            used += grown
+        matched: list[str] = []
+        if searching and not over:
+            left = [name for name in self.following if name not in self.names]
+            matched, _, _ = self.add_within(left, room - used if room is not None else None, count)
         parts = []
         if new:
             parts.append(f"Loaded {_names(new)}: call them in your next step.")
         if extra:
             parts.append(f"Also loaded, as often called with these: {_names(extra)}.")
+        if matched:
+            parts.append(f"Also loaded, as the next best matches for the user's message: {_names(matched)}.")
         if over:
             parts.append(f"Not loaded, the prompt's token budget has no room for them: {_names(over)}.")
         if already:
