@@ -1128,10 +1128,22 @@ def test_a_second_load_of_a_turn_adds_the_next_best_matches_for_the_message() ->
     assert restored.load({"names": ["mv"]}) == "Loaded mv: call them in your next step."  # ls is sent already
     two = CATALOG.select({}, 1, "list files and send a message", policy(match_tools=2))
     assert two.names == ["ls", "send_message"] and two.following == ["view_inbox", "cat"]  # sent in catalog order
-    # A record saved before the field existed restores with none.
+    # What counts is a call of the loader: a tool added another way (called without its
+    # schema) does not make the first load a second one; a first load of unknown names does.
+    other = CATALOG.select({}, 1, "list files and send a message", policy(match_tools=1))
+    other.add_within(["mv"], None, None)
+    assert other.load({"names": ["cat"]}) == "Loaded cat: call them in your next step."
+    unknown = CATALOG.select({}, 1, "list files and send a message", policy(match_tools=1))
+    assert unknown.load({"names": ["list_files"]}).startswith("Not found: list_files")
+    assert unknown.load({"names": ["cat"]}).endswith("next best matches for the user's message: ls.")
+    # A match the policy left out (cache_aware) comes back before the next ones.
+    dropped = two.without(["ls"])
+    dropped.load({"names": ["mv"]})
+    assert dropped.load({"names": ["touch"]}).endswith("next best matches for the user's message: ls, view_inbox.")
+    # A record saved before the fields existed restores with none.
     saved = chosen.saved()
-    del saved["following"]
-    assert DisclosedTools.restored(CATALOG, saved).following == []
+    del saved["following"], saved["loads"]
+    assert DisclosedTools.restored(CATALOG, saved).following == [] and DisclosedTools.restored(CATALOG, saved).loads == 0
     # Within the prompt's budget: no room left, nothing more.
     counter = SchemaCount("gpt-4o-mini").tokens
     tight = CATALOG.select({}, 1, "list files and send a message", policy(match_tools=1))

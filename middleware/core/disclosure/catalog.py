@@ -209,9 +209,11 @@ class DisclosedTools:
     ranked: list[str] = field(default_factory=list)
     companions: list[str] = field(default_factory=list)  # then the tools sent with them (CoUse)
     settled: bool = False  # tools used earlier stay (beyond the pinned ones)
-    # The matches for the message after those ranked (as many at most): what a second load
-    # of the turn adds, the first having not found what the model needed.
+    # The matches for the message after those ranked (as many at most): what a second loader
+    # call of the turn adds, with any ranked match left out, the first having not found what
+    # the model needed.
     following: list[str] = field(default_factory=list)
+    loads: int = 0  # the loader calls this turn answered so far
 
     def __contains__(self, name: object) -> bool:
         return name in self.names
@@ -255,7 +257,8 @@ class DisclosedTools:
         open turn): everything but the catalog, which each request brings again."""
         return {"names": self.names, "stable": self.stable, "loaded": self.loaded, "share": self.share_preambles,
                 "grown": self.grown, "growing": self.growing, "pinned": self.pinned, "ranked": self.ranked,
-                "companions": self.companions, "settled": self.settled, "following": self.following}  # fmt: skip
+                "companions": self.companions, "settled": self.settled, "following": self.following,
+                "loads": self.loads}  # fmt: skip
 
     @classmethod
     def restored(cls, catalog: Catalog, saved: Mapping[str, Any]) -> DisclosedTools:
@@ -270,7 +273,8 @@ class DisclosedTools:
                        grown=int(saved["grown"]), growing=bool(saved["growing"]), pinned=int(saved["pinned"]),
                        ranked=[str(n) for n in saved["ranked"]], companions=[str(n) for n in saved["companions"]],
                        settled=bool(saved["settled"]),
-                       following=[str(n) for n in saved.get("following") or () if n in catalog])  # fmt: skip
+                       following=[str(n) for n in saved.get("following") or () if n in catalog],
+                       loads=int(saved.get("loads") or 0))  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a saved tool plan of the wrong shape: {type(exc).__name__}") from None
 
@@ -293,8 +297,9 @@ class DisclosedTools:
         sent yet, within what ``room`` leaves: a model that had to ask for a tool is likely
         to need what goes with it (``cd`` before a file operation, a login), and would
         otherwise spend another loader round on it. A load after one that loaded tools this
-        turn also adds the best matches for the message not sent yet (``following``), within
-        what is left: the model's own choice did not find what it needed the first time."""
+        turn also adds the best matches for the message not sent yet (those matched up front
+        that the policy left out, then ``following``), within what is left: the model's own
+        choice did not find what it needed the first time."""
         requested = arguments.get("names") if isinstance(arguments, Mapping) else None
         if isinstance(requested, str):
             requested = [requested]
@@ -302,7 +307,8 @@ class DisclosedTools:
             return f'{self.catalog.loader_name} takes {{"names": [tool or group names]}}; see its description for the names.'
         found, unknown = self.catalog.resolve(requested)
         already = [name for name in found if name in self.names]
-        searching = bool(self.loaded)  # this turn loaded tools before, and asks again
+        searching = self.loads > 0  # this turn called the loader before, and asks again
+        self.loads += 1
         new, over, used = self.add_within([name for name in found if name not in already], room, count)
         extra: list[str] = []
         if new and not over and companions is not None:
@@ -311,7 +317,8 @@ class DisclosedTools:
             used += grown
         matched: list[str] = []
         if searching and not over:
-            left = [name for name in self.following if name not in self.names]
+            best = dict.fromkeys([*self.ranked, *self.following])  # a match the policy left out comes first
+            left = [name for name in best if name not in self.names][: max(len(self.ranked), len(self.following))]
             matched, _, _ = self.add_within(left, room - used if room is not None else None, count)
         parts = []
         if new:
