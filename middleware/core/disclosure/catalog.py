@@ -213,7 +213,7 @@ class DisclosedTools:
     # call of the turn adds, with any ranked match left out, the first having not found what
     # the model needed.
     following: list[str] = field(default_factory=list)
-    loads: int = 0  # the loader calls this turn answered so far
+    loads: int = 0  # the loader calls this turn that asked for names (a malformed one asks for none)
 
     def __contains__(self, name: object) -> bool:
         return name in self.names
@@ -269,7 +269,7 @@ class DisclosedTools:
             stable = int(saved["stable"])
             kept = [name for name in names if name in catalog]
             return cls(catalog, names=kept, stable=min(stable - sum(1 for n in names[:stable] if n not in catalog), len(kept)),
-                       loaded=[str(n) for n in saved["loaded"] if n in catalog], share_preambles=bool(saved["share"]),
+                       loaded=[str(n) for n in saved["loaded"] if n in kept], share_preambles=bool(saved["share"]),
                        grown=int(saved["grown"]), growing=bool(saved["growing"]), pinned=int(saved["pinned"]),
                        ranked=[str(n) for n in saved["ranked"]], companions=[str(n) for n in saved["companions"]],
                        settled=bool(saved["settled"]),
@@ -296,10 +296,11 @@ class DisclosedTools:
         a load that added every tool it asked for adds those usually called with them, not
         sent yet, within what ``room`` leaves: a model that had to ask for a tool is likely
         to need what goes with it (``cd`` before a file operation, a login), and would
-        otherwise spend another loader round on it. A load after one that loaded tools this
-        turn also adds the best matches for the message not sent yet (those matched up front
-        that the policy left out, then ``following``), within what is left: the model's own
-        choice did not find what it needed the first time."""
+        otherwise spend another loader round on it. The turn's second call of the loader, and
+        any after it (calls that asked for names: ``loads``), also adds the best matches for
+        the message not sent yet (those matched up front that the policy left out, then
+        ``following``), within what is left: the model's own choice did not find what it
+        needed the first time."""
         requested = arguments.get("names") if isinstance(arguments, Mapping) else None
         if isinstance(requested, str):
             requested = [requested]
