@@ -342,7 +342,8 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "`disclosure.match_tools`, `co_use_tools`, `share_preambles` and the cache-aware tool policy; the BFCL sessions "
         "of different tasks (5.2) chose `context.earlier_keys` and `memory.recall_tokens`; the first and held-out "
         "wordings of the tool-free conversations (5.4) chose semantic recall's admission rule and which of the vector "
-        "search's nearest pieces are ranked (a phrase reworded a word at a time waits) and the weight of a piece whose "
+        "search's nearest pieces are ranked (a phrase reworded a word at a time waits) and how many "
+        "(`store.load.NEAR_CANDIDATES`), and the weight of a piece whose "
         "words were not new when said (`archive.FAMILIAR`), and rejected a variant. "
         "The unseen wordings of 5.4 (`benchmarks/facts_unseen.py`), frozen before any measurement on them, chose "
         "nothing, and are the headline for recall.",

@@ -25,7 +25,7 @@ from middleware.core.summary import summary_line
 from middleware.store import keys as store_keys
 from middleware.store import load as store_load
 from middleware.store.keys import Layout, session_keys
-from middleware.store.load import CANDIDATES
+from middleware.store.load import CANDIDATES, NEAR_CANDIDATES
 from middleware.store.vectors import vector_prefix
 from middleware.testing import RedisCluster, RedisServer, capture_events
 from middleware.testing.scripted import _hashed, register_embedder
@@ -532,11 +532,11 @@ def _kayak_recalled_past(
 def test_a_phrase_repeated_word_for_word_takes_one_place_of_the_vector_search(
     face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
 ) -> None:
-    """Found: the vector search's CANDIDATES places all went to one phrase a user repeated
-    turn after turn, nearer the question than the answer, so the answer was never a
-    candidate. Repeats now take one place (the newest), and the answer is recalled."""
+    """Found: the vector search's places all went to one phrase a user repeated turn after
+    turn, nearer the question than the answer, so the answer was never a candidate.
+    Repeats now take one place (the newest), and the answer is recalled."""
     repeated = "Where does the blue kayak stay, I keep asking myself."
-    texts = _kayak_recalled_past(face, search_server, tmp_path, loop, [repeated] * (CANDIDATES + 4))
+    texts = _kayak_recalled_past(face, search_server, tmp_path, loop, [repeated] * (NEAR_CANDIDATES + 4))
     assert any("pier 9" in text for text in texts)
     assert texts.count(repeated) == 1
 
@@ -550,8 +550,10 @@ def test_a_phrase_reworded_one_word_at_a_time_leaves_the_answer_a_place_of_the_v
     until the others have had their places, and the answer is recalled."""
     reworded = [f"Where the blue kayak stays is a question for {word}." for word in
                 ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday", "tomorrow", "tonight", "later",
-                 "spring", "summer", "autumn", "winter")]  # fmt: skip
-    assert len(reworded) > CANDIDATES
+                 "spring", "summer", "autumn", "winter", "January", "February", "March", "April", "May", "June", "July",
+                 "August", "September", "October", "November", "December", "dawn", "dusk", "noon", "midnight", "Easter",
+                 "Christmas", "sunrise", "sunset")]  # fmt: skip
+    assert len(reworded) > NEAR_CANDIDATES
     assert any("pier 9" in text for text in _kayak_recalled_past(face, search_server, tmp_path, loop, reworded))
 
 
@@ -563,25 +565,29 @@ def test_the_vector_search_keeps_one_rewording_and_the_next_nearest_before_the_o
     def piece(turn: int, text: str) -> Candidate:
         return Candidate(turn, "user", text, 12, 0.0, similarity=1.0 - turn / 100)
 
-    reworded = [piece(turn, f"Where the blue kayak stays is a question for day {turn}.") for turn in range(1, CANDIDATES + 4)]
-    answer = piece(CANDIDATES + 5, "The blue kayak stays at the boathouse on pier 9.")
+    reworded = [
+        piece(turn, f"Where the blue kayak stays is a question for day {turn}.") for turn in range(1, NEAR_CANDIDATES + 4)
+    ]
+    answer = piece(NEAR_CANDIDATES + 5, "The blue kayak stays at the boathouse on pier 9.")
     kept = store_load._distinct([*reworded, answer], 1, 100)
-    assert len(kept) == CANDIDATES
+    assert len(kept) == NEAR_CANDIDATES
     assert kept[:2] == [reworded[0], answer]
-    assert kept[2:] == reworded[1 : CANDIDATES - 1]
+    assert kept[2:] == reworded[1 : NEAR_CANDIDATES - 1]
 
 
 def test_questions_that_told_nothing_take_no_place_of_the_vector_search(
     face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
 ) -> None:
     """Found: recall leaves out a user's question that told nothing, but only after the
-    vector search's CANDIDATES places were filled, so questions nearer the message than the
-    answer held every place and the answer was never a candidate. They now give their
-    places to the next nearest, and the answer is recalled."""
+    vector search's places were filled, so questions nearer the message than the answer
+    held every place and the answer was never a candidate. They now give their places to
+    the next nearest, and the answer is recalled."""
     asked = [f"Where does the blue kayak stay {word}?" for word in
              ("now", "today", "again", "lately", "tonight", "usually", "mostly", "then", "there", "anyway", "exactly", "often",
-              "still", "instead")]  # fmt: skip
-    assert len(asked) > CANDIDATES
+              "still", "instead", "tomorrow", "overnight", "nowadays", "normally", "mainly", "these days", "this week",
+              "in winter", "in summer", "at night", "on weekends", "when it rains", "after dark", "in the end",
+              "for now", "all year", "these months", "most days", "right now", "at the moment")]  # fmt: skip
+    assert len(asked) > NEAR_CANDIDATES
     texts = _kayak_recalled_past(face, search_server, tmp_path, loop, asked)
     assert any("pier 9" in text for text in texts)
     assert not any(text in asked for text in texts)
