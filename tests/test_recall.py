@@ -557,6 +557,17 @@ def test_a_phrase_reworded_one_word_at_a_time_leaves_the_answer_a_place_of_the_v
     assert any("pier 9" in text for text in _kayak_recalled_past(face, search_server, tmp_path, loop, reworded))
 
 
+def test_the_vector_search_keeps_one_piece_of_a_text_said_again_its_newest() -> None:
+    """Of the nearest pieces, a text said word for word on many turns takes one place, its
+    newest turn's; the places left go to the next nearest, not to its other turns (which
+    would otherwise wait as rewordings and then fill every place left)."""
+    repeated = "Where does the blue kayak stay, I keep asking myself."
+    near = [Candidate(turn, "user", repeated, 12, 0.0, similarity=0.9) for turn in range(1, NEAR_CANDIDATES + 4)]
+    answer = Candidate(NEAR_CANDIDATES + 5, "user", "The blue kayak stays at the boathouse on pier 9.", 12, 0.0, similarity=0.5)
+    kept = store_load._distinct([*near, answer], 1, 100)
+    assert kept == [near[-1], answer]
+
+
 def test_the_vector_search_keeps_one_rewording_and_the_next_nearest_before_the_other_rewordings() -> None:
     """Of the nearest pieces, a rewording of one already kept (fewer than one term in
     REDUNDANT new) waits: the places go first to one rewording and the pieces that say
@@ -583,11 +594,12 @@ def test_questions_that_told_nothing_take_no_place_of_the_vector_search(
     held every place and the answer was never a candidate. They now give their places to
     the next nearest, and the answer is recalled."""
     asked = [f"Where does the blue kayak stay {word}?" for word in
-             ("now", "today", "again", "lately", "tonight", "usually", "mostly", "then", "there", "anyway", "exactly", "often",
-              "still", "instead", "tomorrow", "overnight", "nowadays", "normally", "mainly", "these days", "this week",
-              "in winter", "in summer", "at night", "on weekends", "when it rains", "after dark", "in the end",
-              "for now", "all year", "these months", "most days", "right now", "at the moment")]  # fmt: skip
-    assert len(asked) > NEAR_CANDIDATES
+             ("today", "again", "lately", "tonight", "usually", "mostly", "anyway", "exactly", "often", "still", "instead",
+              "tomorrow", "overnight", "nowadays", "normally", "mainly", "these days", "this week", "in winter", "in summer",
+              "at night", "on weekends", "when it rains", "after dark", "in the end", "all year", "these months",
+              "right now", "at the moment", "on weekdays", "in autumn", "during storms", "at low tide", "in spring")]  # fmt: skip
+    # Each adds a word of its own: none waits as a rewording, so each would take a place.
+    assert len({tuple(terms(question)) for question in asked}) == len(asked) > NEAR_CANDIDATES
     texts = _kayak_recalled_past(face, search_server, tmp_path, loop, asked)
     assert any("pier 9" in text for text in texts)
     assert not any(text in asked for text in texts)
