@@ -213,7 +213,7 @@ class DisclosedTools:
     # call of the turn adds, with any ranked match left out, the first having not found what
     # the model needed.
     following: list[str] = field(default_factory=list)
-    loads: int = 0  # the loader calls this turn that asked for names (a malformed one asks for none)
+    loads: int = 0  # the loader calls this turn that named tools (a call of the wrong shape is not counted)
 
     def __contains__(self, name: object) -> bool:
         return name in self.names
