@@ -439,3 +439,19 @@ def test_under_a_tight_prompt_neighbours_go_before_any_line() -> None:
     dropped, step = archive.recall_step(narrowed)
     lowest = min(narrowed, key=lambda r: r.score)
     assert step == "recall_dropped" and dropped == [r for r in narrowed if r is not lowest]
+
+
+def test_a_phrase_the_search_found_again_and_again_counts_one_in_its_repeats() -> None:
+    """Semantic recall: chatter a user varies turn after turn ("I saw an episode about X")
+    is nearer to a question than a fact said once, and was written when every word was
+    rare (novelty 1.0). Counted one in its ``repeats``, it yields the one line the budget
+    holds to the fact; said once, it would take it."""
+    fact = "Quick intro since I never did one: Mei-Ling Zhou, forty-something."
+    chatter = "I saw a This Old House episode about plumbing on Tuesday night."
+    said_once = Candidate(8, "user", fact, TOKENIZER.count(fact), 0.0, (), terms(fact), 0.12)
+    repeated = Candidate(9, "user", chatter, TOKENIZER.count(chatter), 0.0, (), terms(chatter), 0.30, repeats=4)
+    budget = said_once.tokens + line_tokens(TOKENIZER, 8, "user") + 2
+    ranked = rank([repeated, said_once], {}, query=[("who", 1.0)], **{**RANK, "budget": budget})
+    assert [r.text for r in ranked] == [fact]
+    alone = rank([repeated._replace(repeats=1), said_once], {}, query=[("who", 1.0)], **{**RANK, "budget": budget})
+    assert [r.text for r in alone] == [chatter]

@@ -565,7 +565,7 @@ def test_the_vector_search_keeps_one_piece_of_a_text_said_again_its_newest() -> 
     near = [Candidate(turn, "user", repeated, 12, 0.0, similarity=0.9) for turn in range(1, NEAR_CANDIDATES + 4)]
     answer = Candidate(NEAR_CANDIDATES + 5, "user", "The blue kayak stays at the boathouse on pier 9.", 12, 0.0, similarity=0.5)
     kept = store_load._distinct([*near, answer], 1, 100)
-    assert kept == [near[-1], answer]
+    assert kept == [near[-1]._replace(repeats=len(near)), answer]
 
 
 def test_the_vector_search_keeps_one_rewording_and_the_next_nearest_before_the_other_rewordings() -> None:
@@ -582,8 +582,9 @@ def test_the_vector_search_keeps_one_rewording_and_the_next_nearest_before_the_o
     answer = piece(NEAR_CANDIDATES + 5, "The blue kayak stays at the boathouse on pier 9.")
     kept = store_load._distinct([*reworded, answer], 1, 100)
     assert len(kept) == NEAR_CANDIDATES
-    assert kept[:2] == [reworded[0], answer]
-    assert kept[2:] == reworded[1 : NEAR_CANDIDATES - 1]
+    again = [c._replace(repeats=len(reworded)) for c in reworded]  # each says mostly what every other says
+    assert kept[:2] == [again[0], answer]
+    assert kept[2:] == again[1 : NEAR_CANDIDATES - 1]
 
 
 def test_questions_that_told_nothing_take_no_place_of_the_vector_search(
@@ -797,3 +798,32 @@ def test_held_vectors_give_way_before_held_turns(face: str, tmp_path: Path, loop
             server.start()
             assert mgr.flush_pending() == 4
         assert not events_named(events, "store.pending_overflow")
+
+
+def test_the_vector_search_counts_the_repeats_of_each_piece_it_keeps() -> None:
+    """Each kept piece counts the pieces read that mostly say what it says, itself and its
+    word-for-word repeats included, of the turns recall may show only: a phrase said on
+    five turns (one word changed on two of them) counts five, a fact said once one, and a
+    saying of the phrase in the recent window counts nothing."""
+
+    def piece(turn: int, text: str, similarity: float) -> Candidate:
+        return Candidate(turn, "user", text, 12, 0.0, similarity=similarity)
+
+    said = [piece(turn, "I saw a This Old House episode about plumbing on Tuesday night.", 0.5) for turn in (1, 2, 3)]
+    varied = [piece(turn, f"I saw a This Old House episode about {topic} on Tuesday night.", 0.45)
+              for turn, topic in ((4, "tiles"), (5, "boilers"))]  # fmt: skip
+    recent = piece(99, said[0].text, 0.6)
+    fact = piece(6, "The blue kayak stays at the boathouse on pier 9.", 0.2)
+    kept = store_load._distinct([recent, *said, *varied, fact], 1, 50)
+    assert {c.text: c.repeats for c in kept} == {said[0].text: 5, varied[0].text: 5, varied[1].text: 5, fact.text: 1}
+
+
+def test_a_piece_both_searches_found_keeps_its_repeats() -> None:
+    """A lexical candidate the vector search also found gains its similarity and its
+    repeats (else chatter that shares a word of the question escapes the count)."""
+    text = "I saw a This Old House episode about plumbing on Tuesday night."
+    lexical = Candidate(3, "user", text, 12, 5.0, ("plumb",), terms(text))
+    near = Candidate(3, "user", text, 12, 0.0, (), terms(text), 0.4, repeats=3)
+    other = Candidate(4, "user", "The kayak is at pier 9.", 8, 0.0, (), terms("The kayak is at pier 9."), 0.3)
+    merged = store_load._merged([lexical], [near, other])
+    assert merged == (lexical._replace(similarity=0.4, repeats=3), other)

@@ -269,6 +269,7 @@ class Candidate(NamedTuple):
     asked: float = 0.0  # the part of ``score`` the current message's own terms gave
     around: tuple[str, str] = ("", "")  # a user sentence's neighbours (``Piece.around``)
     novelty: float = 1.0  # the share of its terms rare in the archive when it was written (see FAMILIAR)
+    repeats: int = 1  # the pieces the vector search read that say mostly what it says, itself included
 
 
 # A candidate as rank scores it: (lexical, semantic, turn, text, kind, tokens, why), each
@@ -297,7 +298,9 @@ def rank(
     their key and value they share. The ranking by meaning (semantic recall): the
     ``similarity`` a vector search found to the current message, not weighed by recency.
     A user's sentence that names nothing specific counts half in both, and so does a piece
-    none of whose terms was rare when it was written (``FAMILIAR``). Left out: weak
+    none of whose terms was rare when it was written (``FAMILIAR``); a piece of which the
+    vector search found ``repeats`` versions (a phrase said again and again, a word
+    changed) counts one in ``repeats``. Left out: weak
     lexical matches, matches on the recent window's terms alone (they rank, the current
     message selects), pieces that say nothing the prompt does not already say (every term
     of theirs is in ``shown``) and a user's sentence that only asks (``bare_question``).
@@ -331,6 +334,7 @@ def rank(
         overlap = 1.25 if any(value in lowered for value in values) else 1.0
         weight = overlap * (1.0 if c.kind != "user" or _specific(c.text) else 0.5)  # memory is for specifics
         weight *= FAMILIAR + (1.0 - FAMILIAR) * c.novelty  # and for what was new when said
+        weight /= c.repeats  # and for what is not said again and again
         # BM25's length normalisation: a long sentence shares words by its length alone.
         length = saturation(1, len(c.terms or c.matched), _AVERAGE_TERMS)
         # The recent window's words rank what the message selected (the store sees only the message's).

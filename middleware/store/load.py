@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.archive import MIN_SCORE, Candidate, bare_question, mostly_said
+from ..core.archive import MIN_SCORE, REDUNDANT, Candidate, bare_question, mostly_said
 from ..core.effects import Batch, Command, Plan
 from ..core.lexical import terms
 from .decoding import (
@@ -159,10 +159,13 @@ def _mapping(flat: Any) -> Any:
 
 def _merged(lexical: Sequence[Candidate], near: Sequence[Candidate]) -> tuple[Candidate, ...]:
     """One candidate per piece: a piece both searches found keeps its lexical score and
-    gains its similarity."""
-    similar = {(c.turn, c.text): c.similarity for c in near}
-    merged = [c._replace(similarity=similar.pop((c.turn, c.text), 0.0)) for c in lexical]
-    return (*merged, *(c for c in near if (c.turn, c.text) in similar))
+    gains its similarity and repeats."""
+    similar = {(c.turn, c.text): c for c in near}
+    merged = []
+    for c in lexical:
+        found = similar.pop((c.turn, c.text), None)
+        merged.append(c._replace(similarity=found.similarity, repeats=found.repeats) if found else c)
+    return (*merged, *similar.values())
 
 
 def _distinct(near: Sequence[Candidate], oldest: int, newest: int) -> list[Candidate]:
@@ -172,10 +175,17 @@ def _distinct(near: Sequence[Candidate], oldest: int, newest: int) -> list[Candi
     it would hold a place the next nearest can fill). A piece that mostly says what those
     nearer already say (fewer than one term in ``REDUNDANT`` new: a phrase reworded, one
     word changed) waits until the others have had their places, as it does in the
-    ranking: else one phrase a user varies turn after turn fills every place."""
+    ranking: else one phrase a user varies turn after turn fills every place. Each piece
+    kept counts its ``repeats``: the pieces read that mostly say what it says, itself and
+    its repeats word for word included. A text written once is new when said; one said
+    again and again is chatter, even if its first saying came when every word was rare
+    (``Candidate.novelty`` sees only the archive before it)."""
     texts: dict[str, Candidate] = {}  # nearest first
+    read: dict[frozenset[str], int] = {}  # the terms of the pieces read that may be recalled: how many say them
     for c in near:
         if oldest <= c.turn <= newest and not bare_question(c):
+            words = frozenset(c.terms or terms(c.text))
+            read[words] = read.get(words, 0) + 1
             held = texts.get(c.text)
             if held is None or c.turn > held.turn:
                 texts[c.text] = c
@@ -191,7 +201,14 @@ def _distinct(near: Sequence[Candidate], oldest: int, newest: int) -> list[Candi
         said |= says
         if len(kept) == NEAR_CANDIDATES:
             break
-    return [*kept, *waiting][:NEAR_CANDIDATES]
+    chosen = [*kept, *waiting][:NEAR_CANDIDATES]
+    for i, c in enumerate(chosen):
+        words = frozenset(c.terms or terms(c.text))
+        least = len(words) - len(words) // REDUNDANT  # the terms another must hold to say it mostly, at least
+        repeats = sum(n for other, n in read.items() if len(other) >= least and mostly_said(words, other))
+        if repeats > 1:
+            chosen[i] = c._replace(repeats=repeats)
+    return chosen
 
 
 def _candidates(flat: Any) -> tuple[Candidate, ...]:
