@@ -345,7 +345,7 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "search's nearest pieces are ranked (a phrase reworded a word at a time waits) and how many "
         "(`store.load.NEAR_CANDIDATES`), and the weight of a piece whose "
         "words were not new when said (`archive.FAMILIAR`) and of one the vector search found said again and again "
-        "(`Candidate.repeats`), and rejected a variant. "
+        "(`Candidate.repeats`, and that a repeat holds its words both ways), and rejected a variant. "
         "The unseen wordings of 5.4 (`benchmarks/facts_unseen.py`), frozen before any measurement on them, chose "
         "nothing, and are the headline for recall.",
         "",

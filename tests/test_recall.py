@@ -818,6 +818,23 @@ def test_the_vector_search_counts_the_repeats_of_each_piece_it_keeps() -> None:
     assert {c.text: c.repeats for c in kept} == {said[0].text: 5, varied[0].text: 5, varied[1].text: 5, fact.text: 1}
 
 
+def test_a_longer_sentence_holding_a_short_ones_words_is_not_its_repeat() -> None:
+    """The repeats count is sameness both ways, not containment: sentences that hold the
+    words of a short fact and say more besides do not count the fact down (nor it them),
+    while the fact said again word for word does."""
+
+    def piece(turn: int, text: str, similarity: float) -> Candidate:
+        return Candidate(turn, "user", text, 12, 0.0, similarity=similarity)
+
+    fact = piece(2, "I live in Bergen.", 0.3)
+    longer = [piece(turn, text, 0.4) for turn, text in ((3, "Mum doesn't live in Bergen any more."),
+                                                       (4, "My sister would never live in Bergen, she says."))]  # fmt: skip
+    kept = store_load._distinct([*longer, fact], 1, 50)
+    assert {c.text: c.repeats for c in kept} == {longer[0].text: 1, longer[1].text: 1, fact.text: 1}
+    again = store_load._distinct([*longer, fact, fact._replace(turn=7)], 1, 50)
+    assert {c.text: c.repeats for c in again}[fact.text] == 2
+
+
 def test_a_piece_both_searches_found_keeps_its_repeats() -> None:
     """A lexical candidate the vector search also found gains its similarity and its
     repeats (else chatter that shares a word of the question escapes the count)."""

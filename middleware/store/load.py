@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.archive import MIN_SCORE, REDUNDANT, Candidate, bare_question, mostly_said
+from ..core.archive import MIN_SCORE, Candidate, bare_question, mostly_said
 from ..core.effects import Batch, Command, Plan
 from ..core.lexical import terms
 from .decoding import (
@@ -176,15 +176,20 @@ def _distinct(near: Sequence[Candidate], oldest: int, newest: int) -> list[Candi
     nearer already say (fewer than one term in ``REDUNDANT`` new: a phrase reworded, one
     word changed) waits until the others have had their places, as it does in the
     ranking: else one phrase a user varies turn after turn fills every place. Each piece
-    kept counts its ``repeats``: the pieces read that mostly say what it says, itself and
-    its repeats word for word included. A text written once is new when said; one said
+    kept counts its ``repeats``: the pieces read that say mostly what it says and that it
+    says mostly what they say, itself and its repeats word for word included (a longer
+    sentence that holds a short one's words is not its repeat: "Mum doesn't live in Bergen
+    any more" does not count "I live in Bergen" down). A text written once is new when said; one said
     again and again is chatter, even if its first saying came when every word was rare
     (``Candidate.novelty`` sees only the archive before it)."""
     texts: dict[str, Candidate] = {}  # nearest first
+    says: dict[str, frozenset[str]] = {}  # each text's terms
     read: dict[frozenset[str], int] = {}  # the terms of the pieces read that may be recalled: how many say them
     for c in near:
         if oldest <= c.turn <= newest and not bare_question(c):
-            words = frozenset(c.terms or terms(c.text))
+            words = says.get(c.text)
+            if words is None:
+                words = says[c.text] = frozenset(c.terms or terms(c.text))
             read[words] = read.get(words, 0) + 1
             held = texts.get(c.text)
             if held is None or c.turn > held.turn:
@@ -193,19 +198,17 @@ def _distinct(near: Sequence[Candidate], oldest: int, newest: int) -> list[Candi
     waiting: list[Candidate] = []
     said: set[str] = set()
     for c in texts.values():
-        says = set(c.terms or terms(c.text))
-        if mostly_said(says, said):
+        if mostly_said(says[c.text], said):
             waiting.append(c)
             continue
         kept.append(c)
-        said |= says
+        said |= says[c.text]
         if len(kept) == NEAR_CANDIDATES:
             break
     chosen = [*kept, *waiting][:NEAR_CANDIDATES]
     for i, c in enumerate(chosen):
-        words = frozenset(c.terms or terms(c.text))
-        least = len(words) - len(words) // REDUNDANT  # the terms another must hold to say it mostly, at least
-        repeats = sum(n for other, n in read.items() if len(other) >= least and mostly_said(words, other))
+        words = says[c.text]
+        repeats = sum(n for other, n in read.items() if mostly_said(words, other) and mostly_said(other, words))
         if repeats > 1:
             chosen[i] = c._replace(repeats=repeats)
     return chosen
