@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.recall import _fact_goals, _long_outputs
+from benchmarks.recall import _fact_goals, _fewer, _long_outputs
 
 
 def _facts(unseen: tuple[float, float], fused_unseen: tuple[float, float], fused_first: tuple[float, float]) -> dict[str, Any]:
@@ -27,6 +27,17 @@ def test_each_part_of_the_tool_free_target_needs_its_share_and_ninety_percent_fe
     assert "met: lexical on the unseen wordings and fused on the unseen wordings and fused on the first set" in _fact_goals(
         _facts((0.6, 0.9), (0.8, 0.9), (0.9, 0.9))
     )
+
+
+def test_a_saving_just_short_of_its_line_is_not_rounded_onto_it() -> None:
+    """−89.96% beside "not met" reads "−89.96%", not "−90.0%"; elsewhere one decimal."""
+    assert _fewer(0.8996, 0.90) == "−89.96%"
+    assert _fewer(0.89999, 0.90) == "−89.999%"
+    assert _fewer(0.923, 0.90) == "−92.3%"
+    assert _fewer(0.9, 0.90) == "−90.0%"  # met: on the line
+    assert _fewer(0.8949, 0.90) == "−89.5%"
+    cells = _fact_goals(_facts((0.61, 0.92), (0.81, 0.92), (0.99, 0.8996)))
+    assert "fused on the first set 99.0% at −89.96%" in cells and "not met: fused on the first set" in cells
 
 
 def test_a_run_without_an_embedding_model_says_fused_recall_was_not_measured() -> None:
