@@ -1140,6 +1140,11 @@ def test_a_second_load_of_a_turn_adds_the_next_best_matches_for_the_message() ->
     dropped = two.without(["ls"])
     dropped.load({"names": ["mv"]})
     assert dropped.load({"names": ["touch"]}).endswith("next best matches for the user's message: ls, view_inbox.")
+    # Restored against a list that lost a match, the next ones take its place.
+    smaller = Catalog([entry for name, entry in CATALOG.entries.items() if name != "ls"])
+    fewer = DisclosedTools.restored(smaller, json.loads(json.dumps(two.without(["ls"]).saved())))
+    fewer.load({"names": ["mv"]})
+    assert fewer.load({"names": ["touch"]}).endswith("next best matches for the user's message: view_inbox, cat.")
     # A record saved before the fields existed restores with none.
     saved = chosen.saved()
     del saved["following"], saved["loads"]

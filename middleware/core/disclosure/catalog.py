@@ -300,7 +300,8 @@ class DisclosedTools:
         any after it (calls that asked for names: ``loads``), also adds the best matches for
         the message not sent yet (those matched up front that the policy left out, then
         ``following``), within what is left: the model's own choice did not find what it
-        needed the first time."""
+        needed the first time. A load that left a tool it asked for out (no room) adds
+        neither companions nor matches: what room is left goes to none of them."""
         requested = arguments.get("names") if isinstance(arguments, Mapping) else None
         if isinstance(requested, str):
             requested = [requested]
@@ -319,7 +320,10 @@ class DisclosedTools:
         matched: list[str] = []
         if searching and not over:
             best = dict.fromkeys([*self.ranked, *self.following])  # a match the policy left out comes first
-            left = [name for name in best if name not in self.names][: max(len(self.ranked), len(self.following))]
+            # A name this request's catalog lacks (a plan restored against a newer list) takes no place.
+            left = [name for name in best if name in self.catalog and name not in self.names][
+                : max(len(self.ranked), len(self.following))
+            ]
             matched, _, _ = self.add_within(left, room - used if room is not None else None, count)
         parts = []
         if new:
