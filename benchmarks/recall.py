@@ -412,17 +412,19 @@ def run(quick: bool, progress: Callable[[str, int], None] = lambda stage, n: Non
     }
 
 
-def _pct(value: float) -> str:
-    return f"{value * 100:.1f}%"
+def _pct(value: float, line: float | None = None) -> str:
+    """A share as "92.3%", with more decimals where one would round it onto the target
+    ``line`` it misses (96.96% beside "not met" must not read "97.0%")."""
+    places = 1
+    while line is not None and places < 6 and value < line and round(value * 100, places) >= round(line * 100, 6):
+        places += 1
+    return f"{value * 100:.{places}f}%"
 
 
 def _fewer(reduction: float, line: float) -> str:
     """A token saving as "−92.3%", with more decimals where one would round it onto the
     target ``line`` it misses (−89.96% beside "not met" must not read "−90.0%")."""
-    places = 1
-    while places < 4 and reduction < line and round(reduction * 100, places) >= line * 100:
-        places += 1
-    return f"−{reduction * 100:.{places}f}%"
+    return f"−{_pct(reduction, line)}"
 
 
 def _verdict(row: dict[str, Any], strict: float, reduction: float) -> str:
@@ -509,7 +511,7 @@ def _fact_goals(facts: dict[str, Any]) -> str:
             measured.append(f"{label}: not measured (no embedding model)")
             missed.append(label)
             continue
-        measured.append(f"{label} {_pct(row['answered'])} at {_fewer(row['reduction'], FACT_TOKENS)}")
+        measured.append(f"{label} {_pct(row['answered'], goal)} at {_fewer(row['reduction'], FACT_TOKENS)}")
         (met if row["answered"] >= goal and row["reduction"] >= FACT_TOKENS else missed).append(label)
     verdict = "; ".join(f"{word}: {' and '.join(labels)}" for word, labels in (("met", met), ("not met", missed)) if labels)
     reach = facts.get("reach")
@@ -529,7 +531,7 @@ def _long_outputs(long: dict[str, Any] | None) -> list[str]:
     met = row["kept_of_full"] >= 0.92 and row["reduction"] >= 0.95
     return [
         f"| long conversations of one tool domain with large tool outputs ({long['sessions']} sessions of {long['turns'][0]}–{long['turns'][-1]} turns, those of 1.2): ≥92% of the needed values kept at ≥95% fewer tokens | "
-        f"{_pct(row['kept_of_full'])} at {_fewer(row['reduction'], 0.95)} | {'met' if met else 'not met'} |"
+        f"{_pct(row['kept_of_full'], 0.92)} at {_fewer(row['reduction'], 0.95)} | {'met' if met else 'not met'} |"
     ]
 
 
@@ -551,14 +553,14 @@ def section(data: dict[str, Any], command: str = "python -m benchmarks.recall") 
         "",
         "| target | measured | |",
         "|---|---|---|",
-        f"| sessions of 100+ turns of different tasks: ≥97% strict survival at ≥94% fewer tokens | {_pct(on['mixed']['strict'])} strict, {_fewer(on['mixed']['reduction'], 0.94)} tokens | {_verdict(on['mixed'], 0.97, 0.94)} |",
-        f"| the same with large outputs: ≥95% strict at ≥99% fewer | {_pct(on['mixed_long']['strict'])} strict, {_fewer(on['mixed_long']['reduction'], 0.99)} | {_verdict(on['mixed_long'], 0.95, 0.99)} |",
+        f"| sessions of 100+ turns of different tasks: ≥97% strict survival at ≥94% fewer tokens | {_pct(on['mixed']['strict'], 0.97)} strict, {_fewer(on['mixed']['reduction'], 0.94)} tokens | {_verdict(on['mixed'], 0.97, 0.94)} |",
+        f"| the same with large outputs: ≥95% strict at ≥99% fewer | {_pct(on['mixed_long']['strict'], 0.95)} strict, {_fewer(on['mixed_long']['reduction'], 0.99)} | {_verdict(on['mixed_long'], 0.95, 0.99)} |",
         *(
             f"| {label}: prompt flat within 10% from turn 20 to turn 100 | {on[scope]['turn20']:,.0f} → {on[scope]['turn100']:,.0f} tokens ({_growth(on[scope])}) | {_flat_verdict(on[scope])} |"
             for scope, label in (("mixed", "sessions of different tasks"), ("mixed_long", "the same with large outputs"))
         ),
-        f"| tool-free conversations, the frozen unseen wordings: answer in the prompt for ≥90% of questions, at ≥95% fewer tokens | lexical {_pct(lexical['answered'])}, {_fewer(lexical['reduction'], 0.95)}"
-        + (f"; semantic {_pct(semantic['answered'])}, {_fewer(semantic['reduction'], 0.95)}" if semantic else "")
+        f"| tool-free conversations, the frozen unseen wordings: answer in the prompt for ≥90% of questions, at ≥95% fewer tokens | lexical {_pct(lexical['answered'], 0.9)}, {_fewer(lexical['reduction'], 0.95)}"
+        + (f"; semantic {_pct(semantic['answered'], 0.9)}, {_fewer(semantic['reduction'], 0.95)}" if semantic else "")
         + f" (the first set, which chose the defaults: {first}; the held-out set: {held})"
         + f" | {_facts_verdict(lexical, semantic)} (see 5.4) |",
         "| tool-free conversations, at ≥90% fewer tokens: answers in the prompt, lexical recall ≥60% and fused ≥80% on the frozen unseen wordings, fused ≥90% on the first set | "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.recall import _fact_goals, _fewer, _long_outputs
+from benchmarks.recall import _fact_goals, _fewer, _long_outputs, _pct
 
 
 def _facts(unseen: tuple[float, float], fused_unseen: tuple[float, float], fused_first: tuple[float, float]) -> dict[str, Any]:
@@ -38,6 +38,11 @@ def test_a_saving_just_short_of_its_line_is_not_rounded_onto_it() -> None:
     assert _fewer(0.8949, 0.90) == "−89.5%"
     cells = _fact_goals(_facts((0.61, 0.92), (0.81, 0.92), (0.99, 0.8996)))
     assert "fused on the first set 99.0% at −89.96%" in cells and "not met: fused on the first set" in cells
+    # Shares beside their lines too: a survival of 96.96% against 97% is not "97.0%".
+    assert _pct(0.9696, 0.97) == "96.96%" and _pct(0.9696) == "97.0%" and _pct(0.97, 0.97) == "97.0%"
+    assert _pct(0.5996, 0.6) == "59.96%"
+    cells = _fact_goals(_facts((0.5996, 0.92), (0.81, 0.92), (0.99, 0.91)))
+    assert "lexical on the unseen wordings 59.96% at −92.0%" in cells
 
 
 def test_a_run_without_an_embedding_model_says_fused_recall_was_not_measured() -> None:

@@ -1156,6 +1156,13 @@ def test_a_second_load_of_a_turn_adds_the_next_best_matches_for_the_message() ->
     start = counter(tight.schemas())
     tight.load({"names": ["touch"]}, counter([*tight.schemas(), CATALOG.entries["touch"].schema]) - start, counter)
     assert tight.names == ["send_message", "cat", "touch"]
+    # A load that left out a tool it asked for (no room) adds no match, though one would fit.
+    short = CATALOG.select({}, 1, "list files and send a message", policy(match_tools=1))
+    short.load({"names": ["cat"]})
+    start = counter(short.schemas())
+    room = counter([*short.schemas(), CATALOG.entries["mv"].schema, CATALOG.entries["ls"].schema]) - start
+    answer = short.load({"names": ["mv", "touch"]}, room, counter)  # mv fits, touch not; ls (smaller) would
+    assert short.names == ["send_message", "cat", "mv"] and "Not loaded" in answer and "next best" not in answer
 
 
 class Guesses(Needs):
