@@ -269,9 +269,8 @@ class Candidate(NamedTuple):
     asked: float = 0.0  # the part of ``score`` the current message's own terms gave
     around: tuple[str, str] = ("", "")  # a user sentence's neighbours (``Piece.around``)
     novelty: float = 1.0  # the share of its terms rare in the archive when it was written (see FAMILIAR)
-    repeats: int = (
-        1  # the pieces the vector search read that say mostly what it says and it mostly what they say, itself included
-    )
+    # The pieces the vector search read that say mostly what it says, and it mostly what they say; itself included.
+    repeats: int = 1
 
 
 # A candidate as rank scores it: (lexical, semantic, turn, text, kind, tokens, why), each
