@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from middleware import Config, Connector, Tool, ToolCall, Turn
-from middleware.core.archive import Candidate
+from middleware.core.archive import Candidate, distinct_nearest
 from middleware.core.lexical import terms
 from middleware.core.summary import summary_line
 from middleware.store import keys as store_keys
@@ -564,7 +564,7 @@ def test_the_vector_search_keeps_one_piece_of_a_text_said_again_its_newest() -> 
     repeated = "Where does the blue kayak stay, I keep asking myself."
     near = [Candidate(turn, "user", repeated, 12, 0.0, similarity=0.9) for turn in range(1, NEAR_CANDIDATES + 4)]
     answer = Candidate(NEAR_CANDIDATES + 5, "user", "The blue kayak stays at the boathouse on pier 9.", 12, 0.0, similarity=0.5)
-    kept = store_load._distinct([*near, answer], 1, 100)
+    kept = distinct_nearest([*near, answer], 1, 100, NEAR_CANDIDATES)
     assert kept == [near[-1]._replace(repeats=len(near)), answer]
 
 
@@ -580,7 +580,7 @@ def test_the_vector_search_keeps_one_rewording_and_the_next_nearest_before_the_o
         piece(turn, f"Where the blue kayak stays is a question for day {turn}.") for turn in range(1, NEAR_CANDIDATES + 4)
     ]
     answer = piece(NEAR_CANDIDATES + 5, "The blue kayak stays at the boathouse on pier 9.")
-    kept = store_load._distinct([*reworded, answer], 1, 100)
+    kept = distinct_nearest([*reworded, answer], 1, 100, NEAR_CANDIDATES)
     assert len(kept) == NEAR_CANDIDATES
     again = [c._replace(repeats=len(reworded)) for c in reworded]  # each says mostly what every other says
     assert kept[:2] == [again[0], answer]
@@ -814,7 +814,7 @@ def test_the_vector_search_counts_the_repeats_of_each_piece_it_keeps() -> None:
               for turn, topic in ((4, "tiles"), (5, "boilers"))]  # fmt: skip
     recent = piece(99, said[0].text, 0.6)
     fact = piece(6, "The blue kayak stays at the boathouse on pier 9.", 0.2)
-    kept = store_load._distinct([recent, *said, *varied, fact], 1, 50)
+    kept = distinct_nearest([recent, *said, *varied, fact], 1, 50, NEAR_CANDIDATES)
     assert {c.text: c.repeats for c in kept} == {said[0].text: 5, varied[0].text: 5, varied[1].text: 5, fact.text: 1}
 
 
@@ -829,9 +829,9 @@ def test_a_longer_sentence_holding_a_short_ones_words_is_not_its_repeat() -> Non
     fact = piece(2, "I live in Bergen.", 0.3)
     longer = [piece(turn, text, 0.4) for turn, text in ((3, "Mum doesn't live in Bergen any more."),
                                                        (4, "My sister would never live in Bergen, she says."))]  # fmt: skip
-    kept = store_load._distinct([*longer, fact], 1, 50)
+    kept = distinct_nearest([*longer, fact], 1, 50, NEAR_CANDIDATES)
     assert {c.text: c.repeats for c in kept} == {longer[0].text: 1, longer[1].text: 1, fact.text: 1}
-    again = store_load._distinct([*longer, fact, fact._replace(turn=7)], 1, 50)
+    again = distinct_nearest([*longer, fact, fact._replace(turn=7)], 1, 50, NEAR_CANDIDATES)
     assert {c.text: c.repeats for c in again}[fact.text] == 2
 
 

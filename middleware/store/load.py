@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.archive import MIN_SCORE, Candidate, bare_question, mostly_said
+from ..core.archive import MIN_SCORE, Candidate, distinct_nearest
 from ..core.effects import Batch, Command, Plan
-from ..core.lexical import terms
 from .decoding import (
     LOAD_REPLIES,
     Corrupt,
@@ -168,52 +167,6 @@ def _merged(lexical: Sequence[Candidate], near: Sequence[Candidate]) -> tuple[Ca
     return (*merged, *similar.values())
 
 
-def _distinct(near: Sequence[Candidate], oldest: int, newest: int) -> list[Candidate]:
-    """The nearest NEAR_CANDIDATES pieces of archived turns out of the recent window, one of
-    each text (its newest: the search gives equal texts equal distances), leaving out a
-    user's question that told nothing (``bare_question``: recall would leave it out, and
-    it would hold a place the next nearest can fill). A piece that mostly says what those
-    nearer already say (fewer than one term in ``REDUNDANT`` new: a phrase reworded, one
-    word changed) waits until the others have had their places, as it does in the
-    ranking: else one phrase a user varies turn after turn fills every place. Each piece
-    kept counts its ``repeats``: the pieces read that say mostly what it says and that it
-    says mostly what they say, itself and its repeats word for word included (a longer
-    sentence that holds a short one's words is not its repeat: "Mum doesn't live in Bergen
-    any more" does not count "I live in Bergen" down). A text written once is new when said; one said
-    again and again is chatter, even if its first saying came when every word was rare
-    (``Candidate.novelty`` sees only the archive before it)."""
-    texts: dict[str, Candidate] = {}  # nearest first
-    says: dict[str, frozenset[str]] = {}  # each text's terms
-    read: dict[frozenset[str], int] = {}  # the terms of the pieces read that may be recalled: how many say them
-    for c in near:
-        if oldest <= c.turn <= newest and not bare_question(c):
-            words = says.get(c.text)
-            if words is None:
-                words = says[c.text] = frozenset(c.terms or terms(c.text))
-            read[words] = read.get(words, 0) + 1
-            held = texts.get(c.text)
-            if held is None or c.turn > held.turn:
-                texts[c.text] = c
-    kept: list[Candidate] = []
-    waiting: list[Candidate] = []
-    said: set[str] = set()
-    for c in texts.values():
-        if mostly_said(says[c.text], said):
-            waiting.append(c)
-            continue
-        kept.append(c)
-        said |= says[c.text]
-        if len(kept) == NEAR_CANDIDATES:
-            break
-    chosen = [*kept, *waiting][:NEAR_CANDIDATES]
-    for i, c in enumerate(chosen):
-        words = says[c.text]
-        repeats = sum(n for other, n in read.items() if mostly_said(words, other) and mostly_said(other, words))
-        if repeats > 1:
-            chosen[i] = c._replace(repeats=repeats)
-    return chosen
-
-
 def _candidates(flat: Any) -> tuple[Candidate, ...]:
     found = []
     for i in range(0, len(flat) - 4, 5):
@@ -277,7 +230,7 @@ def load(
     if vector:  # the index may still hold vectors of turns out of the archive: they are not recalled
         turns = loaded.state.turns
         shown = turns - layout.recent_messages // 2  # the recent window's turns are shown whole
-        candidates = _merged(candidates, _distinct(near, turns - layout.archive_turns + 1, shown))
+        candidates = _merged(candidates, distinct_nearest(near, turns - layout.archive_turns + 1, shown, NEAR_CANDIDATES))
     if isinstance(records, Exception):  # a traces key of another type: corrupt, so not resent (record.lua replaces it)
         if not wrong_type(records):
             raise refused(records)
