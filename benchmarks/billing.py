@@ -750,8 +750,17 @@ def _pct(value: float) -> str:
 
 
 def _less(saved: float) -> str:
-    """A saving as a change: −12.3% for less than the full history, +4.8% for more."""
-    return f"−{_pct(saved)}" if saved >= 0 else f"+{_pct(-saved)}"
+    """A saving as a change: −12.3% for less than the full history, +4.8% for more, ±0.0%
+    for exactly as much; a change too small for one decimal gets the decimals that show it
+    (+0.0022%, not "+0.0%" beside "exceeds")."""
+    if saved == 0:
+        return "±0.0%"
+    places = 1
+    while places < 6 and round(abs(saved) * 100, places) == 0:
+        places += 1
+    if places > 1:  # where one decimal showed nothing: two digits that matter
+        places = min(places + 1, 6)
+    return f"{'−' if saved > 0 else '+'}{abs(saved) * 100:.{places}f}%"
 
 
 def _row(rows: list[dict[str, Any]], name: str) -> dict[str, Any]:
