@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.recall import _fact_goals, _fewer, _long_outputs, _pct
+from benchmarks.recall import MIXED, Goal, _fact_goals, _fewer, _long_outputs, _pct, _strict
 
 
 def _facts(unseen: tuple[float, float], fused_unseen: tuple[float, float], fused_first: tuple[float, float]) -> dict[str, Any]:
@@ -94,3 +94,18 @@ def test_the_lexical_part_says_when_the_unseen_questions_cannot_reach_it_by_word
     )
     facts["reach"]["unseen"] = 0.7  # reachable: the verdict says only what was measured
     assert "cannot meet its part" not in _fact_goals(facts)
+
+
+def test_a_strict_survival_row_prints_and_judges_by_the_same_lines() -> None:
+    """The cells beside a target and its verdict read one Goal: a share just under the line
+    prints the decimals that show the miss, and the verdict says it is missed."""
+    assert (MIXED.share, MIXED.saving) == (0.97, 0.94)
+    assert (
+        _strict({"strict": 0.9696, "reduction": 0.95}, MIXED)
+        == "96.96% strict, −95.0% tokens | tokens met; survival not (see 5.3)"
+    )
+    assert (
+        _strict({"strict": 0.98, "reduction": 0.93996}, MIXED) == "98.0% strict, −93.996% tokens | tokens not met; survival met"
+    )
+    assert _strict({"strict": 0.97, "reduction": 0.94}, MIXED).endswith("| tokens met; survival met")
+    assert Goal(0.9, 0.95).met(0.9, 0.95) and not Goal(0.9, 0.95).met(0.8999, 0.99)
