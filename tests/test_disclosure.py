@@ -1480,3 +1480,22 @@ def test_under_a_budget_a_schema_joins_only_where_it_fits_and_a_cut_result_makes
         "Not loaded, the prompt's token budget has no room for them: huge.",
         "The schema of huge was not sent, and the prompt's token budget has no room for it: huge did not run.",
     ]
+
+
+def test_a_plan_restored_against_a_smaller_catalog_counts_only_the_names_it_still_holds() -> None:
+    """A turn that spans requests restores its plan against each request's tools: a pinned,
+    stable or grown name the newer list lost leaves its count too, so the counts still
+    name the tools they did (the pinned ones first, the grown ones last of the stable)."""
+    plan = DisclosedTools(CATALOG, names=["view_inbox", "cat", "ls", "touch", "mv"], stable=3, grown=2, growing=True,
+                          pinned=1, ranked=["ls", "mv"], companions=["cat"])  # fmt: skip
+    assert plan.kept == ["cat", "ls"]
+    for lost, names, stable, grown, pinned, kept in (
+        ("view_inbox", ["cat", "ls", "touch", "mv"], 2, 2, 0, ["cat", "ls"]),  # the pinned one
+        ("ls", ["view_inbox", "cat", "touch", "mv"], 2, 1, 1, ["cat"]),  # a grown one
+        ("mv", ["view_inbox", "cat", "ls", "touch"], 3, 2, 1, ["cat", "ls"]),  # after the stable ones
+    ):
+        smaller = Catalog([entry for name, entry in CATALOG.entries.items() if name != lost])
+        restored = DisclosedTools.restored(smaller, json.loads(json.dumps(plan.saved())))
+        assert (restored.names, restored.stable, restored.grown, restored.pinned) == (names, stable, grown, pinned)
+        assert restored.kept == kept and lost not in [*restored.ranked, *restored.companions]
+        assert restored.names[: restored.pinned] == [name for name in ["view_inbox"] if name != lost]

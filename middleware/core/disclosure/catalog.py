@@ -263,16 +263,21 @@ class DisclosedTools:
     @classmethod
     def restored(cls, catalog: Catalog, saved: Mapping[str, Any]) -> DisclosedTools:
         """The tools ``saved`` kept, against this request's ``catalog`` (names it no longer
-        holds are left out); ValueError for a record that is not one."""
+        holds are left out, and out of the counts of the pinned, stable and grown names they
+        were among); ValueError for a record that is not one."""
         try:
             names = [str(name) for name in saved["names"]]
-            stable = int(saved["stable"])
+            stable, grown, pinned = int(saved["stable"]), int(saved["grown"]), int(saved["pinned"])
             kept = [name for name in names if name in catalog]
-            return cls(catalog, names=kept, stable=min(stable - sum(1 for n in names[:stable] if n not in catalog), len(kept)),
-                       loaded=[str(n) for n in saved["loaded"] if n in kept], share_preambles=bool(saved["share"]),
-                       grown=int(saved["grown"]), growing=bool(saved["growing"]), pinned=int(saved["pinned"]),
-                       ranked=[str(n) for n in saved["ranked"]], companions=[str(n) for n in saved["companions"]],
-                       settled=bool(saved["settled"]),
+
+            def left(part: Sequence[str]) -> int:  # the names of ``part`` this catalog still holds
+                return sum(1 for name in part if name in catalog)
+
+            return cls(catalog, names=kept, stable=left(names[:stable]), loaded=[str(n) for n in saved["loaded"] if n in kept],
+                       share_preambles=bool(saved["share"]), grown=left(names[max(stable - grown, 0) : stable]),
+                       growing=bool(saved["growing"]), pinned=left(names[:pinned]),
+                       ranked=[str(n) for n in saved["ranked"] if n in catalog],
+                       companions=[str(n) for n in saved["companions"] if n in catalog], settled=bool(saved["settled"]),
                        following=[str(n) for n in saved.get("following") or () if n in catalog],
                        loads=int(saved.get("loads") or 0))  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
