@@ -339,7 +339,9 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "",
         "**Data that also chose defaults.** Figures measured on data that informed a default may flatter it. "
         "The BFCL multi-turn conversations (sections 1, 6, and the 100+ turn sessions made of them) chose "
-        "`disclosure.match_tools`, `co_use_tools`, `share_preambles` and the cache-aware tool policy; the BFCL sessions "
+        "`disclosure.match_tools`, `co_use_tools`, `share_preambles`, the cache-aware tool policy and when a young "
+        "session stops resending its history (the memory a second turn's composed prompt is counted with, "
+        "`policy.MemorySize`); the BFCL sessions "
         "of different tasks (5.2) chose `context.earlier_keys` and `memory.recall_tokens`; the first and held-out "
         "wordings of the tool-free conversations (5.4) chose semantic recall's admission rule and which of the vector "
         "search's nearest pieces are ranked (a phrase reworded a word at a time waits) and how many "

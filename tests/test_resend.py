@@ -82,6 +82,39 @@ def test_once_a_turn_is_composed_every_later_turn_is(managers: ManagerFactory, l
     assert mgr.get_state("s").composed
 
 
+def test_a_young_session_counts_the_memory_composed_prompts_learned_to_carry(managers: ManagerFactory, log_path: Path) -> None:
+    """On its second turn a session's composed prompt shows no memory yet (the recent window
+    still shows the first turn), so its size is no measure of what composing costs from the
+    next turn on. The choice to compose, which holds for every later turn, counts the memory
+    composed prompts carried once a turn had left the window, learned per process: with
+    composed prompts seen to carry a large memory, the second turn resends the large result
+    it would otherwise leave behind; before anything is learned, it composes."""
+    from middleware.core.policy import MemorySize
+
+    tools = _tools(8)
+    tools[0] = Tool(lambda **_: "x " * 3_000, schema=tools[0].schema)  # the first turn's result is large
+    needs = {request: [(f"tool_{i}", {})] for i, request in enumerate(REQUESTS)}
+    config = _config(log_path, "gpt-5-mini").with_overrides(traces={"max_entry_chars": 100_000})
+
+    def second_turn_resends(learned: int | None) -> tuple[bool, MemorySize]:
+        model = Needs(needs)
+        mgr = managers(config)
+        planner = mgr._engine._planner
+        for _ in range(MemorySize.MIN_SEEN if learned is not None else 0):
+            planner.memory.note(learned or 0)
+        for request in REQUESTS:
+            mgr.chat(f"s-{learned}", request, model=model.model, tools=tools)
+        firsts = [sent for sent in model.sent if sent[-1]["role"] == "user"]
+        return any(m["role"] == "tool" for m in firsts[1]), planner.memory
+
+    resent, memory = second_turn_resends(None)
+    assert not resent and memory.size() is None  # composes: its prompt is far shorter
+    resent, memory = second_turn_resends(20_000)
+    assert resent
+    # The third turn was the session's first past the window: its memory joined what was learned.
+    assert memory.size() is not None and memory.size() < 20_000
+
+
 def test_a_first_turn_that_discloses_its_tools_composes_for_good(managers: ManagerFactory, log_path: Path) -> None:
     """Priced as Sonnet, 40 tools of about 10,000 tokens: the policy discloses them on the
     first turn (every schema would not pay for its first write), so that turn composes and

@@ -28,6 +28,7 @@ __all__ = [
     "Figures",
     "GrowthPace",
     "LoopOdds",
+    "MemorySize",
     "SchemaCounter",
     "ToolPolicy",
     "per_call_cost",
@@ -241,6 +242,30 @@ class GrowthPace:
         """A turn after a session's first whose tools that stay grew by ``joined`` tokens."""
         self._tokens += joined
         self._turns += 1
+
+
+class MemorySize:
+    """The memory sections (``TokenBreakdown.memory``) a composed prompt carries at its
+    session's first turn past the recent window (the first whose window no longer shows
+    every turn: until then nothing was summarized or recalled), on average over the sessions
+    this process planned, once ``MIN_SEEN`` were seen. A young session's composed prompt
+    shows no memory yet, so its size then is no measure of what composing costs from the
+    next turn on: the choice to stop resending the history, which holds for every later
+    turn, counts this much memory instead (``TurnPlanner``)."""
+
+    MIN_SEEN = 10
+
+    def __init__(self) -> None:
+        self._tokens, self._seen = 0, 0
+
+    def size(self) -> float | None:
+        return self._tokens / self._seen if self._seen >= self.MIN_SEEN else None
+
+    def note(self, tokens: int) -> None:
+        """A session's first turn past the recent window, whose composed prompt's memory
+        sections took ``tokens``."""
+        self._tokens += tokens
+        self._seen += 1
 
 
 @dataclass(frozen=True, kw_only=True)

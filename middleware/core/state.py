@@ -406,6 +406,11 @@ class TokenBreakdown:
         return (self.system + self.notes + self.context + self.state + self.recall + self.summary + self.recent
                 + self.current + self.priming)  # fmt: skip
 
+    @property
+    def memory(self) -> int:
+        """The memory sections: notes, context keys, connectors' state, recall, summary."""
+        return self.notes + self.context + self.state + self.recall + self.summary
+
     def as_dict(self) -> dict[str, int]:
         return {
             "system": self.system,

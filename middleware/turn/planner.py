@@ -13,7 +13,7 @@ from ..config.schema import Config
 from ..core.archive import Candidate
 from ..core.disclosure import DisclosedTools
 from ..core.effects import Program
-from ..core.policy import Figures, resends
+from ..core.policy import Figures, MemorySize, resends
 from ..core.resend import resendable, resent_prompt
 from ..core.state import Prompt, SessionState, Turn, TurnUpdate
 from ..session.embedder import Embedder
@@ -34,6 +34,7 @@ class TurnPlanner:
 
     def __init__(self, config: Config, ops: SessionOperations, tools: ToolPlanner, embedder: Embedder, sink: UsageSink) -> None:
         self.config, self.ops, self.tools, self.embedder, self.sink = config, ops, tools, embedder, sink
+        self.memory = MemorySize()  # learned: what a composed prompt's memory takes once a turn left the window
 
     def plan(
         self,
@@ -74,6 +75,8 @@ class TurnPlanner:
                         every=tuple(every), full_tools_tokens=whole, tools=disclosed,
                         max_rounds=self.config.max_tool_rounds, loop_odds=tools.loop_odds, schema_tokens=extra,
                         companions=functools.partial(tools.companions, catalog) if catalog is not None else None)  # fmt: skip
+        if not saved and state.turns == self._window() + 1:  # the session's first turn past the recent window
+            self.memory.note(prompt.tokens.memory)
         if saved:
             if saved.get("resent"):  # a turn that resent its history goes on resending it
                 return (yield from self._resent(plan, loaded, message, whole, system, chosen=True))
@@ -96,13 +99,20 @@ class TurnPlanner:
         (``caching.resend_history``, for a model whose prices the policy knows)."""
         return self.config.caching.resend_history and bool(self.tools.policy(model).rules.input_price)
 
+    def _window(self) -> int:
+        """The turns the recent window shows whole."""
+        return self.config.recent.messages // 2
+
     def _resent(
         self, plan: TurnPlan, loaded: Loaded, message: str, whole: int, system: str | None, *, chosen: bool = False
     ) -> Program[TurnPlan]:
         """The plan resending the session's history with every schema (after the client's
         own ``system`` text, if any), where that costs no more per turn than the composed
         prompt (``resends``), or where it was ``chosen`` by the turn's first request. A
-        session whose history cannot be resent whole, or would not pay, composes from now on."""
+        session whose history cannot be resent whole, or would not pay, composes from now on.
+        While the recent window still shows every turn, the composed prompt has no memory
+        yet: it is counted with the memory composed prompts took once a turn left the window
+        (``MemorySize``, once learned), since the choice to compose holds for later turns."""
         state = loaded.state
         traces = (yield from self.ops.traces(plan.session_id, loaded)) if state.turns else []
         composed = dataclasses.replace(plan, composes=True)
@@ -121,6 +131,9 @@ class TurnPlanner:
         history_stable = history - resent.tokens.current - resent.tokens.priming - last
         schemas = plan.schemas()
         composed_tokens = self.tools.counter.tokens(schemas) + plan.prompt.tokens.total
+        memory = self.memory.size()
+        if memory is not None and state.turns <= self._window():  # no turn left the window: no memory shown yet
+            composed_tokens += max(round(memory) - plan.prompt.tokens.memory, 0)
         # What the cache holds of the composed prompt: every schema and the system text the
         # resent prompts began with too (its memory sections were never sent yet), or the
         # disclosed tools that stay from call to call (what follows them changes).
