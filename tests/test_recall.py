@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 from middleware import Config, Connector, Tool, ToolCall, Turn
-from middleware.core.archive import Candidate, distinct_nearest
+from middleware.core.archive import Candidate
 from middleware.core.lexical import terms
+from middleware.core.nearest import distinct_nearest
 from middleware.core.summary import summary_line
 from middleware.store import keys as store_keys
 from middleware.store import load as store_load

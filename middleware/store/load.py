@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.archive import MIN_SCORE, Candidate, distinct_nearest
+from ..core.archive import MIN_SCORE, Candidate
 from ..core.effects import Batch, Command, Plan
+from ..core.nearest import distinct_nearest
 from .decoding import (
     LOAD_REPLIES,
     Corrupt,
