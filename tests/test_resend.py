@@ -105,14 +105,18 @@ def test_a_young_session_counts_the_memory_composed_prompts_learned_to_carry(man
         for request in REQUESTS:
             mgr.chat(f"s-{learned}", request, model=model.model, tools=tools)
         firsts = [sent for sent in model.sent if sent[-1]["role"] == "user"]
+        assert len(firsts) == 3
+        # The third turn composes either way: its prompt shows its own memory, counted as it is.
+        assert not any(m["role"] == "tool" for m in firsts[2])
         return any(m["role"] == "tool" for m in firsts[1]), planner.memory
 
     resent, memory = second_turn_resends(None)
     assert not resent and memory.size() is None  # composes: its prompt is far shorter
+    assert memory._seen == 1  # the third turn, the session's first past the window, was noted once
     resent, memory = second_turn_resends(20_000)
     assert resent
     # The third turn was the session's first past the window: its memory joined what was learned.
-    assert memory.size() is not None and memory.size() < 20_000
+    assert memory._seen == MemorySize.MIN_SEEN + 1 and memory.size() is not None and memory.size() < 20_000
 
 
 def test_a_first_turn_that_discloses_its_tools_composes_for_good(managers: ManagerFactory, log_path: Path) -> None:
