@@ -1499,3 +1499,18 @@ def test_a_plan_restored_against_a_smaller_catalog_counts_only_the_names_it_stil
         assert (restored.names, restored.stable, restored.grown, restored.pinned) == (names, stable, grown, pinned)
         assert restored.kept == kept and lost not in [*restored.ranked, *restored.companions]
         assert restored.names[: restored.pinned] == [name for name in ["view_inbox"] if name != lost]
+
+
+def test_a_saved_plan_whose_counts_cannot_describe_its_names_is_refused() -> None:
+    """A saved plan (the endpoint's open turn, read back from Redis) whose counts are
+    negative or larger than the names they count is not one: restoring it raises a
+    ValueError naming the counts and what they must be, not a plan that misplaces tools."""
+    plan = DisclosedTools(CATALOG, names=["view_inbox", "cat", "ls", "touch"], stable=3, grown=2, pinned=1)
+    saved = json.loads(json.dumps(plan.saved()))
+    assert DisclosedTools.restored(CATALOG, saved).stable == 3
+    for bad in ({"stable": 5}, {"stable": -1}, {"pinned": 4}, {"grown": 3}, {"grown": -1}, {"pinned": -1},
+                {"loads": -2}):  # fmt: skip
+        with pytest.raises(ValueError, match=r"counts do not fit its 4 names: .*expected 0 <= pinned <= stable"):
+            DisclosedTools.restored(CATALOG, {**saved, **bad})
+    with pytest.raises(ValueError, match="wrong shape: KeyError"):
+        DisclosedTools.restored(CATALOG, {k: v for k, v in saved.items() if k != "stable"})

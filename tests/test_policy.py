@@ -385,9 +385,9 @@ def test_the_pace_is_learned_only_after_enough_turns() -> None:
     pace = GrowthPace()
     for joined in [0, 200] * (GrowthPace.MIN_SEEN // 2 - 1) + [0]:
         pace.note(joined)
-        assert pace.pace() is None
+        assert pace.mean() is None
     pace.note(400)
-    assert pace.pace() == pytest.approx((200 * (GrowthPace.MIN_SEEN // 2 - 1) + 400) / GrowthPace.MIN_SEEN)
+    assert pace.mean() == pytest.approx((200 * (GrowthPace.MIN_SEEN // 2 - 1) + 400) / GrowthPace.MIN_SEEN)
 
 
 def test_a_first_turn_sends_every_schema_until_the_process_learns_the_tools_keep_joining() -> None:

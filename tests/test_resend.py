@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from middleware import Config, Tool
 
 from .conftest import ManagerFactory
@@ -111,12 +113,57 @@ def test_a_young_session_counts_the_memory_composed_prompts_learned_to_carry(man
         return any(m["role"] == "tool" for m in firsts[1]), planner.memory
 
     resent, memory = second_turn_resends(None)
-    assert not resent and memory.size() is None  # composes: its prompt is far shorter
-    assert memory._seen == 1  # the third turn, the session's first past the window, was noted once
+    assert not resent and memory.mean() is None  # composes: its prompt is far shorter
+    assert memory.seen == 1  # the third turn, the session's first past the window, was noted once
     resent, memory = second_turn_resends(20_000)
     assert resent
     # The third turn was the session's first past the window: its memory joined what was learned.
-    assert memory._seen == MemorySize.MIN_SEEN + 1 and memory.size() is not None and memory.size() < 20_000
+    assert memory.seen == MemorySize.MIN_SEEN + 1 and memory.mean() is not None and memory.mean() < 20_000
+
+
+def test_the_memory_learned_is_noted_once_a_session_and_leaves_out_a_connectors_state(
+    managers: ManagerFactory, log_path: Path
+) -> None:
+    """What ``MemorySize`` learns: a session's third turn (its first past the window) is
+    noted once, also when its first call failed and the caller tried the turn again; and
+    the memory noted leaves out a connector's current state, which a prompt that could
+    resend its history never shows (the same session with a thermostat notes the same)."""
+    from middleware import Connector
+
+    class Thermostat(Connector):
+        name = "thermostat"
+
+        def render(self, session_id: str) -> list[str]:
+            return ["target 21.0 °C, " + "schedule 06:00 19 °C, 22:00 17 °C; " * 20]
+
+    class Failing(Needs):
+        """Fails the third turn's first call once."""
+
+        failed = False
+
+        def __call__(self, messages: Any, tools: Any) -> dict[str, Any]:
+            if not self.failed and _text(messages[-1]["content"]) == REQUESTS[2]:
+                self.failed = True
+                raise RuntimeError("the provider is down")
+            return super().__call__(messages, tools)
+
+    needs = {request: [(f"tool_{i}", {})] for i, request in enumerate(REQUESTS)}
+    noted: dict[bool, list[float]] = {}
+    for connected in (False, True):
+        model = Failing(needs)
+        mgr = managers(_config(log_path, "gpt-5-mini"), connectors=[Thermostat()] if connected else [])
+        planner = mgr._engine._planner
+        noted[connected], session = [], f"s-{connected}"
+        note = planner.memory.note
+        planner.memory.note = lambda value, seen=noted[connected], note=note: (seen.append(value), note(value))[1]  # type: ignore[method-assign]
+        for request in REQUESTS[:2]:
+            mgr.chat(session, request, model=model.model, tools=_tools(8))
+        with pytest.raises(Exception, match="the provider is down"):
+            mgr.chat(session, REQUESTS[2], model=model.model, tools=_tools(8))
+        mgr.chat(session, REQUESTS[2], model=model.model, tools=_tools(8))
+        assert model.failed and mgr.get_state(session).turns == 3
+        assert planner.memory.seen == 1
+    assert len(noted[True]) == 1 and noted[True] == noted[False]
 
 
 def test_a_first_turn_that_discloses_its_tools_composes_for_good(managers: ManagerFactory, log_path: Path) -> None:

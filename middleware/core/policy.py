@@ -29,6 +29,7 @@ __all__ = [
     "GrowthPace",
     "LoopOdds",
     "MemorySize",
+    "RunningMean",
     "SchemaCounter",
     "ToolPolicy",
     "per_call_cost",
@@ -219,53 +220,45 @@ class LoopOdds:
         counts[1] += 1
 
 
-class GrowthPace:
+class RunningMean:
+    """The mean of the values noted so far, once ``MIN_SEEN`` were (None before): what a
+    process learns from the turns it planned, where too few would say little."""
+
+    MIN_SEEN = 10
+
+    def __init__(self) -> None:
+        self._total: float = 0
+        self.seen = 0
+
+    def mean(self) -> float | None:
+        return self._total / self.seen if self.seen >= self.MIN_SEEN else None
+
+    def note(self, value: float) -> None:
+        self._total += value
+        self.seen += 1
+
+
+class GrowthPace(RunningMean):
     """How fast the tools that stay grow after a session's first turn (tokens a turn, over
-    the turns seen while they were short of the model's minimum cached prefix), learned
-    from the turns this process planned. A first turn's matched tools all join at once;
-    later turns mostly call tools already sent, so the list grows far slower than the first
-    turn suggests: a first turn judges every schema against the pace seen, once
-    ``MIN_SEEN`` turns were seen. Before that, as if the list grew no more after the first
-    turn's join: every schema is then sent wherever it alone can be cached, which costs no
-    more than a chatbot resending its full history; disclosing, which costs more where it
-    is never cached, waits until the pace says it will be."""
-
-    MIN_SEEN = 10
-
-    def __init__(self) -> None:
-        self._tokens, self._turns = 0, 0
-
-    def pace(self) -> float | None:
-        return self._tokens / self._turns if self._turns >= self.MIN_SEEN else None
-
-    def note(self, joined: int) -> None:
-        """A turn after a session's first whose tools that stay grew by ``joined`` tokens."""
-        self._tokens += joined
-        self._turns += 1
+    the turns seen while they were short of the model's minimum cached prefix; each noted
+    with the tokens the turn's tools that stay grew by). A first turn's matched tools all
+    join at once; later turns mostly call tools already sent, so the list grows far slower
+    than the first turn suggests: a first turn judges every schema against the pace seen.
+    Before that, as if the list grew no more after the first turn's join: every schema is
+    then sent wherever it alone can be cached, which costs no more than a chatbot resending
+    its full history; disclosing, which costs more where it is never cached, waits until
+    the pace says it will be."""
 
 
-class MemorySize:
-    """The memory sections (``TokenBreakdown.memory``) a composed prompt carries at its
-    session's first turn past the recent window (the first whose window no longer shows
-    every turn: until then nothing was summarized or recalled), on average over the sessions
-    this process planned, once ``MIN_SEEN`` were seen. A young session's composed prompt
-    shows no memory yet, so its size then is no measure of what composing costs from the
-    next turn on: the choice to stop resending the history, which holds for every later
-    turn, counts this much memory instead (``TurnPlanner``)."""
-
-    MIN_SEEN = 10
-
-    def __init__(self) -> None:
-        self._tokens, self._seen = 0, 0
-
-    def size(self) -> float | None:
-        return self._tokens / self._seen if self._seen >= self.MIN_SEEN else None
-
-    def note(self, tokens: int) -> None:
-        """A session's first turn past the recent window, whose composed prompt's memory
-        sections took ``tokens``."""
-        self._tokens += tokens
-        self._seen += 1
+class MemorySize(RunningMean):
+    """The memory sections a composed prompt carries at its session's first turn past the
+    recent window (the first whose window no longer shows every turn: until then nothing
+    was summarized or recalled), without any connector's current state (a prompt showing
+    one never resends its history); each session noted once. A young session's composed
+    prompt shows little memory yet (a few context keys at most), so its size then is no
+    measure of what composing costs from the next turn on: the choice to stop resending
+    the history, which holds for every later turn, counts this much memory instead
+    (``TurnPlanner``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -158,7 +158,7 @@ class ToolPlanner:
         if disclosed.growing and figures.turn > 1:
             self._pace.note(policy.joining(disclosed))
         decision = policy.decide(disclosed, figures, self._match_odds, whole_tokens, self.loop_odds, warm=warm,
-                                 pace=self._pace.pace())  # fmt: skip
+                                 pace=self._pace.mean())  # fmt: skip
         if session_id and decision.whole:
             self._whole_at.put(session_id, now)
         elif session_id and at is not None:  # its last turn did not send every schema: no longer warm

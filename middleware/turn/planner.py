@@ -26,6 +26,8 @@ from .plan import TurnPlan, rebased
 
 __all__ = ["TurnPlanner"]
 
+_NOTED = 4096  # sessions whose memory a planner remembers noting (``TurnPlanner._note_memory``)
+
 
 class TurnPlanner:
     """See the module docstring. It works with the engine's collaborators: the session
@@ -35,6 +37,7 @@ class TurnPlanner:
     def __init__(self, config: Config, ops: SessionOperations, tools: ToolPlanner, embedder: Embedder, sink: UsageSink) -> None:
         self.config, self.ops, self.tools, self.embedder, self.sink = config, ops, tools, embedder, sink
         self.memory = MemorySize()  # learned: what a composed prompt's memory takes once a turn left the window
+        self._noted: dict[str, None] = {}  # the sessions last noted in it (a retried turn is not noted again)
 
     def plan(
         self,
@@ -75,8 +78,8 @@ class TurnPlanner:
                         every=tuple(every), full_tools_tokens=whole, tools=disclosed,
                         max_rounds=self.config.max_tool_rounds, loop_odds=tools.loop_odds, schema_tokens=extra,
                         companions=functools.partial(tools.companions, catalog) if catalog is not None else None)  # fmt: skip
-        if not saved and state.turns == self._window() + 1:  # the session's first turn past the recent window
-            self.memory.note(prompt.tokens.memory)
+        if not saved and state.turns == self.config.recent.turns + 1:  # the session's first turn past the window
+            self._note_memory(session_id, prompt)
         if saved:
             if saved.get("resent"):  # a turn that resent its history goes on resending it
                 return (yield from self._resent(plan, loaded, message, whole, system, chosen=True))
@@ -99,9 +102,16 @@ class TurnPlanner:
         (``caching.resend_history``, for a model whose prices the policy knows)."""
         return self.config.caching.resend_history and bool(self.tools.policy(model).rules.input_price)
 
-    def _window(self) -> int:
-        """The turns the recent window shows whole."""
-        return self.config.recent.messages // 2
+    def _note_memory(self, session_id: str, prompt: Prompt) -> None:
+        """Teach ``MemorySize`` the memory of ``session_id``'s composed ``prompt`` at its first
+        turn past the recent window, once: a turn planned again (a retry after a failed call)
+        is not noted twice. The last ``_NOTED`` sessions noted are remembered."""
+        if session_id in self._noted:
+            return
+        self._noted[session_id] = None
+        if len(self._noted) > _NOTED:
+            del self._noted[next(iter(self._noted))]
+        self.memory.note(prompt.tokens.memory - prompt.tokens.state)
 
     def _resent(
         self, plan: TurnPlan, loaded: Loaded, message: str, whole: int, system: str | None, *, chosen: bool = False
@@ -110,9 +120,10 @@ class TurnPlanner:
         own ``system`` text, if any), where that costs no more per turn than the composed
         prompt (``resends``), or where it was ``chosen`` by the turn's first request. A
         session whose history cannot be resent whole, or would not pay, composes from now on.
-        While the recent window still shows every turn, the composed prompt has no memory
-        yet: it is counted with the memory composed prompts took once a turn left the window
-        (``MemorySize``, once learned), since the choice to compose holds for later turns."""
+        While the recent window still shows every turn, the composed prompt has little
+        memory yet: it is counted with the memory composed prompts took once a turn left the
+        window (``MemorySize``, once learned), since the choice to compose holds for later
+        turns."""
         state = loaded.state
         traces = (yield from self.ops.traces(plan.session_id, loaded)) if state.turns else []
         composed = dataclasses.replace(plan, composes=True)
@@ -131,8 +142,8 @@ class TurnPlanner:
         history_stable = history - resent.tokens.current - resent.tokens.priming - last
         schemas = plan.schemas()
         composed_tokens = self.tools.counter.tokens(schemas) + plan.prompt.tokens.total
-        memory = self.memory.size()
-        if memory is not None and state.turns <= self._window():  # no turn left the window: no memory shown yet
+        memory = self.memory.mean()
+        if memory is not None and state.turns <= self.config.recent.turns:  # no turn left the window: little memory yet
             composed_tokens += max(round(memory) - plan.prompt.tokens.memory, 0)
         # What the cache holds of the composed prompt: every schema and the system text the
         # resent prompts began with too (its memory sections were never sent yet), or the

@@ -264,10 +264,21 @@ class DisclosedTools:
     def restored(cls, catalog: Catalog, saved: Mapping[str, Any]) -> DisclosedTools:
         """The tools ``saved`` kept, against this request's ``catalog`` (names it no longer
         holds are left out, and out of the counts of the pinned, stable and grown names they
-        were among); ValueError for a record that is not one."""
+        were among); ValueError for a record that is not one, or whose counts could not
+        describe its names (negative, or more than the names they count)."""
         try:
             names = [str(name) for name in saved["names"]]
             stable, grown, pinned = int(saved["stable"]), int(saved["grown"]), int(saved["pinned"])
+            loads = int(saved.get("loads") or 0)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"a saved tool plan of the wrong shape: {type(exc).__name__}") from None
+        if not (0 <= pinned <= stable <= len(names) and 0 <= grown <= stable - pinned and loads >= 0):
+            raise ValueError(
+                f"a saved tool plan whose counts do not fit its {len(names)} names: pinned {pinned}, stable {stable},"
+                f" grown {grown}, loads {loads} (expected 0 <= pinned <= stable <= names, grown <= stable - pinned,"
+                " loads >= 0)"
+            )
+        try:
             kept = [name for name in names if name in catalog]
 
             def left(part: Sequence[str]) -> int:  # the names of ``part`` this catalog still holds
@@ -279,7 +290,7 @@ class DisclosedTools:
                        ranked=[str(n) for n in saved["ranked"] if n in catalog],
                        companions=[str(n) for n in saved["companions"] if n in catalog], settled=bool(saved["settled"]),
                        following=[str(n) for n in saved.get("following") or () if n in catalog],
-                       loads=int(saved.get("loads") or 0))  # fmt: skip
+                       loads=loads)  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a saved tool plan of the wrong shape: {type(exc).__name__}") from None
 
