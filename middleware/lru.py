@@ -31,6 +31,16 @@ class Lru(Generic[_V]):
             self._items[key] = value
             self._touch(key)
 
+    def add(self, key: str, value: _V) -> bool:
+        """Put ``value`` under ``key`` unless it holds one already (then nothing changes):
+        whether it was added, in one step for every thread."""
+        with self._lock:
+            if key in self._items:
+                return False
+            self._items[key] = value
+            self._touch(key)
+            return True
+
     def pop(self, key: str) -> _V | None:
         with self._lock:
             return self._items.pop(key, None)

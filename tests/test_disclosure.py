@@ -1514,3 +1514,6 @@ def test_a_saved_plan_whose_counts_cannot_describe_its_names_is_refused() -> Non
             DisclosedTools.restored(CATALOG, {**saved, **bad})
     with pytest.raises(ValueError, match="wrong shape: KeyError"):
         DisclosedTools.restored(CATALOG, {k: v for k, v in saved.items() if k != "stable"})
+    with pytest.raises(ValueError, match=r"pinned 1, stable >1e6, grown 2, loads -?>1e6 \(expected") as raised:
+        DisclosedTools.restored(CATALOG, {**saved, "stable": 10**4000, "loads": -(10**30)})  # a corrupt record's numbers
+    assert len(str(raised.value)) < 200

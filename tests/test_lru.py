@@ -30,3 +30,31 @@ def test_an_evicted_value_is_handed_to_the_callback() -> None:
     lru.pop("b")
     lru.put("d", 4)
     assert gone == [1] and lru.get("c") == 3 and lru.get("d") == 4
+
+
+def test_add_puts_a_value_only_where_the_key_holds_none_in_one_step() -> None:
+    """``add`` is a check and a put that no other thread can come between: of many threads
+    adding the same key, exactly one adds it; a key already held keeps its value."""
+    import threading
+
+    lru: Lru[int] = Lru(2)
+    assert lru.add("a", 1) and not lru.add("a", 2) and lru.get("a") == 1
+    lru.forget("a")
+    assert lru.add("a", 3) and lru.get("a") == 3
+    for n in range(5):  # past its size the oldest goes, as with put
+        lru.add(f"k{n}", n)
+    assert lru.get("a") is None and lru.get("k4") == 4
+    shared: Lru[int] = Lru(10)
+    added: list[bool] = []
+    start = threading.Barrier(8)
+
+    def race(n: int) -> None:
+        start.wait()
+        added.append(shared.add("same", n))
+
+    threads = [threading.Thread(target=race, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert added.count(True) == 1

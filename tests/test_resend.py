@@ -149,11 +149,14 @@ def test_the_memory_learned_is_noted_once_a_session_and_leaves_out_a_connectors_
 
     needs = {request: [(f"tool_{i}", {})] for i, request in enumerate(REQUESTS)}
     noted: dict[bool, list[float]] = {}
+    states: list[int] = []  # the connector's tokens in each prompt noted (without the thermostat first, then with it)
     for connected in (False, True):
         model = Failing(needs)
         mgr = managers(_config(log_path, "gpt-5-mini"), connectors=[Thermostat()] if connected else [])
         planner = mgr._engine._planner
         noted[connected], session = [], f"s-{connected}"
+        shown = planner._note_memory
+        planner._note_memory = lambda sid, prompt, shown=shown: (states.append(prompt.tokens.state), shown(sid, prompt))[1]  # type: ignore[method-assign]
         note = planner.memory.note
         planner.memory.note = lambda value, seen=noted[connected], note=note: (seen.append(value), note(value))[1]  # type: ignore[method-assign]
         for request in REQUESTS[:2]:
@@ -162,8 +165,14 @@ def test_the_memory_learned_is_noted_once_a_session_and_leaves_out_a_connectors_
             mgr.chat(session, REQUESTS[2], model=model.model, tools=_tools(8))
         mgr.chat(session, REQUESTS[2], model=model.model, tools=_tools(8))
         assert model.failed and mgr.get_state(session).turns == 3
-        assert planner.memory.seen == 1
-    assert len(noted[True]) == 1 and noted[True] == noted[False]
+        assert len(noted[connected]) == 1 and planner.memory.seen == 1
+        # A session reset is noted again at its first turn past the window.
+        mgr.reset(session)
+        for request in REQUESTS:
+            mgr.chat(session, request, model=model.model, tools=_tools(8))
+        assert len(noted[connected]) == 2
+    assert noted[True] == noted[False]
+    assert states and all(state > 0 for state in states[len(states) // 2 :])  # the thermostat's state was shown
 
 
 def test_a_first_turn_that_discloses_its_tools_composes_for_good(managers: ManagerFactory, log_path: Path) -> None:

@@ -104,6 +104,7 @@ class Engine:
         session_id, _ = self.checked(session_id)
         yield from self._ops.reset(session_id)
         self._sink.forget(session_id)
+        self._planner.forget(session_id)
 
     def list_sessions(self, *, search: str | None = None, page: int = 1, page_size: int = 20) -> Program[SessionPage]:
         """Sessions newest first, optionally those whose id contains ``search``."""

@@ -16,6 +16,7 @@ from ..core.effects import Program
 from ..core.policy import Figures, MemorySize, resends
 from ..core.resend import resendable, resent_prompt
 from ..core.state import Prompt, SessionState, Turn, TurnUpdate
+from ..lru import Lru
 from ..session.embedder import Embedder
 from ..session.operations import SessionOperations, prompt_json
 from ..session.tools import ToolPlanner
@@ -37,7 +38,7 @@ class TurnPlanner:
     def __init__(self, config: Config, ops: SessionOperations, tools: ToolPlanner, embedder: Embedder, sink: UsageSink) -> None:
         self.config, self.ops, self.tools, self.embedder, self.sink = config, ops, tools, embedder, sink
         self.memory = MemorySize()  # learned: what a composed prompt's memory takes once a turn left the window
-        self._noted: dict[str, None] = {}  # the sessions last noted in it (a retried turn is not noted again)
+        self._noted: Lru[bool] = Lru(_NOTED)  # the sessions last noted in it (a retried turn is not noted again)
 
     def plan(
         self,
@@ -105,13 +106,14 @@ class TurnPlanner:
     def _note_memory(self, session_id: str, prompt: Prompt) -> None:
         """Teach ``MemorySize`` the memory of ``session_id``'s composed ``prompt`` at its first
         turn past the recent window, once: a turn planned again (a retry after a failed call)
-        is not noted twice. The last ``_NOTED`` sessions noted are remembered."""
-        if session_id in self._noted:
-            return
-        self._noted[session_id] = None
-        if len(self._noted) > _NOTED:
-            del self._noted[next(iter(self._noted))]
-        self.memory.note(prompt.tokens.memory - prompt.tokens.state)
+        is not noted twice, nor by two threads at once. The last ``_NOTED`` sessions noted
+        are remembered (a session reset is forgotten: ``forget``)."""
+        if self._noted.add(session_id, True):
+            self.memory.note(prompt.tokens.memory - prompt.tokens.state)
+
+    def forget(self, session_id: str) -> None:
+        """A session reset: its next first turn past the window is noted again."""
+        self._noted.forget(session_id)
 
     def _resent(
         self, plan: TurnPlan, loaded: Loaded, message: str, whole: int, system: str | None, *, chosen: bool = False

@@ -191,6 +191,11 @@ class Catalog:
 _MAX_ECHO = 20  # names echoed back in a loader answer
 
 
+def _capped(count: int) -> str:
+    """A count as an error message shows it: past a million, only its sign and size."""
+    return str(count) if abs(count) < 1_000_000 else f"{'-' if count < 0 else ''}>1e6"
+
+
 @dataclass
 class DisclosedTools:
     """The tools one turn has sent so far: what it started with, then what it loaded (appended)."""
@@ -273,10 +278,11 @@ class DisclosedTools:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a saved tool plan of the wrong shape: {type(exc).__name__}") from None
         if not (0 <= pinned <= stable <= len(names) and 0 <= grown <= stable - pinned and loads >= 0):
+            counts = ", ".join(f"{name} {_capped(value)}" for name, value in
+                               (("pinned", pinned), ("stable", stable), ("grown", grown), ("loads", loads)))  # fmt: skip
             raise ValueError(
-                f"a saved tool plan whose counts do not fit its {len(names)} names: pinned {pinned}, stable {stable},"
-                f" grown {grown}, loads {loads} (expected 0 <= pinned <= stable <= names, grown <= stable - pinned,"
-                " loads >= 0)"
+                f"a saved tool plan whose counts do not fit its {len(names)} names: {counts} (expected 0 <= pinned"
+                " <= stable <= names, grown <= stable - pinned, loads >= 0)"
             )
         try:
             kept = [name for name in names if name in catalog]
@@ -285,7 +291,7 @@ class DisclosedTools:
                 return sum(1 for name in part if name in catalog)
 
             return cls(catalog, names=kept, stable=left(names[:stable]), loaded=[str(n) for n in saved["loaded"] if n in kept],
-                       share_preambles=bool(saved["share"]), grown=left(names[max(stable - grown, 0) : stable]),
+                       share_preambles=bool(saved["share"]), grown=left(names[stable - grown : stable]),
                        growing=bool(saved["growing"]), pinned=left(names[:pinned]),
                        ranked=[str(n) for n in saved["ranked"] if n in catalog],
                        companions=[str(n) for n in saved["companions"] if n in catalog], settled=bool(saved["settled"]),
