@@ -47,7 +47,6 @@ from benchmarks import write_section
 from benchmarks.stamps import at_commit
 from middleware import Config, SessionManager, Tool, llm
 from middleware.core.caching import CacheState, Rules, request_blocks, split, with_breakpoints
-from middleware.core.policy import GrowthPace
 from middleware.testing.scripted import register, register_embedder
 from middleware.tokens import get_tokenizer
 
@@ -1135,18 +1134,17 @@ def _short_tenth(single: dict[str, Any], tenth: Sequence[str]) -> str:
         + ", ".join(f"{model} {short(ours, model)}" for model in tenth)
         + " against the full history (with every schema and no disclosure: "
         + ", ".join(f"{model} {short(off, model)}" for model in tenth)
-        + "): a history of 1–7 turns costs little to resend from the cache, and there is little to trim. So a young session "
-        "resends its own recorded turns, with every schema, while that costs no more per turn than the composed prompt "
-        "(`caching.resend_history`). A session resends only where its first turn sends every schema anyway, because the "
-        "policy found that every schema pays for its first write over the disclosed prompt's growth: a first turn's "
-        "matched tools all join the tools that stay at once, and later turns mostly call tools already sent, so a first "
-        "turn counts its own tools joining, then the pace the process saw on later turns (once it saw "
-        f"{GrowthPace.MIN_SEEN}), not its own growth again and again (in "
+        + "): a history of 1–7 turns costs little to resend from the cache, so a disclosed prompt costs less only where it "
+        "is cached too. So a first turn whose tools that stay are short of the model's minimum cached prefix fills them up "
+        "to it at once (after its matches, the next best matches for the message, then the other tools in the order "
+        "given), and later calls read them from the cache; from then on the session composes, its memory rewritten each "
+        "turn where the full history only grows. A first turn sends every schema instead only where the policy finds "
+        "that every schema pays for its first write (in "
         + ", ".join(
             f"{_pct(ours['by_model'][m].first_whole / max(ours['by_model'][m].first_turns, 1))} of {m}'s sessions" for m in tenth
         )
-        + "). A session whose first turn discloses its tools composes from then on: its memory is rewritten each turn, where "
-        "the full history only grows, so it is paid in full where the full history's is read at a tenth."
+        + "); then the session resends its own recorded turns, with every schema, while that costs no more per turn than "
+        "the composed prompt (`caching.resend_history`)."
     )
     if over:
         text += " Not met for " + ", ".join(over) + ": the middleware must never cost more than the full history."

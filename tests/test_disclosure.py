@@ -475,7 +475,8 @@ def test_every_schema_is_sent_when_that_caches_and_the_disclosed_prompt_cannot(m
     """Priced as Claude Haiku 4.5 (nothing under 4,096 tokens is cached) with breakpoints on:
     eight pinned schemas (about 3,000 tokens, under the minimum) would be paid in full on
     every call, while every schema (over 4,096 tokens) is read at a tenth, so every schema
-    is sent. With nothing pinned the small disclosed prompt is cheaper and is sent;
+    is sent. With nothing pinned, the tools that stay would have to be filled with every
+    tool to reach the minimum, so every schema is sent, without the loader;
     disclosure.cache_aware false always discloses."""
     big = [Tool(lambda **_: "ok", schema={"type": "function", "function": {
         "name": f"tool_{i}", "description": f"Tool {i}. " + "It does one careful thing with the records. " * 40,
@@ -486,9 +487,9 @@ def test_every_schema_is_sent_when_that_caches_and_the_disclosed_prompt_cannot(m
     pinned = config.with_overrides(disclosure={"always": [f"tool_{i}" for i in range(8)]})
     managers(pinned).chat("s", "hi", model=model.model, tools=big)
     assert model.requests[-1] == [f"tool_{i}" for i in range(12)]
-    managers(config).chat("s", "hi", model=model.model, tools=big)
-    assert model.requests[-1] == ["load_tools"]
-    managers(pinned.with_overrides(disclosure={"cache_aware": False})).chat("s", "hi", model=model.model, tools=big)
+    managers(config).chat("t", "hi", model=model.model, tools=big)
+    assert model.requests[-1] == [f"tool_{i}" for i in range(12)]
+    managers(pinned.with_overrides(disclosure={"cache_aware": False})).chat("u", "hi", model=model.model, tools=big)
     assert model.requests[-1] == ["load_tools"] + [f"tool_{i}" for i in range(8)]
 
 
@@ -575,10 +576,10 @@ def test_recent_tools_stay_only_when_the_cache_is_asked_whether_they_pay() -> No
 def test_every_schema_is_sent_when_the_system_text_follows_matched_tools(managers: ManagerFactory, log_path: Path) -> None:
     """Priced as Claude Haiku 4.5 (4,096 minimum): ten pinned tools (about 3,700 tokens) and a
     long system text reach the minimum together, which counts only when no matched tool
-    changes between them: with none matched the disclosed prompt is sent, with a matched
-    tool after the pinned ones every schema is (it is cached, the disclosed prompt is not).
-    The matched tool is small: joining the tools that stay, it would take many turns of such
-    tools to reach the minimum (see the next test)."""
+    changes between them. Short of it, the tools that stay are filled with the catalog's
+    others up to the minimum, which takes all of them here: every schema is sent, with
+    nothing matched and with a matched tool after the pinned ones alike (it is cached, a
+    disclosed prompt would not be)."""
     small = Tool(lambda **_: "ok", schema={"type": "function", "function": {
         "name": "tool_11", "description": "Tool 11.", "parameters": {"type": "object", "properties": {}}}})  # fmt: skip
     tools = [*_big_tools(11), small]
@@ -588,19 +589,20 @@ def test_every_schema_is_sent_when_the_system_text_follows_matched_tools(manager
         caching=caching, assistant={"instructions": "Follow the house rules. " * 120}
     )
     managers(config).chat("s", "hi", model=model.model, tools=tools)
-    assert model.requests[-1] == ["load_tools"] + [f"tool_{i}" for i in range(10)]
-    managers(config).chat("s", "use tool 11", model=model.model, tools=tools)
+    assert model.requests[-1] == [f"tool_{i}" for i in range(12)]
+    managers(config).chat("t", "use tool 11", model=model.model, tools=tools)
     assert model.requests[-1] == [f"tool_{i}" for i in range(12)]
 
 
 def test_matched_tools_stay_while_the_tools_that_stay_are_short_of_the_minimum(managers: ManagerFactory, log_path: Path) -> None:
     """Priced as Claude Sonnet 4.5 with breakpoints (1,024 minimum, reads at a tenth), 30 tools
     of about 370 tokens (at 6, every schema read at a tenth would cost less than disclosing
-    them, and would be sent): the tool matched on turn 1 is not called, yet turn 2 starts
-    with it, byte for byte, before turn 2's own match (the list grows at its end); once the
-    tools that stay reach the minimum, a matched tool no longer joins them. Priced as
-    gpt-4o-mini (reads at half) nothing joins: uncalled tools would be paid in full on every
-    call until then."""
+    them, and would be sent): the tool matched on turn 1 stays, and the catalog's next tools
+    join it up to the minimum at once (tool_1, tool_2), so the list is read from the cache
+    from turn 2 on; each later turn starts with it, byte for byte, though the model called
+    none of them. Past the minimum a matched tool no longer joins (turn 4's tool_3 follows
+    them). Priced as gpt-4o-mini (reads at half) nothing joins: uncalled tools would be paid
+    in full on every call."""
     tools = _big_tools(30)
     requests = ["use tool 0", "use tool 1", "use tool 2", "use tool 3", "use tool 4"]
     model = Needs({request: [] for request in requests})
@@ -608,13 +610,11 @@ def test_matched_tools_stay_while_the_tools_that_stay_are_short_of_the_minimum(m
     mgr = managers(disclosing(log_path, co_use_tools=0).with_overrides(caching=caching))
     for request in requests:
         mgr.chat("s", request, model=model.model, tools=tools)
-    # Past 1,024 tokens from turn 4: tool_3 does not join; nor is it sent, for the model
-    # called none of the matches of turns 2 and 3 (1 in 4 with the prior, too few: see
+    # Past 1,024 tokens from turn 1: turn 4's match follows the tools that stay; turn 5's is
+    # not sent, for the model called none of the matches of turns 1 to 4 (too few: see
     # test_matched_tools_the_model_seldom_calls_are_left_out_where_they_cost_more).
-    assert model.requests == [["load_tools", "tool_0"], ["load_tools", "tool_0", "tool_1"],
-                              ["load_tools", "tool_0", "tool_1", "tool_2"],
-                              ["load_tools", "tool_0", "tool_1", "tool_2"],
-                              ["load_tools", "tool_0", "tool_1", "tool_2"]]  # fmt: skip
+    stay = ["load_tools", "tool_0", "tool_1", "tool_2"]
+    assert model.requests == [stay, stay, stay, [*stay, "tool_3"], stay]
     strip = lambda raw: json.dumps([{k: v for k, v in t.items() if k != "cache_control"} for t in raw])  # noqa: E731
     assert strip(model.raw[2]).startswith(strip(model.raw[1])[:-1])
     # The tools' breakpoint: after those that stay.
@@ -673,11 +673,69 @@ def test_matched_tools_join_only_when_the_cache_says_they_grow() -> None:
     """Catalog.select asks ``grows`` about the loader with the pinned and recent tools; when it
     says yes the matched tools join them (counted in ``stable_tools``, named by ``kept``)."""
     uses = {"cat": (1001, 1)}
-    grown = CATALOG.select(uses, 2, "send a message", policy(match_tools=1), grows=lambda _: True)
+    # Short of the minimum (three schemas here) with the loader and cat; the match reaches it.
+    grown = CATALOG.select(uses, 2, "send a message", policy(match_tools=1), grows=lambda schemas: len(schemas) < 3)
     assert grown.names == ["cat", "send_message"] and grown.stable_tools == 3 and grown.kept == ["send_message"]
     assert grown.growing and grown.grown == 1
     plain = CATALOG.select(uses, 2, "send a message", policy(match_tools=1), grows=lambda _: False)
     assert plain.names == ["cat", "send_message"] and plain.stable_tools == 2 and plain.kept == []
+
+
+def test_tools_that_grow_are_filled_up_to_the_minimum_with_the_next_matches_then_the_catalog() -> None:
+    """Where the tools that stay grow into the cache's minimum (five schemas here), the turn
+    fills them up to it at once: after the match, the next best match for the message
+    (view_inbox, no longer kept for a second loader call), then the catalog's first tool not
+    sent (ls); as few as reach it, all staying (``kept``). Where even every tool is short of
+    it, every tool is sent; where nothing grows, nothing is filled."""
+    uses = {"cat": (1001, 1)}
+    filled = CATALOG.select(uses, 2, "send a message", policy(match_tools=1), grows=lambda schemas: len(schemas) < 5)
+    assert filled.names == ["cat", "ls", "send_message", "view_inbox"] and filled.stable_tools == 5
+    assert filled.kept == ["ls", "send_message", "view_inbox"] and filled.grown == 3 and filled.following == []
+    assert filled.ranked == ["send_message"]  # what the policy may leave out is the match alone
+    every = CATALOG.select(uses, 2, "send a message", policy(match_tools=1), grows=lambda schemas: len(schemas) < 99)
+    assert sorted(every.names) == sorted(CATALOG.entries) and every.grown == 5
+    plain = CATALOG.select(uses, 2, "send a message", policy(match_tools=1), grows=lambda schemas: False)
+    assert plain.names == ["cat", "send_message"] and plain.following == ["view_inbox"]
+
+
+def test_filling_the_tools_that_stay_searches_their_count_in_few_counts() -> None:
+    """The fewest tools that reach the minimum are found by doubling then halving: with 60
+    tools and the minimum at the 37th, a handful of counts, not one per tool; the same
+    answer a count per tool gives."""
+    tools = [Tool(lambda: "x", schema={"type": "function", "function": {"name": f"t{i:02d}", "description": f"Tool {i}.",
+              "parameters": {"type": "object", "properties": {}}}}) for i in range(60)]  # fmt: skip
+    catalog = Catalog([entry_of(tool.schema or {}, "tools") for tool in tools])
+    asked: list[int] = []
+
+    def grows(schemas: Sequence[Mapping[str, Any]]) -> bool:
+        asked.append(len(schemas))
+        return len(schemas) < 38  # the loader and 37 tools reach it
+
+    chosen = catalog.select({}, 1, "unrelated words", policy(match_tools=0), grows=grows)
+    assert len(chosen.names) == 37 and chosen.names == [f"t{i:02d}" for i in range(37)]
+    assert len(asked) <= 14
+
+
+def test_tools_are_filled_up_to_the_minimum_within_half_the_prompt_cap(managers: ManagerFactory, log_path: Path) -> None:
+    """Priced as Claude Sonnet 4.5 with breakpoints, the tools of the test before: without a
+    cap the first turn fills the tools that stay up to 1,024 tokens (tool_1, tool_2 join its
+    match); under a 1,600-token prompt cap the tools that stay take at most half of it, so
+    fewer join, and the turn's prompt keeps room for its messages."""
+    from middleware import llm
+
+    tools = _big_tools(30)
+    model = Needs({"use tool 0": []})
+    caching = {"price_as": "claude-sonnet-4-5", "anthropic_breakpoints": True}
+    managers(disclosing(log_path, co_use_tools=0).with_overrides(caching=caching)).chat(
+        "s", "use tool 0", model=model.model, tools=tools
+    )
+    assert model.requests[-1] == ["load_tools", "tool_0", "tool_1", "tool_2"]
+    capped = disclosing(log_path, co_use_tools=0).with_overrides(caching=caching, tokens={"budget": 1_600})
+    managers(capped).chat("t", "use tool 0", model=model.model, tools=tools)
+    sent = model.requests[-1]
+    assert sent[:2] == ["load_tools", "tool_0"] and len(sent) < 4
+    schemas = [{k: v for k, v in raw.items() if k != "cache_control"} for raw in model.raw[-1]]
+    assert 2 * llm.tools_tokens("gpt-4o-mini", schemas) <= 1_600 + 100  # within half the cap (a counting margin)
 
 
 def test_used_tools_stay_in_every_call_where_caching_pays_for_them(managers: ManagerFactory, log_path: Path) -> None:

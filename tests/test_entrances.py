@@ -535,7 +535,8 @@ def test_a_disclosed_turn_resumes_on_another_endpoint(store_url: str, tmp_path: 
     requests: list[dict[str, Any]] = []
     with serving(mock_openai_app(responder=functools.partial(respond, act=True), requests=requests)) as upstream:
         config = Config().with_overrides(store={"url": store_url}, usage_log={"path": str(tmp_path / "usage.jsonl")},
-                                         serve={"models": {"mock": {"model": MODEL, "api_base": f"{upstream}/v1"}}})  # fmt: skip
+                                         serve={"models": {"mock": {"model": MODEL, "api_base": f"{upstream}/v1"}}},
+                                         disclosure={"cache_aware": False})  # nothing filled: the tool is loaded  # fmt: skip
         with serving(create_app(config)) as one, serving(create_app(config)) as two:
             first, second = (openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) for url in (one, two))
             history: list[dict[str, Any]] = [{"role": "user", "content": TOOL_TURNS[0]}]
@@ -607,8 +608,9 @@ def test_a_turn_that_loads_tools_under_a_tight_budget_composes_alike_on_every_re
     that brings the client's tool results: alike, not beside the tools loaded since (which
     refused the turn midway at 2,600 tokens, and dropped history chat() kept at 3,000). The
     loader loads only the schemas the budget has room for: the call it answers fits."""
-    want = perform("chat", TOOL_TURNS, act=True, tokens={"budget": budget})
-    got = perform(entrance, TOOL_TURNS, act=True, tokens={"budget": budget})
+    # Nothing filled up to the cache's minimum (cache_aware off): the group is loaded.
+    want = perform("chat", TOOL_TURNS, act=True, tokens={"budget": budget}, disclosure={"cache_aware": False})
+    got = perform(entrance, TOOL_TURNS, act=True, tokens={"budget": budget}, disclosure={"cache_aware": False})
     assert sent(got.requests) == sent(want.requests), difference(entrance, sent(got.requests), sent(want.requests))
     loaded = [body for body in want.requests if "Loaded " in _text(body["messages"][-1]["content"])]
     with SessionManager(Config()) as mgr:

@@ -23,8 +23,14 @@ def _tools(count: int) -> list[Tool]:
         "parameters": {"type": "object", "properties": {}}}}) for i in range(count)]  # fmt: skip
 
 
-def _config(log_path: Path, model: str | None, **caching: Any) -> Config:
-    return Config().with_overrides(usage_log={"path": str(log_path)}, caching={"price_as": model, **caching})
+def _config(log_path: Path, model: str | None, *, disclose: bool = False, **caching: Any) -> Config:
+    """Priced as ``model``; tool disclosure off unless ``disclose``: with it on, a model whose
+    cached token costs a quarter or less gets the tools that stay filled up to its minimum
+    cached prefix on the first turn, and discloses them (the session composes), so the
+    history is resent only where every schema goes anyway (disclosure off, or a tool set
+    under ``disclosure.min_tokens``)."""
+    return Config().with_overrides(usage_log={"path": str(log_path)}, caching={"price_as": model, **caching},
+                                   disclosure={"enabled": disclose})  # fmt: skip
 
 
 REQUESTS = ["use tool 0", "use tool 1", "use tool 2"]
@@ -57,11 +63,12 @@ def test_a_young_session_resends_its_turns_append_only(managers: ManagerFactory,
 
 
 def test_where_reads_cost_half_these_turns_are_composed(managers: ManagerFactory, log_path: Path) -> None:
-    """Priced as gpt-4o-mini (reads at half): resending the history with every schema costs
-    more than the composed prompt, so no turn resends the tool calls of the one before."""
+    """Priced as gpt-4o-mini (reads at half), the tools disclosed: resending the history with
+    every schema costs more than the composed prompt, so no turn resends the tool calls of
+    the one before."""
     needs = {request: [(f"tool_{i}", {})] for i, request in enumerate(REQUESTS)}
     model = Needs(needs)
-    mgr = managers(_config(log_path, "gpt-4o-mini"))
+    mgr = managers(_config(log_path, "gpt-4o-mini", disclose=True))  # no tools filled: reads at half
     for request in REQUESTS:
         mgr.chat("s", request, model=model.model, tools=_tools(8))
     firsts = [sent for sent in model.sent if sent[-1]["role"] == "user"]
@@ -184,7 +191,7 @@ def test_a_first_turn_that_discloses_its_tools_composes_for_good(managers: Manag
     names = [schema["function"]["name"] for schema in SCHEMAS]
     needs = {request: [(names[i], {})] for i, request in enumerate(REQUESTS)}
     model = Needs(needs)
-    mgr = managers(_config(log_path, "claude-sonnet-4-5"))
+    mgr = managers(_config(log_path, "claude-sonnet-4-5", disclose=True))
     tools = tools_for_chat()
     mgr.chat("s", REQUESTS[0], model=model.model, tools=tools)
     assert len(model.requests[0]) < len(SCHEMAS)  # disclosed

@@ -125,13 +125,15 @@ class ToolPlanner:
 
     def select(
         self, catalog: Catalog, state: SessionState, message: str, *, policy: ToolPolicy, whole_tokens: int, exact: bool = False,
-        vector: Sequence[float] = (),
+        vector: Sequence[float] = (), budget: int | None = None,
     ) -> DisclosedTools:  # fmt: skip
         """What the session's next turn sends up front from ``catalog`` (see Catalog.select),
         with the companions of its tools learned from the turns this engine recorded, and the
         message's embedding when tools are matched by meaning. With ``disclosure.cache_aware``,
         recently used tools stay only where the model's prompt caching makes them worth
-        keeping (``ToolPolicy.keeps_recent``; ``whole_tokens``: every schema's)."""
+        keeping (``ToolPolicy.keeps_recent``; ``whole_tokens``: every schema's), and grow, or
+        are filled, into the minimum cached prefix (``grows_recent``) up to half the prompt
+        cap (``budget``) at most."""
         cached = grows = None
         if self.settings.cache_aware:
 
@@ -141,8 +143,11 @@ class ToolPlanner:
             def grows(staying: Sequence[Mapping[str, Any]]) -> bool:
                 return policy.grows_recent(staying, whole_tokens)
 
+        def fits(staying: Sequence[Mapping[str, Any]]) -> bool:
+            return budget is None or 2 * self.counter.tokens(staying) <= budget
+
         return catalog.select(state.tool_uses, state.turns + 1, message, self.settings, co_use=self._co_use, exact=exact,
-                              vector=vector, cached=cached, grows=grows)  # fmt: skip
+                              vector=vector, cached=cached, grows=grows, fits=fits)  # fmt: skip
 
     def decide(
         self, disclosed: DisclosedTools, figures: Figures, policy: ToolPolicy, whole_tokens: int, session_id: str = ""

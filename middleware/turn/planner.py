@@ -70,7 +70,7 @@ class TurnPlanner:
         if catalog is not None:
             disclosed = (DisclosedTools.restored(catalog, saved["tools"]) if saved and saved.get("tools") is not None
                          else None if saved else tools.select(catalog, state, message, policy=policy, whole_tokens=whole,
-                                                              exact=exact, vector=vector))  # fmt: skip
+                                                              exact=exact, vector=vector, budget=ops.budget(model)))  # fmt: skip
         extra = count(disclosed.schemas() if disclosed is not None else every)
         if saved and isinstance(saved.get("schema_tokens"), int):  # as the turn's first request composed it
             extra = saved["schema_tokens"]

@@ -145,6 +145,7 @@ class Catalog:
         vector: Sequence[float] = (),
         cached: Callable[[Sequence[Mapping[str, Any]]], bool] | None = None,
         grows: Callable[[Sequence[Mapping[str, Any]]], bool] | None = None,
+        fits: Callable[[Sequence[Mapping[str, Any]]], bool] | None = None,
     ) -> DisclosedTools:
         """What turn number ``turn`` sends up front: pinned, then recently used, then matched
         tools (by meaning too, given the message's embedding ``vector``) and their companions
@@ -154,8 +155,12 @@ class Catalog:
         are worth keeping with the model's prompt caching; when not, recently used tools do
         not stay, and come back when matched, loaded or called. ``grows``: given the same
         schemas, whether they are still short of the model's minimum cached prefix where
-        keeping them pays; then the matched tools stay too (``DisclosedTools.grown``), so
-        the list reaches the minimum in a few turns instead of waiting for tools to be used."""
+        keeping them pays; then the matched tools stay too (``DisclosedTools.grown``), and
+        with them the next best matches for the message, then the other tools in the
+        catalog's order, as few as bring the list to the minimum (``_filling``): it is
+        cached from the next call on, instead of being paid in full on every call until
+        enough tools were used, and a tool the turn needs is more likely sent already; as
+        many as ``fits`` allows (given the schemas that would stay), where it is given."""
         pinned, _ = self.resolve(policy.always)
         recent = [name for name, (_, last) in sorted(uses.items(), key=lambda item: item[1][0])
                   if name in self.entries and 0 < turn - last <= policy.recent_turns]  # fmt: skip
@@ -180,12 +185,77 @@ class Catalog:
         if co_use is not None and policy.co_use_tools:
             learned = [name for name in co_use.companions([*stable, *ranked]) if name in self.entries]
             companions = [name for name in learned if name not in stable][: policy.co_use_tools]
-        matched = sorted([*ranked, *companions], key=self._order.__getitem__)
         growing = grows is not None and grows(staying)
+        filling: list[str] = []
+        if growing and grows is not None:
+            chosen = {*stable, *ranked, *companions}
+            pool = [name for name in self.match(message, len(self.entries), vector) if name not in chosen]
+            pool += [name for name in self.entries if name not in chosen and name not in pool]
+            matches = sorted([*ranked, *companions], key=self._order.__getitem__)
+            filling = self._filling([*stable, *matches], pool, share, grows, fits)
+            following = [name for name in following if name not in filling]
+        matched = sorted([*ranked, *companions, *filling], key=self._order.__getitem__)
         grown = len(matched) if growing else 0
         return DisclosedTools(self, names=[*stable, *matched], stable=len(stable) + grown, share_preambles=share, grown=grown,
                               growing=growing, pinned=len(pinned), ranked=ranked, companions=companions,
                               settled=len(stable) > len(pinned), following=following)  # fmt: skip
+
+    def _filling(
+        self,
+        names: list[str],
+        pool: list[str],
+        share: bool,
+        grows: Callable[[Sequence[Mapping[str, Any]]], bool],
+        fits: Callable[[Sequence[Mapping[str, Any]]], bool] | None = None,
+    ) -> list[str]:
+        """The fewest of ``pool`` (in its order) that, after ``names``, bring the tools that
+        stay to the model's minimum cached prefix (``grows`` false), or all of it; fewer
+        where more would not ``fit``. Each further name only adds tokens, so the count is
+        searched for, doubling then halving: a few counts of lists near the minimum, not
+        one per name."""
+
+        def schemas(count: int) -> list[dict[str, Any]]:
+            kept = [*names, *pool[:count]]
+            return DisclosedTools(self, names=kept, stable=len(kept), share_preambles=share).schemas()
+
+        def short(count: int) -> bool:
+            return grows(schemas(count))
+
+        def over(count: int) -> bool:
+            return fits is not None and not fits(schemas(count))
+
+        if not pool or not short(0) or over(0):
+            return []
+        high = 1
+        while high < len(pool) and short(high):
+            high *= 2
+        high = min(high, len(pool))
+        if short(high):
+            low = high  # all of it is still short
+        else:
+            low = high // 2  # short: the count doubled from, or a count below it
+            while high - low > 1:
+                middle = (low + high) // 2
+                if short(middle):
+                    low = middle
+                else:
+                    high = middle
+            low = high
+        return pool[: self._most(low, over)]
+
+    @staticmethod
+    def _most(count: int, over: Callable[[int], bool]) -> int:
+        """``count``, or the most below it that is not ``over`` (``over(0)`` is false)."""
+        if not over(count):
+            return count
+        low, high = 0, count
+        while high - low > 1:
+            middle = (low + high) // 2
+            if over(middle):
+                high = middle
+            else:
+                low = middle
+        return low
 
 
 _MAX_ECHO = 20  # names echoed back in a loader answer
