@@ -493,6 +493,27 @@ def test_every_schema_is_sent_when_that_caches_and_the_disclosed_prompt_cannot(m
     assert model.requests[-1] == ["load_tools"] + [f"tool_{i}" for i in range(8)]
 
 
+def test_a_turn_that_sent_every_schema_keeps_no_filled_tool_and_sends_every_schema_again(
+    managers: ManagerFactory, log_path: Path
+) -> None:
+    """Priced as Claude Haiku 4.5 with breakpoints, nothing pinned: the first turn fills the
+    tools that stay with every tool and sends every schema instead (the loader adds nothing).
+    The tools it filled do not stay (no tool was called, so none is remembered); the next
+    turn, whose cache holds every schema, sends every schema again rather than the loader
+    and the tools that would now reach the minimum, which would be written anew."""
+    big = [Tool(lambda **_: "ok", schema={"type": "function", "function": {
+        "name": f"tool_{i}", "description": f"Tool {i}. " + "It does one careful thing with the records. " * 40,
+        "parameters": {"type": "object", "properties": {}}}}) for i in range(12)]  # fmt: skip
+    model = Needs({"hi": [], "again": []})
+    caching = {"price_as": "claude-haiku-4-5", "anthropic_breakpoints": True, "rules": "anthropic"}
+    mgr = managers(disclosing(log_path, match_tools=0).with_overrides(caching=caching))
+    mgr.chat("t", "hi", model=model.model, tools=big)
+    assert model.requests[-1] == [f"tool_{i}" for i in range(12)]
+    assert mgr.get_state("t").tool_uses == {}
+    mgr.chat("t", "again", model=model.model, tools=big)
+    assert model.requests[-1] == [f"tool_{i}" for i in range(12)]
+
+
 def _marked(message: Mapping[str, Any]) -> bool:
     content = message.get("content")
     return "cache_control" in message or (isinstance(content, list) and "cache_control" in content[-1])
@@ -685,11 +706,20 @@ def test_tools_that_grow_are_filled_up_to_the_minimum_with_the_next_matches_then
     """Where the tools that stay grow into the cache's minimum (five schemas here), the turn
     fills them up to it at once: after the match, the next best match for the message
     (view_inbox, no longer kept for a second loader call), then the catalog's first tool not
-    sent (ls); as few as reach it, all staying (``kept``). Where even every tool is short of
+    sent (ls); as few as reach it, all staying (``kept``), each count made of the list as it
+    would be sent. Where even every tool is short of
     it, every tool is sent; where nothing grows, nothing is filled."""
     uses = {"cat": (1001, 1)}
-    filled = CATALOG.select(uses, 2, "send a message", policy(match_tools=1), grows=lambda schemas: len(schemas) < 5)
+    asked: list[list[str]] = []
+
+    def grows(schemas: Sequence[Mapping[str, Any]]) -> bool:
+        asked.append([schema["function"]["name"] for schema in schemas[1:]])
+        return len(schemas) < 5
+
+    filled = CATALOG.select(uses, 2, "send a message", policy(match_tools=1), grows=grows)
     assert filled.names == ["cat", "ls", "send_message", "view_inbox"] and filled.stable_tools == 5
+    order = list(CATALOG.entries)  # each list counted as it would be sent: after "cat", in the catalog's order
+    assert len(asked) > 2 and all(names[1:] == sorted(names[1:], key=order.index) for names in asked)
     assert filled.kept == ["ls", "send_message", "view_inbox"] and filled.grown == 3 and filled.following == []
     assert filled.ranked == ["send_message"]  # what the policy may leave out is the match alone
     every = CATALOG.select(uses, 2, "send a message", policy(match_tools=1), grows=lambda schemas: len(schemas) < 99)
@@ -701,7 +731,7 @@ def test_tools_that_grow_are_filled_up_to_the_minimum_with_the_next_matches_then
 def test_filling_the_tools_that_stay_searches_their_count_in_few_counts() -> None:
     """The fewest tools that reach the minimum are found by doubling then halving: with 60
     tools and the minimum at the 37th, a handful of counts, not one per tool; the same
-    answer a count per tool gives."""
+    answer a count per tool gives; the message matched against the tools once."""
     tools = [Tool(lambda: "x", schema={"type": "function", "function": {"name": f"t{i:02d}", "description": f"Tool {i}.",
               "parameters": {"type": "object", "properties": {}}}}) for i in range(60)]  # fmt: skip
     catalog = Catalog([entry_of(tool.schema or {}, "tools") for tool in tools])
@@ -711,16 +741,27 @@ def test_filling_the_tools_that_stay_searches_their_count_in_few_counts() -> Non
         asked.append(len(schemas))
         return len(schemas) < 38  # the loader and 37 tools reach it
 
+    ranked: list[int] = []
+    match = catalog.match
+
+    def counted(message: str, limit: int, vector: Sequence[float] = ()) -> list[str]:
+        ranked.append(limit)
+        return match(message, limit, vector)
+
+    catalog.match = counted  # type: ignore[method-assign]
     chosen = catalog.select({}, 1, "unrelated words", policy(match_tools=0), grows=grows)
     assert len(chosen.names) == 37 and chosen.names == [f"t{i:02d}" for i in range(37)]
     assert len(asked) <= 14
+    assert ranked == [60]  # the tools ranked once for the message, for its matches and the fill
 
 
 def test_tools_are_filled_up_to_the_minimum_within_half_the_prompt_cap(managers: ManagerFactory, log_path: Path) -> None:
     """Priced as Claude Sonnet 4.5 with breakpoints, the tools of the test before: without a
     cap the first turn fills the tools that stay up to 1,024 tokens (tool_1, tool_2 join its
     match); under a 1,600-token prompt cap the tools that stay take at most half of it, so
-    none joins here, and the turn's prompt keeps room for its messages."""
+    none joins here, and the turn's prompt keeps room for its messages. Half of what the cap
+    leaves after the message and the system text: under 2,700 tokens both join a short
+    message (1,293 tokens with the loader), only tool_1 a message of 610 tokens."""
     from middleware import llm
 
     tools = _big_tools(30)
@@ -737,6 +778,12 @@ def test_tools_are_filled_up_to_the_minimum_within_half_the_prompt_cap(managers:
     assert (
         2 * llm.tools_tokens("gpt-4o-mini", schemas) <= 1_600 < 2 * llm.tools_tokens("gpt-4o-mini", [*schemas, tools[1].schema])
     )
+    roomy = disclosing(log_path, co_use_tools=0).with_overrides(caching=caching, tokens={"budget": 2_700})
+    managers(roomy).chat("u", "use tool 0", model=model.model, tools=tools)
+    assert model.requests[-1] == ["load_tools", "tool_0", "tool_1", "tool_2"]
+    long = "use tool 0. " + "Please be careful with it. " * 100
+    managers(roomy).chat("v", long, model=model.model, tools=tools)
+    assert model.requests[-1] == ["load_tools", "tool_0", "tool_1"]
 
 
 def test_used_tools_stay_in_every_call_where_caching_pays_for_them(managers: ManagerFactory, log_path: Path) -> None:

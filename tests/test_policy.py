@@ -420,3 +420,28 @@ def test_a_first_turn_sends_every_schema_until_the_process_learns_the_tools_keep
     assert turn(1, ["a", "b"])
     turn(2 + GrowthPace.MIN_SEEN, ["c"])
     assert not turn(1, ["a", "b"])
+
+
+def test_a_turn_tried_again_counts_once_in_the_pace() -> None:
+    """A later turn planned twice (its first call failed, say) grew the tools that stay
+    once: GrowthPace.MIN_SEEN - 1 turns of one session each tried twice leave the pace
+    unlearned (a first turn still sends every schema), and one more turn learns it."""
+    from middleware.session.tools import ToolPlanner
+
+    mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
+    catalog = sized_catalog({"a": 300, "b": 300, "c": 300}, loader=150)
+    policy = ToolPolicy(mini, False, Sized(), static_tokens=0)
+    planner = ToolPlanner(Config(), rules=lambda model: mini, static_tokens=0)
+
+    def turn(number: int, joined: Sequence[str], session: str) -> bool:
+        tools = DisclosedTools(catalog, names=[*joined], stable=len(joined), grown=len(joined), growing=True,
+                               ranked=list(joined))  # fmt: skip
+        figures = Figures(messages=100, stable_system=0, turn=number, budget=None)
+        return planner.decide(tools, figures, policy, whole_tokens=2_700, session_id=session).whole
+
+    for number in range(2, 2 + GrowthPace.MIN_SEEN - 1):
+        turn(number, ["c"], "tried")
+        turn(number, ["c"], "tried")
+    assert turn(1, ["a", "b"], "first")
+    turn(2 + GrowthPace.MIN_SEEN, ["c"], "tried")
+    assert not turn(1, ["a", "b"], "second")

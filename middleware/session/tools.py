@@ -76,6 +76,7 @@ class ToolPlanner:
         self.loop_odds = LoopOdds()  # how often a call's reply asks for tools: where breakpoints end
         self._match_odds = MatchOdds()  # how often a tool matched at each rank is called: which are sent
         self._pace = GrowthPace()  # how fast the tools that stay grow after a first turn
+        self._paced: Lru[int] = Lru(10_000)  # session -> the last turn whose growth the pace noted
         self._whole_at: Lru[float] = Lru(10_000)  # session -> when its last turn sent every schema (this process)
 
     def skill_tools(self) -> list[Tool]:
@@ -132,8 +133,8 @@ class ToolPlanner:
         message's embedding when tools are matched by meaning. With ``disclosure.cache_aware``,
         recently used tools stay only where the model's prompt caching makes them worth
         keeping (``ToolPolicy.keeps_recent``; ``whole_tokens``: every schema's), and grow, or
-        are filled, into the minimum cached prefix (``grows_recent``) up to half the prompt
-        cap (``budget``) at most."""
+        are filled, into the minimum cached prefix (``grows_recent``) up to half of
+        ``budget`` at most (what the prompt cap leaves after the message and system text)."""
         cached = grows = None
         if self.settings.cache_aware:
 
@@ -160,8 +161,11 @@ class ToolPlanner:
         at = self._whole_at.get(session_id) if session_id else None
         now = time.time()
         warm = at is not None and now - at <= self.config.caching.ttl_seconds
-        if disclosed.growing and figures.turn > 1:
+        # Once a turn: a turn tried again (an upstream error, say) grew the list once.
+        if disclosed.growing and figures.turn > 1 and (not session_id or self._paced.get(session_id) != figures.turn):
             self._pace.note(policy.joining(disclosed))
+            if session_id:
+                self._paced.put(session_id, figures.turn)
         decision = policy.decide(disclosed, figures, self._match_odds, whole_tokens, self.loop_odds, warm=warm,
                                  pace=self._pace.mean())  # fmt: skip
         if session_id and decision.whole:
@@ -169,6 +173,12 @@ class ToolPlanner:
         elif session_id and at is not None:  # its last turn did not send every schema: no longer warm
             self._whole_at.pop(session_id)
         return decision
+
+    def forget(self, session_id: str) -> None:
+        """A session reset: what this process remembers of its turns (their numbers start
+        again, and it sent no schema yet)."""
+        self._paced.forget(session_id)
+        self._whole_at.forget(session_id)
 
     def note_call(self, after_results: bool, followed: bool) -> None:
         """One call that offered tools, and whether its reply asked for them."""

@@ -70,7 +70,7 @@ class TurnPlanner:
         if catalog is not None:
             disclosed = (DisclosedTools.restored(catalog, saved["tools"]) if saved and saved.get("tools") is not None
                          else None if saved else tools.select(catalog, state, message, policy=policy, whole_tokens=whole,
-                                                              exact=exact, vector=vector, budget=ops.budget(model)))  # fmt: skip
+                                                              exact=exact, vector=vector, budget=self._room(model, message, system)))  # fmt: skip
         extra = count(disclosed.schemas() if disclosed is not None else every)
         if saved and isinstance(saved.get("schema_tokens"), int):  # as the turn's first request composed it
             extra = saved["schema_tokens"]
@@ -112,8 +112,10 @@ class TurnPlanner:
             self.memory.note(prompt.tokens.memory - prompt.tokens.state)
 
     def forget(self, session_id: str) -> None:
-        """A session reset: its next first turn past the window is noted again."""
+        """A session reset: its next first turn past the window is noted again, and its tools
+        start anew (``ToolPlanner.forget``)."""
         self._noted.forget(session_id)
+        self.tools.forget(session_id)
 
     def _resent(
         self, plan: TurnPlan, loaded: Loaded, message: str, whole: int, system: str | None, *, chosen: bool = False
@@ -173,6 +175,16 @@ class TurnPlanner:
         prompt = yield from self.ops.compose(state, message, model=model, extra_tokens=extra, candidates=candidates)
         return rebased(prompt, system, static_prefix=composer.static_prefix, count=composer.tokenizer.count_chat), system
 
+    def _room(self, model: str, message: str, system: str | None) -> int | None:
+        """What the prompt cap of ``model`` leaves for tools and memory after ``message`` and
+        the static system text (ours, or the client's ``system``); None: no cap."""
+        budget = self.ops.budget(model)
+        if budget is None:
+            return None
+        composer = self.ops.composer
+        own = composer.static_tokens if system is None else composer.tokenizer.count_chat("system", system)
+        return budget - own - composer.tokenizer.count_chat("user", message)
+
     def _decided(self, plan: TurnPlan, whole: int) -> TurnPlan:
         """The plan after the tool policy: the matched tools it leaves out, or every schema."""
         assert plan.tools is not None
@@ -187,8 +199,11 @@ class TurnPlanner:
         # up front (``selected``), by which the process learns how often a turn needs a loader.
         disclosed = plan.tools.without(decision.drop)
         selected = plan.tools if self.config.disclosure.cache_aware else None  # kept when every schema is sent instead
-        return dataclasses.replace(plan, tools=None if decision.whole else disclosed, selected=selected,
-                                   kept=tuple(plan.tools.kept))  # fmt: skip
+        # Every schema sent: the tools matched or filled up front stay no longer (what the turn
+        # calls does); they would reach the minimum next turn, and disclose it anew, rewriting
+        # what this turn had the cache write.
+        kept = () if decision.whole else tuple(plan.tools.kept)
+        return dataclasses.replace(plan, tools=None if decision.whole else disclosed, selected=selected, kept=kept)
 
     def made(self, call: CallMade, *, after_results: bool, offered: bool) -> dict[str, Any]:
         """Report one call: learn whether a call that ``offered`` tools was followed by

@@ -176,23 +176,21 @@ class Catalog:
         if cached is not None and len(stable) > len(pinned) and not cached(staying):
             stable = list(pinned)
             staying = DisclosedTools(self, names=stable, stable=len(stable), share_preambles=share).schemas() if grows else []
+        growing = grows is not None and grows(staying)
         # The best matches overall: those already sent add nothing, and the list stays put.
         # The next ones after them wait for a turn whose loads did not find what it needed.
-        best = self.match(message, 2 * policy.match_tools + len(stable), vector)
+        # A growing turn ranks every tool once: the fill takes the next best after them.
+        every = self.match(message, len(self.entries) if growing else 2 * policy.match_tools + len(stable), vector)
+        best = every[: 2 * policy.match_tools + len(stable)]
         ranked = [name for name in best[: policy.match_tools] if name not in stable]
         following = [name for name in best[policy.match_tools :] if name not in stable][: policy.match_tools]
         companions: list[str] = []
         if co_use is not None and policy.co_use_tools:
             learned = [name for name in co_use.companions([*stable, *ranked]) if name in self.entries]
             companions = [name for name in learned if name not in stable][: policy.co_use_tools]
-        growing = grows is not None and grows(staying)
         filling: list[str] = []
         if growing and grows is not None:
-            chosen = {*stable, *ranked, *companions}
-            pool = [name for name in self.match(message, len(self.entries), vector) if name not in chosen]
-            pool += [name for name in self.entries if name not in chosen and name not in pool]
-            matches = sorted([*ranked, *companions], key=self._order.__getitem__)
-            filling = self._filling([*stable, *matches], pool, share, grows, fits)
+            filling = self._filling(stable, [*ranked, *companions], every, share, grows, fits)
             following = [name for name in following if name not in filling]
         matched = sorted([*ranked, *companions, *filling], key=self._order.__getitem__)
         grown = len(matched) if growing else 0
@@ -202,60 +200,56 @@ class Catalog:
 
     def _filling(
         self,
-        names: list[str],
-        pool: list[str],
+        stable: list[str],
+        matches: list[str],
+        best: list[str],
         share: bool,
         grows: Callable[[Sequence[Mapping[str, Any]]], bool],
         fits: Callable[[Sequence[Mapping[str, Any]]], bool] | None = None,
     ) -> list[str]:
-        """The fewest of ``pool`` (in its order) that, after ``names``, bring the tools that
-        stay to the model's minimum cached prefix (``grows`` false), or all of it; fewer
-        where more would not ``fit``. Each further name only adds tokens, so the count is
-        searched for, doubling then halving: a few counts of lists near the minimum, not
-        one per name."""
+        """The fewest tools to add to ``stable`` and ``matches`` that bring the tools that
+        stay to the model's minimum cached prefix (``grows`` false), or every other tool:
+        the next ``best`` matches for the message, then the others in the catalog's order;
+        fewer where more would not ``fit``. Each list is counted as it is sent (the matched
+        tools after the stable ones in the catalog's order, where a group's shared opening
+        goes with its first tool). Each further tool only adds tokens, so the count is
+        searched for (``_first``): a few counts of lists near the minimum, not one per tool."""
+        chosen = {*stable, *matches}
+        pool = [name for name in best if name not in chosen]
+        pool += [name for name in self.entries if name not in chosen and name not in pool]
 
         def schemas(count: int) -> list[dict[str, Any]]:
-            kept = [*names, *pool[:count]]
+            kept = [*stable, *sorted([*matches, *pool[:count]], key=self._order.__getitem__)]
             return DisclosedTools(self, names=kept, stable=len(kept), share_preambles=share).schemas()
-
-        def short(count: int) -> bool:
-            return grows(schemas(count))
 
         def over(count: int) -> bool:
             return fits is not None and not fits(schemas(count))
 
-        if not pool or not short(0) or over(0):
+        if not pool or not grows(schemas(0)) or over(0):
             return []
-        high = 1
-        while high < len(pool) and short(high):
-            high *= 2
-        high = min(high, len(pool))
-        if short(high):
-            low = high  # all of it is still short
-        else:
-            low = high // 2  # short: the count doubled from, or a count below it
-            while high - low > 1:
-                middle = (low + high) // 2
-                if short(middle):
-                    low = middle
-                else:
-                    high = middle
-            low = high
-        return pool[: self._most(low, over)]
+        count = min(_first(len(pool), lambda count: not grows(schemas(count))), len(pool))
+        if over(count):
+            count = _first(count, over) - 1
+        return pool[:count]
 
-    @staticmethod
-    def _most(count: int, over: Callable[[int], bool]) -> int:
-        """``count``, or the most below it that is not ``over`` (``over(0)`` is false)."""
-        if not over(count):
-            return count
-        low, high = 0, count
-        while high - low > 1:
-            middle = (low + high) // 2
-            if over(middle):
-                high = middle
-            else:
-                low = middle
-        return low
+
+def _first(limit: int, reached: Callable[[int], bool]) -> int:
+    """The least count from 1 to ``limit`` that is ``reached`` (every larger count is too;
+    0 is not), or ``limit`` + 1 when none is: doubling from 1, then halving the gap."""
+    high = 1
+    while high < limit and not reached(high):
+        high *= 2
+    high = min(high, limit)
+    if not reached(high):
+        return limit + 1
+    low = high // 2  # not reached: a count doubled from, or 0
+    while high - low > 1:
+        middle = (low + high) // 2
+        if reached(middle):
+            high = middle
+        else:
+            low = middle
+    return high
 
 
 _MAX_ECHO = 20  # names echoed back in a loader answer
