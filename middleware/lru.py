@@ -41,6 +41,15 @@ class Lru(Generic[_V]):
             self._touch(key)
             return True
 
+    def swap(self, key: str, value: _V) -> _V | None:
+        """Put ``value`` under ``key`` and give what it held (None: nothing), in one step for
+        every thread."""
+        with self._lock:
+            old = self._items.get(key)
+            self._items[key] = value
+            self._touch(key)
+            return old
+
     def pop(self, key: str) -> _V | None:
         with self._lock:
             return self._items.pop(key, None)

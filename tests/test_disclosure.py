@@ -752,7 +752,15 @@ def test_filling_the_tools_that_stay_searches_their_count_in_few_counts() -> Non
     chosen = catalog.select({}, 1, "unrelated words", policy(match_tools=0), grows=grows)
     assert len(chosen.names) == 37 and chosen.names == [f"t{i:02d}" for i in range(37)]
     assert len(asked) <= 14
-    assert ranked == [60]  # the tools ranked once for the message, for its matches and the fill
+    assert len(asked[1:]) == len(set(asked[1:]))  # after the turn's own question, no list counted twice
+    assert ranked == [60]
+    asked.clear()
+    near = catalog.select(
+        {}, 1, "unrelated words", policy(match_tools=0), grows=lambda schemas: grows(schemas) and len(schemas) < 4
+    )
+    assert near.names == ["t00", "t01", "t02"] and len(asked[1:]) == len(
+        set(asked[1:])
+    )  # 4 reached, then 3 asked  # the tools ranked once for the message, for its matches and the fill
 
 
 def test_tools_are_filled_up_to_the_minimum_within_half_the_prompt_cap(managers: ManagerFactory, log_path: Path) -> None:

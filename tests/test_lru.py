@@ -58,3 +58,30 @@ def test_add_puts_a_value_only_where_the_key_holds_none_in_one_step() -> None:
     for thread in threads:
         thread.join()
     assert added.count(True) == 1
+
+
+def test_swap_puts_a_value_and_gives_the_one_it_replaced_in_one_step() -> None:
+    """``swap`` gives what the key held (None: nothing) and holds the new value: of many
+    threads swapping the same value in, exactly one sees it missing; it refreshes the key."""
+    import threading
+
+    lru: Lru[int] = Lru(2)
+    assert lru.swap("a", 1) is None and lru.swap("a", 2) == 1 and lru.get("a") == 2
+    lru.put("b", 3)
+    lru.swap("a", 4)  # "a" is now the most recent
+    lru.put("c", 5)
+    assert (lru.get("a"), lru.get("b")) == (4, None)
+    shared: Lru[int] = Lru(10)
+    before: list[int | None] = []
+    start = threading.Barrier(8)
+
+    def race() -> None:
+        start.wait()
+        before.append(shared.swap("same", 7))
+
+    threads = [threading.Thread(target=race) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert before.count(None) == 1 and before.count(7) == 7

@@ -395,8 +395,9 @@ def test_a_first_turn_sends_every_schema_until_the_process_learns_the_tools_keep
     loader (150) is judged, before GrowthPace.MIN_SEEN later turns were seen, as if no tool
     joined after it: never cached, so it sends every schema (the choice that costs no more
     than resending the full history). First turns teach nothing. Once the process has seen
-    later turns join 300 tokens each, the same first turn would be cached after 2 turns, so
-    it discloses (469.2 + 1,069.2 < 2,430 that every schema's first call costs more)."""
+    later turns join 300 tokens each (and disclose: ``_later``), the same first turn would be
+    cached after 2 turns, so it discloses (469.2 + 1,069.2 < 2,430 that every schema's first
+    call costs more)."""
     from middleware.session.tools import ToolPlanner
 
     mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
@@ -416,10 +417,22 @@ def test_a_first_turn_sends_every_schema_until_the_process_learns_the_tools_keep
     for _ in range(5):
         assert turn(1, ["a", "b"])  # first turns teach nothing
     for number in range(2, 2 + GrowthPace.MIN_SEEN - 1):
-        turn(number, ["c"])
+        _later(planner, number, f"later{number}")
     assert turn(1, ["a", "b"])
-    turn(2 + GrowthPace.MIN_SEEN, ["c"])
+    _later(planner, 2 + GrowthPace.MIN_SEEN, "last")
     assert not turn(1, ["a", "b"])
+
+
+def _later(planner: Any, number: int, session: str) -> None:
+    """Turn ``number`` of ``session``, priced as gpt-5-mini's caching: tool c (300 tokens)
+    joins a and b, which stayed from its earlier turns, so the list (the loader and 900
+    tokens) is 1 turn from the 1,024-token minimum, and it discloses."""
+    mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
+    catalog = sized_catalog({"a": 300, "b": 300, "c": 300}, loader=150)
+    tools = DisclosedTools(catalog, names=["a", "b", "c"], stable=3, grown=1, growing=True, ranked=["c"])
+    figures = Figures(messages=100, stable_system=0, turn=number, budget=None)
+    policy = ToolPolicy(mini, False, Sized(), static_tokens=0)
+    assert not planner.decide(tools, figures, policy, whole_tokens=2_700, session_id=session).whole
 
 
 def test_a_turn_tried_again_counts_once_in_the_pace() -> None:
@@ -428,20 +441,57 @@ def test_a_turn_tried_again_counts_once_in_the_pace() -> None:
     unlearned (a first turn still sends every schema), and one more turn learns it."""
     from middleware.session.tools import ToolPlanner
 
+    planner = ToolPlanner(Config(), rules=lambda model: HAIKU, static_tokens=0)
+    for number in range(2, 2 + GrowthPace.MIN_SEEN - 1):
+        _later(planner, number, "tried")
+        _later(planner, number, "tried")
+    assert _first_turn_sends_every_schema(planner, "first")
+    _later(planner, 2 + GrowthPace.MIN_SEEN, "tried")
+    assert not _first_turn_sends_every_schema(planner, "second")
+
+
+def _first_turn_sends_every_schema(planner: Any, session: str) -> bool:
+    """Whether a first turn whose two matched tools (600 tokens) join the loader (150) sends
+    every schema, priced as gpt-5-mini's caching: yes until the planner learned a pace."""
     mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
     catalog = sized_catalog({"a": 300, "b": 300, "c": 300}, loader=150)
+    tools = DisclosedTools(catalog, names=["a", "b"], stable=2, grown=2, growing=True, ranked=["a", "b"])
+    figures = Figures(messages=100, stable_system=0, turn=1, budget=None)
     policy = ToolPolicy(mini, False, Sized(), static_tokens=0)
-    planner = ToolPlanner(Config(), rules=lambda model: mini, static_tokens=0)
+    return bool(planner.decide(tools, figures, policy, whole_tokens=2_700, session_id=session).whole)
 
-    def turn(number: int, joined: Sequence[str], session: str) -> bool:
-        tools = DisclosedTools(catalog, names=[*joined], stable=len(joined), grown=len(joined), growing=True,
-                               ranked=list(joined))  # fmt: skip
+
+def test_a_turn_that_sends_every_schema_adds_nothing_to_the_pace() -> None:
+    """Priced as Claude Haiku 4.5 with breakpoints, later turns whose tools that stay grow
+    (the loader and 600 tokens, 300 joining) far below its 4,096-token minimum send every
+    schema (5,000 tokens) instead: none of their tools stays, so none joined, and the pace
+    stays unlearned after GrowthPace.MIN_SEEN of them (a first turn still sends every
+    schema). The same turns disclosed would teach it (the tests above)."""
+    from middleware.session.tools import ToolPlanner
+
+    planner = ToolPlanner(Config(), rules=lambda model: HAIKU, static_tokens=0)
+    haiku = ToolPolicy(HAIKU, True, Sized(), static_tokens=0)
+    catalog = sized_catalog({"a": 300, "b": 300, "c": 300}, loader=150)
+    for number in range(2, 2 + GrowthPace.MIN_SEEN + 2):
+        tools = DisclosedTools(catalog, names=["a", "b", "c"], stable=3, grown=1, growing=True, ranked=["c"])
         figures = Figures(messages=100, stable_system=0, turn=number, budget=None)
-        return planner.decide(tools, figures, policy, whole_tokens=2_700, session_id=session).whole
+        assert planner.decide(tools, figures, haiku, whole_tokens=5_000, session_id=f"h{number}").whole
+    assert _first_turn_sends_every_schema(planner, "first")
 
-    for number in range(2, 2 + GrowthPace.MIN_SEEN - 1):
-        turn(number, ["c"], "tried")
-        turn(number, ["c"], "tried")
-    assert turn(1, ["a", "b"], "first")
-    turn(2 + GrowthPace.MIN_SEEN, ["c"], "tried")
-    assert not turn(1, ["a", "b"], "second")
+
+def test_a_reset_session_counts_its_turns_in_the_pace_again() -> None:
+    """A session whose turn 2 was noted, then reset in this process (``forget``), notes its
+    new turn 2: with GrowthPace.MIN_SEEN - 1 other turns seen, that learns the pace (a
+    first turn then discloses). Without the reset it would count as the same turn tried
+    again, and teach nothing."""
+    from middleware.session.tools import ToolPlanner
+
+    for reset in (False, True):
+        planner = ToolPlanner(Config(), rules=lambda model: HAIKU, static_tokens=0)
+        for other in range(GrowthPace.MIN_SEEN - 2):
+            _later(planner, 2, f"other{other}")
+        _later(planner, 2, "s")
+        if reset:
+            planner.forget("s")
+        _later(planner, 2, "s")
+        assert _first_turn_sends_every_schema(planner, "first") is not reset

@@ -241,13 +241,14 @@ class RunningMean:
 class GrowthPace(RunningMean):
     """How fast the tools that stay grow after a session's first turn (tokens a turn, over
     the turns seen while they were short of the model's minimum cached prefix; each turn
-    noted once, with the tokens the turn's tools that stay grew by). A first turn's tools
-    are mostly filled up to the minimum at once (``Catalog.select``); where the prompt cap
-    leaves no room for that, its matched tools join at once, and later turns mostly call
-    tools already sent, so the list grows far slower than the first turn suggests: a first
-    turn judges every schema against the pace seen. Before that, as if the list grew no
-    more after the first turn's join: every schema is then sent wherever it alone can be
-    cached, which costs no more than a chatbot resending its full history."""
+    that disclosed noted once, with the tokens the turn's tools that stay grew by: where
+    every schema went instead, none of them stays). A first turn's tools are mostly filled
+    up to the minimum at once (``Catalog.select``); where the prompt cap leaves no room for
+    that, its matched tools join at once, and later turns mostly call tools already sent,
+    so the list grows far slower than the first turn suggests: a first turn judges every
+    schema against the pace seen. Before that, as if the list grew no more after the first
+    turn's join: every schema is then sent wherever it alone can be cached, which costs no
+    more than a chatbot resending its full history."""
 
 
 class MemorySize(RunningMean):

@@ -161,13 +161,14 @@ class ToolPlanner:
         at = self._whole_at.get(session_id) if session_id else None
         now = time.time()
         warm = at is not None and now - at <= self.config.caching.ttl_seconds
-        # Once a turn: a turn tried again (an upstream error, say) grew the list once.
-        if disclosed.growing and figures.turn > 1 and (not session_id or self._paced.get(session_id) != figures.turn):
-            self._pace.note(policy.joining(disclosed))
-            if session_id:
-                self._paced.put(session_id, figures.turn)
         decision = policy.decide(disclosed, figures, self._match_odds, whole_tokens, self.loop_odds, warm=warm,
                                  pace=self._pace.mean())  # fmt: skip
+        # What joined the tools that stay: nothing where every schema goes instead (none of
+        # them stays). Once a turn: a turn planned again in this process (an upstream error,
+        # say) grew the list once.
+        grew = disclosed.growing and figures.turn > 1 and not decision.whole
+        if grew and (not session_id or self._paced.swap(session_id, figures.turn) != figures.turn):
+            self._pace.note(policy.joining(disclosed))
         if session_id and decision.whole:
             self._whole_at.put(session_id, now)
         elif session_id and at is not None:  # its last turn did not send every schema: no longer warm
@@ -175,8 +176,9 @@ class ToolPlanner:
         return decision
 
     def forget(self, session_id: str) -> None:
-        """A session reset: what this process remembers of its turns (their numbers start
-        again, and it sent no schema yet)."""
+        """A session reset in this process: what it remembers of the session's turns (their
+        numbers start again, and it sent no schema yet). Another process's reset is not seen:
+        there a restarted session's turn of a number already noted is not noted again, once."""
         self._paced.forget(session_id)
         self._whole_at.forget(session_id)
 

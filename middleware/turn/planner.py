@@ -11,6 +11,7 @@ from typing import Any
 
 from ..config.schema import Config
 from ..core.archive import Candidate
+from ..core.composer import REPLY_PRIMING
 from ..core.disclosure import DisclosedTools
 from ..core.effects import Program
 from ..core.policy import Figures, MemorySize, resends
@@ -176,14 +177,18 @@ class TurnPlanner:
         return rebased(prompt, system, static_prefix=composer.static_prefix, count=composer.tokenizer.count_chat), system
 
     def _room(self, model: str, message: str, system: str | None) -> int | None:
-        """What the prompt cap of ``model`` leaves for tools and memory after ``message`` and
-        the static system text (ours, or the client's ``system``); None: no cap."""
+        """What the prompt cap of ``model`` leaves for tools and memory after ``message``, the
+        reply's priming and the static system text (ours, or the client's ``system`` where it
+        is longer: the composer counts the longer of the two); None: no cap. The memory the
+        composer never cuts (notes, the current context, a connector's state) is not known
+        yet, so it is not taken off."""
         budget = self.ops.budget(model)
         if budget is None:
             return None
         composer = self.ops.composer
-        own = composer.static_tokens if system is None else composer.tokenizer.count_chat("system", system)
-        return budget - own - composer.tokenizer.count_chat("user", message)
+        tokenizer = composer.tokenizer
+        own = composer.static_tokens if system is None else max(tokenizer.count_chat("system", system), composer.static_tokens)
+        return budget - own - tokenizer.count_chat("user", message) - REPLY_PRIMING
 
     def _decided(self, plan: TurnPlan, whole: int) -> TurnPlan:
         """The plan after the tool policy: the matched tools it leaves out, or every schema."""

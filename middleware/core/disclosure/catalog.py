@@ -213,21 +213,30 @@ class Catalog:
         fewer where more would not ``fit``. Each list is counted as it is sent (the matched
         tools after the stable ones in the catalog's order, where a group's shared opening
         goes with its first tool). Each further tool only adds tokens, so the count is
-        searched for (``_first``): a few counts of lists near the minimum, not one per tool."""
+        searched for (``_first``): a few counts of lists near the minimum, not one per tool,
+        none asked about twice."""
         chosen = {*stable, *matches}
-        pool = [name for name in best if name not in chosen]
-        pool += [name for name in self.entries if name not in chosen and name not in pool]
+        pool = list(dict.fromkeys(name for name in [*best, *self.entries] if name not in chosen))
 
         def schemas(count: int) -> list[dict[str, Any]]:
             kept = [*stable, *sorted([*matches, *pool[:count]], key=self._order.__getitem__)]
             return DisclosedTools(self, names=kept, stable=len(kept), share_preambles=share).schemas()
 
-        def over(count: int) -> bool:
-            return fits is not None and not fits(schemas(count))
+        asked: dict[tuple[bool, int], bool] = {}
 
-        if not pool or not grows(schemas(0)) or over(0):
+        def short(count: int) -> bool:
+            if (True, count) not in asked:
+                asked[True, count] = grows(schemas(count))
+            return asked[True, count]
+
+        def over(count: int) -> bool:
+            if (False, count) not in asked:
+                asked[False, count] = fits is not None and not fits(schemas(count))
+            return asked[False, count]
+
+        if not pool or not short(0) or over(0):
             return []
-        count = min(_first(len(pool), lambda count: not grows(schemas(count))), len(pool))
+        count = min(_first(len(pool), lambda count: not short(count)), len(pool))
         if over(count):
             count = _first(count, over) - 1
         return pool[:count]
@@ -236,13 +245,12 @@ class Catalog:
 def _first(limit: int, reached: Callable[[int], bool]) -> int:
     """The least count from 1 to ``limit`` that is ``reached`` (every larger count is too;
     0 is not), or ``limit`` + 1 when none is: doubling from 1, then halving the gap."""
-    high = 1
+    low, high = 0, 1  # low: the last count found not reached (0 is not)
     while high < limit and not reached(high):
-        high *= 2
+        low, high = high, high * 2
     high = min(high, limit)
     if not reached(high):
         return limit + 1
-    low = high // 2  # not reached: a count doubled from, or 0
     while high - low > 1:
         middle = (low + high) // 2
         if reached(middle):
