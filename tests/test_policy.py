@@ -13,13 +13,15 @@ from middleware.core.caching import Rules, rules_for
 from middleware.core.composer import Composer
 from middleware.core.disclosure import Catalog, DisclosedTools, MatchOdds, entry_of
 from middleware.core.policy import Decision, Figures, GrowthPace, LoopOdds, ToolPolicy, worth_sending, worth_writing
-from middleware.session.tools import SchemaCount
+from middleware.session.tools import SchemaCount, ToolPlanner
 from middleware.tokens import get_tokenizer
 from middleware.usage.pricing import Billing
 from tests.test_caching import GPT_4O_MINI, SONNET
 
 HAIKU = rules_for("anthropic", {"input_cost_per_token": 1e-06, "cache_read_input_token_cost": 1e-07,
                                 "cache_creation_input_token_cost": 1.25e-06, "prompt_cache_min_tokens": 4096})  # fmt: skip
+# gpt-5-mini's caching: a 1,024-token minimum in 128-token steps, reads at a tenth.
+MINI = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
 
 
 def policy_for(config: Config, model: str = "m") -> ToolPolicy:
@@ -275,14 +277,13 @@ def test_every_schema_counts_the_turn_the_disclosed_prompt_pays_loader_rounds_an
     neither repays 2,115; see the next test for a prompt that grows slower."""
     from middleware.core.policy import prefer_whole, turn_cost
 
-    mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
-    assert (mini.min_tokens, mini.step) == (1024, 128)
+    assert (MINI.min_tokens, MINI.step) == (1024, 128)
     sizes = {"disclosed": 650, "disclosed_stable": 250, "whole": 2700, "whole_stable": 2350}
-    assert turn_cost(mini, total=650, stable=250, follow=1, loaders=0.3) == pytest.approx(1495)
-    assert turn_cost(mini, total=2700, stable=2350, follow=1) == pytest.approx(907.2)
-    assert not prefer_whole(mini, **sizes, growth=1000)  # 23.6 < 2,115
-    assert not prefer_whole(mini, **sizes, growth=1000, follow=1, loaders=0.3)  # 587.8 < 2,115
-    assert prefer_whole(mini, **sizes, follow=1, loaders=0.3)  # never cached: every schema repays in time
+    assert turn_cost(MINI, total=650, stable=250, follow=1, loaders=0.3) == pytest.approx(1495)
+    assert turn_cost(MINI, total=2700, stable=2350, follow=1) == pytest.approx(907.2)
+    assert not prefer_whole(MINI, **sizes, growth=1000)  # 23.6 < 2,115
+    assert not prefer_whole(MINI, **sizes, growth=1000, follow=1, loaders=0.3)  # 587.8 < 2,115
+    assert prefer_whole(MINI, **sizes, follow=1, loaders=0.3)  # never cached: every schema repays in time
 
 
 def test_every_schema_counts_what_the_disclosed_prompt_will_grow_by_before_it_is_cached() -> None:
@@ -295,11 +296,10 @@ def test_every_schema_counts_what_the_disclosed_prompt_will_grow_by_before_it_is
     + 723.6 = 2,988.8 > 2,115 even per call."""
     from middleware.core.policy import prefer_whole
 
-    mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
     sizes = {"disclosed": 650, "disclosed_stable": 250, "whole": 2700, "whole_stable": 2350}
-    assert not prefer_whole(mini, **sizes, growth=300)
-    assert prefer_whole(mini, **sizes, growth=300, follow=1, loaders=0.3)
-    assert prefer_whole(mini, **sizes, growth=100)
+    assert not prefer_whole(MINI, **sizes, growth=300)
+    assert prefer_whole(MINI, **sizes, growth=300, follow=1, loaders=0.3)
+    assert prefer_whole(MINI, **sizes, growth=100)
 
 
 def test_a_slowly_growing_disclosed_prompt_counts_its_turns_in_bounded_work(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -312,7 +312,6 @@ def test_a_slowly_growing_disclosed_prompt_counts_its_turns_in_bounded_work(monk
     from middleware.core import policy
     from middleware.core.policy import GAIN_TURNS, prefer_whole, turn_cost
 
-    mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
     sizes = {"disclosed": 650, "disclosed_stable": 250, "whole": 2700, "whole_stable": 2350}
     calls: list[int] = []
 
@@ -321,9 +320,9 @@ def test_a_slowly_growing_disclosed_prompt_counts_its_turns_in_bounded_work(monk
         return turn_cost(*args, **kwargs)
 
     monkeypatch.setattr(policy, "turn_cost", counted)
-    assert prefer_whole(mini, **sizes, growth=0.001)
+    assert prefer_whole(MINI, **sizes, growth=0.001)
     assert len(calls) <= GAIN_TURNS + 2  # a disclosed turn per gain counted, with the first again; every schema's once
-    assert not prefer_whole(mini, **{**sizes, "disclosed": 626}, growth=0.001)
+    assert not prefer_whole(MINI, **{**sizes, "disclosed": 626}, growth=0.001)
 
 
 def test_a_history_is_resent_while_its_turn_costs_no_more_than_the_composed_prompts() -> None:
@@ -368,13 +367,12 @@ def test_a_first_turn_judges_every_schema_against_the_pace_seen_after_first_turn
     reaches it."""
     from middleware.core.policy import prefer_whole
 
-    mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
     sizes = {"disclosed": 650, "disclosed_stable": 250, "whole": 2700, "whole_stable": 2350}
-    assert not prefer_whole(mini, **sizes, growth=300)
-    assert not prefer_whole(mini, **sizes, growth=300, joined=300)  # the same, told apart
-    assert prefer_whole(mini, **sizes, growth=100, joined=300)
-    assert not prefer_whole(mini, **sizes, growth=100, joined=800)
-    assert prefer_whole(mini, **sizes, growth=0, joined=300)
+    assert not prefer_whole(MINI, **sizes, growth=300)
+    assert not prefer_whole(MINI, **sizes, growth=300, joined=300)  # the same, told apart
+    assert prefer_whole(MINI, **sizes, growth=100, joined=300)
+    assert not prefer_whole(MINI, **sizes, growth=100, joined=800)
+    assert prefer_whole(MINI, **sizes, growth=0, joined=300)
 
 
 def test_the_pace_is_learned_only_after_enough_turns() -> None:
@@ -398,40 +396,32 @@ def test_a_first_turn_sends_every_schema_until_the_process_learns_the_tools_keep
     later turns join 300 tokens each (and disclose: ``_later``), the same first turn would be
     cached after 2 turns, so it discloses (469.2 + 1,069.2 < 2,430 that every schema's first
     call costs more)."""
-    from middleware.session.tools import ToolPlanner
-
-    mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
-    catalog = sized_catalog({"a": 300, "b": 300, "c": 300}, loader=150)
-    policy = ToolPolicy(mini, False, Sized(), static_tokens=0)
-    planner = ToolPlanner(Config(), rules=lambda model: mini, static_tokens=0)
-
-    def turn(number: int, joined: Sequence[str]) -> bool:
-        tools = DisclosedTools(catalog, names=[*joined], stable=len(joined), grown=len(joined), growing=True,
-                               ranked=list(joined))  # fmt: skip
-        figures = Figures(messages=100, stable_system=0, turn=number, budget=None)
-        sessions.append(f"s{len(sessions)}")  # a new session each: none is warm from an earlier turn
-        return planner.decide(tools, figures, policy, whole_tokens=2_700, session_id=sessions[-1]).whole
-
-    sessions: list[str] = []
-    assert turn(1, ["a", "b"])
-    for _ in range(5):
-        assert turn(1, ["a", "b"])  # first turns teach nothing
+    planner = _planner()
+    for first in range(6):  # a new session each: none is warm from an earlier turn
+        assert _first_turn_sends_every_schema(planner, f"first{first}")  # first turns teach nothing
     for number in range(2, 2 + GrowthPace.MIN_SEEN - 1):
         _later(planner, number, f"later{number}")
-    assert turn(1, ["a", "b"])
+    assert _first_turn_sends_every_schema(planner, "again")
     _later(planner, 2 + GrowthPace.MIN_SEEN, "last")
-    assert not turn(1, ["a", "b"])
+    assert not _first_turn_sends_every_schema(planner, "learned")
 
 
-def _later(planner: Any, number: int, session: str) -> None:
+# Three tools after a 150-token loader.
+ABC = sized_catalog({"a": 300, "b": 300, "c": 300}, loader=150)
+
+
+def _planner() -> ToolPlanner:
+    """A tool planner of its own (the policy each call is judged by is passed to ``decide``)."""
+    return ToolPlanner(Config(), rules=lambda model: MINI, static_tokens=0)
+
+
+def _later(planner: ToolPlanner, number: int, session: str) -> None:
     """Turn ``number`` of ``session``, priced as gpt-5-mini's caching: tool c (300 tokens)
     joins a and b, which stayed from its earlier turns, so the list (the loader and 900
     tokens) is 1 turn from the 1,024-token minimum, and it discloses."""
-    mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
-    catalog = sized_catalog({"a": 300, "b": 300, "c": 300}, loader=150)
-    tools = DisclosedTools(catalog, names=["a", "b", "c"], stable=3, grown=1, growing=True, ranked=["c"])
+    tools = DisclosedTools(ABC, names=["a", "b", "c"], stable=3, grown=1, growing=True, ranked=["c"])
     figures = Figures(messages=100, stable_system=0, turn=number, budget=None)
-    policy = ToolPolicy(mini, False, Sized(), static_tokens=0)
+    policy = ToolPolicy(MINI, False, Sized(), static_tokens=0)
     assert not planner.decide(tools, figures, policy, whole_tokens=2_700, session_id=session).whole
 
 
@@ -439,9 +429,7 @@ def test_a_turn_tried_again_counts_once_in_the_pace() -> None:
     """A later turn planned twice (its first call failed, say) grew the tools that stay
     once: GrowthPace.MIN_SEEN - 1 turns of one session each tried twice leave the pace
     unlearned (a first turn still sends every schema), and one more turn learns it."""
-    from middleware.session.tools import ToolPlanner
-
-    planner = ToolPlanner(Config(), rules=lambda model: HAIKU, static_tokens=0)
+    planner = _planner()
     for number in range(2, 2 + GrowthPace.MIN_SEEN - 1):
         _later(planner, number, "tried")
         _later(planner, number, "tried")
@@ -450,15 +438,13 @@ def test_a_turn_tried_again_counts_once_in_the_pace() -> None:
     assert not _first_turn_sends_every_schema(planner, "second")
 
 
-def _first_turn_sends_every_schema(planner: Any, session: str) -> bool:
+def _first_turn_sends_every_schema(planner: ToolPlanner, session: str) -> bool:
     """Whether a first turn whose two matched tools (600 tokens) join the loader (150) sends
     every schema, priced as gpt-5-mini's caching: yes until the planner learned a pace."""
-    mini = rules_for("openai", {"input_cost_per_token": 2.5e-07, "cache_read_input_token_cost": 2.5e-08})
-    catalog = sized_catalog({"a": 300, "b": 300, "c": 300}, loader=150)
-    tools = DisclosedTools(catalog, names=["a", "b"], stable=2, grown=2, growing=True, ranked=["a", "b"])
+    tools = DisclosedTools(ABC, names=["a", "b"], stable=2, grown=2, growing=True, ranked=["a", "b"])
     figures = Figures(messages=100, stable_system=0, turn=1, budget=None)
-    policy = ToolPolicy(mini, False, Sized(), static_tokens=0)
-    return bool(planner.decide(tools, figures, policy, whole_tokens=2_700, session_id=session).whole)
+    policy = ToolPolicy(MINI, False, Sized(), static_tokens=0)
+    return planner.decide(tools, figures, policy, whole_tokens=2_700, session_id=session).whole
 
 
 def test_a_turn_that_sends_every_schema_adds_nothing_to_the_pace() -> None:
@@ -467,13 +453,10 @@ def test_a_turn_that_sends_every_schema_adds_nothing_to_the_pace() -> None:
     schema (5,000 tokens) instead: none of their tools stays, so none joined, and the pace
     stays unlearned after GrowthPace.MIN_SEEN of them (a first turn still sends every
     schema). The same turns disclosed would teach it (the tests above)."""
-    from middleware.session.tools import ToolPlanner
-
-    planner = ToolPlanner(Config(), rules=lambda model: HAIKU, static_tokens=0)
+    planner = _planner()
     haiku = ToolPolicy(HAIKU, True, Sized(), static_tokens=0)
-    catalog = sized_catalog({"a": 300, "b": 300, "c": 300}, loader=150)
     for number in range(2, 2 + GrowthPace.MIN_SEEN + 2):
-        tools = DisclosedTools(catalog, names=["a", "b", "c"], stable=3, grown=1, growing=True, ranked=["c"])
+        tools = DisclosedTools(ABC, names=["a", "b", "c"], stable=3, grown=1, growing=True, ranked=["c"])
         figures = Figures(messages=100, stable_system=0, turn=number, budget=None)
         assert planner.decide(tools, figures, haiku, whole_tokens=5_000, session_id=f"h{number}").whole
     assert _first_turn_sends_every_schema(planner, "first")
@@ -484,10 +467,8 @@ def test_a_reset_session_counts_its_turns_in_the_pace_again() -> None:
     new turn 2: with GrowthPace.MIN_SEEN - 1 other turns seen, that learns the pace (a
     first turn then discloses). Without the reset it would count as the same turn tried
     again, and teach nothing."""
-    from middleware.session.tools import ToolPlanner
-
     for reset in (False, True):
-        planner = ToolPlanner(Config(), rules=lambda model: HAIKU, static_tokens=0)
+        planner = _planner()
         for other in range(GrowthPace.MIN_SEEN - 2):
             _later(planner, 2, f"other{other}")
         _later(planner, 2, "s")
