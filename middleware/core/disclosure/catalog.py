@@ -4,6 +4,7 @@ turn discloses from it (``DisclosedTools``). No I/O."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -222,17 +223,13 @@ class Catalog:
             kept = [*stable, *sorted([*matches, *pool[:count]], key=self._order.__getitem__)]
             return DisclosedTools(self, names=kept, stable=len(kept), share_preambles=share).schemas()
 
-        asked: dict[tuple[bool, int], bool] = {}
-
+        @functools.cache
         def short(count: int) -> bool:
-            if (True, count) not in asked:
-                asked[True, count] = grows(schemas(count))
-            return asked[True, count]
+            return grows(schemas(count))
 
+        @functools.cache
         def over(count: int) -> bool:
-            if (False, count) not in asked:
-                asked[False, count] = fits is not None and not fits(schemas(count))
-            return asked[False, count]
+            return fits is not None and not fits(schemas(count))
 
         if not pool or not short(0) or over(0):
             return []
