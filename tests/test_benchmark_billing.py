@@ -3,7 +3,15 @@ decimal shows its digits, so "exceeds" never stands beside "+0.0%"."""
 
 from __future__ import annotations
 
-from benchmarks.billing import _less
+from typing import Any
+
+import pytest
+
+from benchmarks.billing import COUNTING, MODELS, Call, Model, Played, Priced, _bound_row, _less, price
+from benchmarks.dataset import Call as BenchCall
+from benchmarks.dataset import Turn
+from middleware import llm
+from middleware.tokens import get_tokenizer
 
 
 def test_a_change_against_the_full_history_shows_its_sign_and_the_digits_that_matter() -> None:
@@ -13,3 +21,46 @@ def test_a_change_against_the_full_history_shows_its_sign_and_the_digits_that_ma
     assert _less(0.0000041) == "−0.00041%"
     assert _less(0.0) == "±0.0%"  # exactly as much
     assert _less(-1e-12) == "+0.000000%"  # beyond six places: the sign still says more
+
+
+def _call(tools: list[dict[str, Any]], *texts: str) -> Call:
+    return Call(tools, [{"role": "system", "content": "Be brief."}, *({"role": "user", "content": t} for t in texts)], True)
+
+
+def test_the_bound_reads_every_part_a_call_repeats_and_pays_the_rest_in_full() -> None:
+    tool = {"type": "function", "function": {"name": "cd", "description": "Change directory.", "parameters": {}}}
+    first, second = _call([tool], "go to docs"), _call([tool], "go to docs", "now list it")
+    played = Played("x", "x", sessions=[[first, second]])
+    priced = price(played, "gpt-5-mini")
+    rules = llm.cache_rules("gpt-5-mini")
+    assert rules.input_price and rules.read_price and rules.read_price < rules.input_price
+    count = get_tokenizer(COUNTING).count_message
+    tool_tokens = llm.tool_sizes(COUNTING, [tool])[0]
+    system, asked, more = (count(m) for m in second.messages)
+    # The first call is all new; the second repeats the tool, the system text and the first message.
+    repeated = tool_tokens + system + asked
+    expected = (repeated + 3) * rules.input_price + (repeated * rules.read_price + (more + 3) * rules.input_price)
+    assert priced.bound == pytest.approx(expected)
+    # Short of gpt-5-mini's 1,024-token minimum the provider reads nothing: the bound is below what is billed.
+    assert priced.read == 0 and priced.bound < priced.cost
+
+
+def test_a_tool_needed_and_never_sent_counts_as_missed_by_name() -> None:
+    played = Played("x", "x")
+    model = Model(played)
+    tool = {"type": "function", "function": {"name": "cd", "description": "Change directory.", "parameters": {}}}
+    model.start(Turn("go to docs and list it", [BenchCall("cd", {"folder": "docs"}, ""), BenchCall("ls", {}, "")]))
+    reply = model([{"role": "user", "content": "go to docs and list it"}], [tool])
+    assert [c["function"]["name"] for c in reply["tool_calls"]] == ["cd", "ls"]  # the optimistic model calls them all
+    assert played.covered == 0 and played.missed == {"ls": 1}
+
+
+def test_the_bound_says_where_no_layout_of_the_same_parts_meets_the_target() -> None:
+    def row(cost: float, bound: float) -> dict[str, Any]:
+        return {"priced": {m: Priced(cost=cost, bound=bound) for m in MODELS}}
+
+    full = row(100.0, 0.0)
+    short = _bound_row(row(80.0, 65.0), full, "short conversations", 0.40)
+    assert "short of 40% even so for gpt-4o-mini" in short and "−35.0%" in short
+    reached = _bound_row(row(80.0, 55.0), full, "short conversations", 0.40)
+    assert "40% or more for every model" in reached and "−45.0%" in reached

@@ -15,6 +15,7 @@ from middleware.core.caching import (
     blocks,
     growing_blocks,
     request_blocks,
+    request_parts,
     rules_for,
     split,
     with_breakpoints,
@@ -159,6 +160,25 @@ def test_breakpoints_mark_the_stable_tools_the_static_system_text_and_the_last_m
     found = request_blocks(marked_tools, [10, 10, 10], marked, count, static_prefix="You are terse.", static_tokens=6, priming=3)
     assert [b.breakpoint for b in found] == [False, True, False, True, False, True, False]
     assert found[-1].end == 30 + count(marked[0]) + count(marked[1]) + 3
+
+
+def test_a_part_is_named_by_its_own_text_wherever_it_stands() -> None:
+    """request_parts names each part by its own text, not by the prefix ending with it (as
+    the blocks are): a message moved behind a new one keeps its name, and request_blocks
+    is made of the same parts."""
+    tools = [{"type": "function", "function": {"name": n}} for n in ("load_tools", "cd")]
+    system = {"role": "system", "content": "You are terse.\n## Current Context\n- a: b"}
+    asked, more = {"role": "user", "content": "hi there"}, {"role": "user", "content": "and more"}
+    before = request_parts(tools, [10, 10], [system, asked], count, static_prefix="You are terse.", static_tokens=6, priming=3)
+    after = request_parts(tools[1:], [10], [system, more, asked], count, static_prefix="You are terse.", static_tokens=6)
+    names = {identity for identity, _, _ in before}
+    assert [identity in names for identity, _, _ in after] == [True, True, True, False, True]
+    assert before[-1] == ("priming", 3, False) and sum(tokens for _, tokens, _ in before) == 20 + count(system) + count(asked) + 3
+    assert request_blocks(tools, [10, 10], [system, asked], count, static_prefix="You are terse.", static_tokens=6,
+                          priming=3) == blocks(before)  # fmt: skip
+    # Named by their prefixes, the blocks share none: the second request opens with another tool.
+    first_keys = {b.key for b in blocks(before)}
+    assert [b.key in first_keys for b in blocks(after)] == [False] * 5
 
 
 def test_the_memory_that_changes_now_and_then_gets_its_own_breakpoint_and_is_read_when_unchanged() -> None:

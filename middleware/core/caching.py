@@ -49,6 +49,7 @@ __all__ = [
     "blocks",
     "growing_blocks",
     "request_blocks",
+    "request_parts",
     "rules_for",
     "split",
     "with_breakpoints",
@@ -324,6 +325,23 @@ def request_blocks(
     system message as its static prefix and the rest, then each message (``count`` gives
     its tokens), then ``priming`` (the reply priming) as a block of its own. Breakpoints
     are where the request carries ``cache_control``."""
+    return blocks(request_parts(tools, tool_sizes, messages, count, static_prefix=static_prefix,
+                                static_tokens=static_tokens, priming=priming))  # fmt: skip
+
+
+def request_parts(
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_sizes: Sequence[int],
+    messages: Sequence[Mapping[str, Any]],
+    count: Callable[[Mapping[str, Any]], int],
+    *,
+    static_prefix: str = "",
+    static_tokens: int = 0,
+    priming: int = 0,
+) -> list[tuple[object, int, bool]]:
+    """The parts ``request_blocks`` makes its blocks of, in cache order: ``(identity,
+    tokens, breakpoint)``, each identity naming that part's own text (not the prefix that
+    ends with it; the reply's priming is named "priming")."""
     parts: list[tuple[object, int, bool]] = []
     for tool, size in zip(tools or (), tool_sizes, strict=True):
         identity = repr(sorted((k, repr(v)) for k, v in tool.items() if k != "cache_control"))
@@ -337,4 +355,4 @@ def request_blocks(
         parts.append((identity, tokens, _marked(message)))
     if parts and priming:  # what primes the reply is never part of a cached prefix
         parts.append(("priming", priming, False))
-    return blocks(parts)
+    return parts
