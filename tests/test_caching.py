@@ -176,6 +176,15 @@ def test_a_part_is_named_by_its_own_text_wherever_it_stands() -> None:
     assert before[-1] == ("priming", 3, False) and sum(tokens for _, tokens, _ in before) == 20 + count(system) + count(asked) + 3
     assert request_blocks(tools, [10, 10], [system, asked], count, static_prefix="You are terse.", static_tokens=6,
                           priming=3) == blocks(before)  # fmt: skip
+    # A piece of the system text is named by itself: the rest after a changed piece keeps its name.
+    split_system = {"role": "system", "content": [{"type": "text", "text": "You are terse."}, {"type": "text", "text": "\n- a: b"},
+                                                  {"type": "text", "text": "\n## Recall\n- x"}]}  # fmt: skip
+    changed = {**split_system, "content": [*split_system["content"][:1], {"type": "text", "text": "\n- a: c"},
+                                           *split_system["content"][2:]]}  # fmt: skip
+    one, other = (
+        request_parts(None, [], [m], count, static_prefix="You are terse.", static_tokens=6) for m in (split_system, changed)
+    )
+    assert [a == b for a, b in zip(one, other, strict=True)] == [True, False, True]
     # Named by their prefixes, the blocks share none: the second request opens with another tool.
     first_keys = {b.key for b in blocks(before)}
     assert [b.key in first_keys for b in blocks(after)] == [False] * 5

@@ -293,20 +293,22 @@ def _system_blocks(
     static_tokens: int,
 ) -> list[tuple[object, int, bool]]:  # fmt: skip
     """The system message as blocks: its static prefix, then each further content part (or
-    the rest of its text when it is a string), each ending where the text so far does."""
+    the rest of its text when it is a string), each ending where the text so far does and
+    named by its own text (the block's key names the prefix: see ``blocks``)."""
     content = message.get("content")
     pieces = [p for p in content if isinstance(p, Mapping)] if isinstance(content, list) else []
     static = min(static_tokens, tokens)
     if len(pieces) < 2 or _text(pieces[:1]) != static_prefix:
         head = pieces[0] if pieces else {}
         return [(("system", static_prefix), static, "cache_control" in head),
-                (("system", text), tokens - static, len(pieces) > 1 and _marked(message))]  # fmt: skip
+                (("system", text[len(static_prefix) :]), tokens - static, len(pieces) > 1 and _marked(message))]  # fmt: skip
     out: list[tuple[object, int, bool]] = [(("system", static_prefix), static, "cache_control" in pieces[0])]
     so_far, counted = static_prefix, static
     for number, piece in enumerate(pieces[1:], start=2):
-        so_far += str(piece.get("text", ""))
+        own = str(piece.get("text", ""))
+        so_far += own
         upto = tokens if number == len(pieces) else min(max(count({"role": "system", "content": so_far}), counted), tokens)
-        out.append((("system", so_far), upto - counted, "cache_control" in piece))
+        out.append((("system", own), upto - counted, "cache_control" in piece))
         counted = upto
     return out
 
