@@ -593,9 +593,10 @@ def price(played: Played, model: str) -> Priced:
             parts = request_parts(call.tools, sizes, call.messages, tokenizer.count_message, static_prefix=static,
                                   static_tokens=static_tokens, priming=3)  # fmt: skip
             billed, state = split(blocks(parts), state, rules, now=float(number), ttl=1e9)
-            for identity, tokens, _ in parts:
-                out.bound += tokens * (read if identity in seen and identity != "priming" else full)
-                seen.add(identity)
+            out.bound += sum(
+                tokens * (read if identity in seen and identity != "priming" else full) for identity, tokens, _ in parts
+            )
+            seen.update(identity for identity, _, _ in parts)  # read from the next call on, not within this one
             out.calls += 1
             out.tokens += billed.total
             out.read += billed.read
@@ -990,20 +991,24 @@ def _pessimistic_targets(data: dict[str, Any]) -> list[str]:
 
 def _bound_row(reading: dict[str, Any], full: dict[str, Any], what: str, target: float) -> str:
     """The pessimistic model's calls at ``Priced.bound`` against the full history as billed:
-    where even that is short of ``target``, no order of the same parts meets it."""
+    where even that is short of ``target``, no order of the same parts meets it (parts as the
+    cache model splits a request: finer ones, or a cache shared across sessions, could read
+    more); where it is not, the bound does not rule the target out."""
     bounds = {m: 1 - reading["priced"][m].bound / full["priced"][m].cost for m in MODELS}
     cells = "; ".join(f"{m} {_less(saved)}" for m, saved in bounds.items())
     short = [m for m, saved in bounds.items() if saved < target]
     verdict = (
-        f"short of {target:.0%} even so for {', '.join(short)}: no layout of the same parts meets the target there, "
-        "only fewer tokens sent would"
+        f"short of {target:.0%} even so for {', '.join(short)}: no order of these parts meets the target there; "
+        "what is left is sending fewer tokens, or parts that change less (a memory block split where it changes, "
+        "say)"
         if short
-        else f"{target:.0%} or more for every model: a layout could meet it"
+        else f"{target:.0%} or more for every model: the bound does not rule the target out"
     )
     return (
         f"| pessimistic model, {what}: the same calls at the bound no order of their parts can beat (each part, a schema, "
         "a message or a piece of the system text, billed at the cache-read price where an earlier call of its session sent "
-        "it, else at the input price; no minimum cached prefix, no write premium), against the full history as billed | "
+        "it, else at the input price; no minimum cached prefix, no write premium, no cache shared across sessions), "
+        "against the full history as billed | "
         f"{cells} | {verdict} (shown apart, not a target) |"
     )
 

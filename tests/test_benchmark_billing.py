@@ -43,6 +43,9 @@ def test_the_bound_reads_every_part_a_call_repeats_and_pays_the_rest_in_full() -
     assert priced.bound == pytest.approx(expected)
     # Short of gpt-5-mini's 1,024-token minimum the provider reads nothing: the bound is below what is billed.
     assert priced.read == 0 and priced.bound < priced.cost
+    # A part sent twice in one call is paid in full both times: only an earlier call's parts are read.
+    twice = price(Played("x", "x", sessions=[[_call([tool], "go to docs", "go to docs")]]), "gpt-5-mini")
+    assert twice.bound == pytest.approx((tool_tokens + system + 2 * asked + 3) * rules.input_price)
 
 
 def test_a_tool_needed_and_never_sent_counts_as_missed_by_name() -> None:
@@ -63,4 +66,9 @@ def test_the_bound_says_where_no_layout_of_the_same_parts_meets_the_target() -> 
     short = _bound_row(row(80.0, 65.0), full, "short conversations", 0.40)
     assert "short of 40% even so for gpt-4o-mini" in short and "−35.0%" in short
     reached = _bound_row(row(80.0, 55.0), full, "short conversations", 0.40)
-    assert "40% or more for every model" in reached and "−45.0%" in reached
+    assert "40% or more for every model: the bound does not rule the target out" in reached and "−45.0%" in reached
+    mixed = row(80.0, 55.0)
+    mixed["priced"]["gpt-5-mini"] = Priced(cost=80.0, bound=62.0)
+    mixed["priced"]["gemini/gemini-2.5-flash"] = Priced(cost=80.0, bound=70.0)
+    verdict = _bound_row(mixed, full, "short conversations", 0.40).split(" | ")[-1]
+    assert verdict.startswith("short of 40% even so for gpt-5-mini, gemini/gemini-2.5-flash: no order")
