@@ -33,7 +33,7 @@ from benchmarks import billing
 from benchmarks.billing import _text
 from benchmarks.dataset import chains, load
 from middleware import llm
-from middleware.core.caching import CacheState, request_blocks, split
+from middleware.core.caching import CacheState, blocks, request_parts, split
 from middleware.tokens import get_tokenizer
 
 EPHEMERAL = {"type": "ephemeral"}
@@ -77,8 +77,8 @@ def written_by_part(played: billing.Played, model: str) -> dict[str, float]:
         state = CacheState()
         for number, call in enumerate(calls):
             sizes = llm.tool_sizes(billing.COUNTING, call.tools)
-            prompt = request_blocks(call.tools, sizes, call.messages, tokenizer.count_message, static_prefix=static,
-                                    static_tokens=static_tokens, priming=3)  # fmt: skip
+            prompt = blocks(request_parts(call.tools, sizes, call.messages, tokenizer.count_message, static_prefix=static,
+                                          static_tokens=static_tokens, priming=3))  # fmt: skip
             billed, state = split(prompt, state, rules, now=float(number), ttl=1e9)
             if not call.first:
                 continue

@@ -14,7 +14,6 @@ from middleware.core.caching import (
     Split,
     blocks,
     growing_blocks,
-    request_blocks,
     request_parts,
     rules_for,
     split,
@@ -145,7 +144,7 @@ def count(message: Any) -> int:
 
 
 def test_breakpoints_mark_the_stable_tools_the_static_system_text_and_the_last_message() -> None:
-    """with_breakpoints marks three places, and request_blocks finds the same three."""
+    """with_breakpoints marks three places, and the request's blocks carry the same three."""
     tools = [{"type": "function", "function": {"name": n}} for n in ("load_tools", "cd", "mv")]
     messages = [
         {"role": "system", "content": "You are terse.\n## Current Context\n- a: b"},
@@ -157,15 +156,15 @@ def test_breakpoints_mark_the_stable_tools_the_static_system_text_and_the_last_m
     assert marked[0]["content"][1] == {"type": "text", "text": "\n## Current Context\n- a: b"}
     assert marked[1]["content"] == [{"type": "text", "text": "hi there", "cache_control": {"type": "ephemeral"}}]
     assert messages[1]["content"] == "hi there"  # the caller's messages are left alone
-    found = request_blocks(marked_tools, [10, 10, 10], marked, count, static_prefix="You are terse.", static_tokens=6, priming=3)
+    found = blocks(request_parts(marked_tools, [10, 10, 10], marked, count, static_prefix="You are terse.", static_tokens=6,
+                                 priming=3))  # fmt: skip
     assert [b.breakpoint for b in found] == [False, True, False, True, False, True, False]
     assert found[-1].end == 30 + count(marked[0]) + count(marked[1]) + 3
 
 
 def test_a_part_is_named_by_its_own_text_wherever_it_stands() -> None:
     """request_parts names each part by its own text, not by the prefix ending with it (as
-    the blocks are): a message moved behind a new one keeps its name, and request_blocks
-    is made of the same parts."""
+    the blocks are): a message moved behind a new one keeps its name."""
     tools = [{"type": "function", "function": {"name": n}} for n in ("load_tools", "cd")]
     system = {"role": "system", "content": "You are terse.\n## Current Context\n- a: b"}
     asked, more = {"role": "user", "content": "hi there"}, {"role": "user", "content": "and more"}
@@ -174,8 +173,6 @@ def test_a_part_is_named_by_its_own_text_wherever_it_stands() -> None:
     names = {identity for identity, _, _ in before}
     assert [identity in names for identity, _, _ in after] == [True, True, True, False, True]
     assert before[-1] == ("priming", 3, False) and sum(tokens for _, tokens, _ in before) == 20 + count(system) + count(asked) + 3
-    assert request_blocks(tools, [10, 10], [system, asked], count, static_prefix="You are terse.", static_tokens=6,
-                          priming=3) == blocks(before)  # fmt: skip
     # A piece of the system text is named by itself: the rest after a changed piece keeps its name.
     split_system = {"role": "system", "content": [{"type": "text", "text": "You are terse."}, {"type": "text", "text": "\n- a: b"},
                                                   {"type": "text", "text": "\n## Recall\n- x"}]}  # fmt: skip
@@ -202,7 +199,7 @@ def test_the_memory_that_changes_now_and_then_gets_its_own_breakpoint_and_is_rea
         system = {"role": "system", "content": static + memory + recall}
         marked, marked_tools = with_breakpoints([system, {"role": "user", "content": message}], tools, static_prefix=static,
                                                 stable_tools=1, stable_system=len(static + memory), tail=tail)  # fmt: skip
-        return marked, request_blocks(marked_tools, [1100], marked, count, static_prefix=static, static_tokens=6)
+        return marked, blocks(request_parts(marked_tools, [1100], marked, count, static_prefix=static, static_tokens=6))
 
     marked, first = turn(memory, "\n## Recalled\n- x", "hi there")
     assert [part.get("cache_control") is not None for part in marked[0]["content"]] == [True, True, False]

@@ -48,7 +48,6 @@ __all__ = [
     "Split",
     "blocks",
     "growing_blocks",
-    "request_blocks",
     "request_parts",
     "rules_for",
     "split",
@@ -313,24 +312,6 @@ def _system_blocks(
     return out
 
 
-def request_blocks(
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_sizes: Sequence[int],
-    messages: Sequence[Mapping[str, Any]],
-    count: Callable[[Mapping[str, Any]], int],
-    *,
-    static_prefix: str = "",
-    static_tokens: int = 0,
-    priming: int = 0,
-) -> tuple[Block, ...]:
-    """A request as cache blocks: each tool schema (``tool_sizes``: what each adds), the
-    system message as its static prefix and the rest, then each message (``count`` gives
-    its tokens), then ``priming`` (the reply priming) as a block of its own. Breakpoints
-    are where the request carries ``cache_control``."""
-    return blocks(request_parts(tools, tool_sizes, messages, count, static_prefix=static_prefix,
-                                static_tokens=static_tokens, priming=priming))  # fmt: skip
-
-
 def request_parts(
     tools: Sequence[Mapping[str, Any]] | None,
     tool_sizes: Sequence[int],
@@ -341,9 +322,12 @@ def request_parts(
     static_tokens: int = 0,
     priming: int = 0,
 ) -> list[tuple[object, int, bool]]:
-    """The parts ``request_blocks`` makes its blocks of, in cache order: ``(identity,
-    tokens, breakpoint)``, each identity naming that part's own text (not the prefix that
-    ends with it; the reply's priming is named "priming")."""
+    """A request as ``(identity, tokens, breakpoint)`` parts in cache order (``blocks``
+    makes its cache blocks of them): each tool schema (``tool_sizes``: what each adds), the
+    system message as its static prefix and the rest, then each message (``count`` gives
+    its tokens), then ``priming`` (the reply priming) as a part of its own. Each identity
+    names that part's own text, not the prefix that ends with it; the priming is named
+    "priming". Breakpoints are where the request carries ``cache_control``."""
     parts: list[tuple[object, int, bool]] = []
     for tool, size in zip(tools or (), tool_sizes, strict=True):
         identity = repr(sorted((k, repr(v)) for k, v in tool.items() if k != "cache_control"))

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import llm
 from ..config.schema import Config
-from ..core.caching import CacheState, Rules, Split, growing_blocks, request_blocks, split
+from ..core.caching import CacheState, Rules, Split, blocks, growing_blocks, request_parts, split
 from ..core.composer import REPLY_PRIMING
 from ..lru import Lru
 from ..tokens import Tokenizer
@@ -86,8 +86,8 @@ class Billing:
         rules = self.rules(model)
         caches = self._caches.get(session_id) or _Caches(CacheState(), CacheState(), 0)
         sizes = llm.tool_sizes(self.counting_model, tools)
-        prompt = request_blocks(tools, sizes, messages, self.tokenizer.count_message, static_prefix=static_prefix,
-                                static_tokens=static_tokens, priming=REPLY_PRIMING)  # fmt: skip
+        prompt = blocks(request_parts(tools, sizes, messages, self.tokenizer.count_message, static_prefix=static_prefix,
+                                      static_tokens=static_tokens, priming=REPLY_PRIMING))  # fmt: skip
         sent, sent_state = split(prompt, caches.sent, rules, now=now, ttl=self.ttl)
         full, full_state, prefix = None, caches.full, caches.full_prefix
         if full_tokens is not None:
