@@ -217,6 +217,43 @@ def test_the_memory_that_changes_now_and_then_gets_its_own_breakpoint_and_is_rea
     assert marked[1] == {"role": "user", "content": "hi"}
 
 
+def test_the_keys_set_earlier_take_the_static_texts_breakpoint_and_are_read_when_only_the_context_changed() -> None:
+    """With ``settled_system`` (the notes and the keys set earlier end there), the system text
+    splits in four: the static text (no longer marked), the part up to it (marked), the
+    Current Context (marked), the recall block; still four breakpoints with the tool's and
+    the message's. A turn whose Current Context changed but not the keys set earlier reads
+    through them (hand-worked: tools 1,100 + the static text and the keys set earlier), where
+    the static text's breakpoint read 1,100 + 6; with the keys set earlier changed too, it
+    reads the tools alone. A ``settled_system`` not past the static text, or not short of
+    ``stable_system``, changes nothing."""
+    tools = [{"type": "function", "function": {"name": "load_tools"}}]
+    static, earlier, context = "You are terse.", "\n## Set earlier\nk=v", "\n## Current Context\n- a: b"
+
+    def turn(earlier: str, context: str, message: str, settled: int | None = None) -> tuple[list[dict[str, Any]], Any]:
+        system = {"role": "system", "content": static + earlier + context + "\n## Recalled\n- x"}
+        marked, marked_tools = with_breakpoints([system, {"role": "user", "content": message}], tools, static_prefix=static,
+                                                stable_tools=1, stable_system=len(static + earlier + context),
+                                                settled_system=len(static + earlier) if settled is None else settled)  # fmt: skip
+        return marked, blocks(request_parts(marked_tools, [1100], marked, count, static_prefix=static, static_tokens=6))
+
+    marked, first = turn(earlier, context, "hi there")
+    assert [part.get("cache_control") is not None for part in marked[0]["content"]] == [False, True, True, False]
+    assert [part["text"] for part in marked[0]["content"]] == [static, earlier, context, "\n## Recalled\n- x"]
+    assert [b.breakpoint for b in first] == [True, False, True, True, False, True]
+    assert json.dumps([marked, tools]).count("cache_control") <= 4
+    through_earlier = first[2].end
+    assert through_earlier > 1100 + 6
+    state = split(first, CacheState(), SONNET, now=0, ttl=300)[1]
+    moved, _ = split(turn(earlier, "\n## Current Context\n- a: c", "and now?")[1], state, SONNET, now=1, ttl=300)
+    assert moved.read == through_earlier
+    both, _ = split(turn("\n## Set earlier\nk=w", "\n## Current Context\n- a: c", "and now?")[1], state, SONNET,
+                    now=1, ttl=300)  # fmt: skip
+    assert both.read == 1100
+    for settled in (len(static), len(static + earlier + context), 0):
+        marked, _ = turn(earlier, context, "hi", settled=settled)
+        assert [part.get("cache_control") is not None for part in marked[0]["content"]] == [True, True, False]
+
+
 def test_litellm_passes_the_breakpoints_on_to_anthropic() -> None:
     """Through litellm's own Anthropic request transformation (offline): cache_control lands
     on the tool, the static system block and the last tool result."""

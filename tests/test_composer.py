@@ -205,6 +205,20 @@ def test_keys_set_earlier_share_the_recall_room_and_come_first(atlas: Config) ->
     system, stable = both.messages[0]["content"], both.stable_system_chars
     assert "key1=value1\n## Current Context" in system[:stable] and system[stable:].startswith("\n" + auto.memory.recall_header)
     assert alone.messages[0]["content"][alone.stable_system_chars :].startswith("\n" + auto.memory.recall_header)
+    # The keys set earlier change less often than the Current Context after them: a breakpoint can end there too.
+    settled = both.settled_system_chars
+    assert system[:settled].endswith("key1=value1") and system[settled:].startswith("\n" + auto.context.header)
+    assert alone.settled_system_chars == 0  # nothing set earlier, no notes: the static text alone
+    # Behind a client's own system text (a wrapped chatbot, the endpoint) both ends move with the memory.
+    from middleware.turn.plan import rebased
+
+    composer = composer_for(roomy)
+    own = rebased(both, "Be brief.", static_prefix=composer.static_prefix, count=composer.tokenizer.count_chat)
+    text = own.messages[0]["content"]
+    assert text.startswith("Be brief.\n") and text[: own.settled_system_chars].endswith("key1=value1")
+    assert text[own.stable_system_chars :].startswith("\n" + auto.memory.recall_header)
+    bare = rebased(alone, "Be brief.", static_prefix=composer.static_prefix, count=composer.tokenizer.count_chat)
+    assert bare.settled_system_chars == 0
     plain = compose(state(earlier=few, summary=[]), "go on", roomy)
     assert plain.recalled == () and plain.stable_system_chars == len(plain.messages[0]["content"])
     tight = auto.with_overrides(memory={"recall_tokens": section + 2})

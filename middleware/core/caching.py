@@ -246,6 +246,7 @@ def with_breakpoints(
     static_prefix: str,
     stable_tools: int,
     stable_system: int = 0,
+    settled_system: int = 0,
     tail: int | None = -1,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """The request with Anthropic ``cache_control`` breakpoints where litellm passes them on:
@@ -254,7 +255,11 @@ def with_breakpoints(
     first ``stable_system`` characters when they go past it (the memory that changes only
     now and then: the next turn reads it when it did not change), and message ``tail`` (its
     index; by default the last message, so the later calls of a turn's tool loop read
-    everything before them; None: no message). At most Anthropic's four."""
+    everything before them; None: no message). At most Anthropic's four. With
+    ``settled_system`` past the static text and short of ``stable_system`` (the notes and
+    the keys set earlier, which change less often than the Current Context after them), the
+    breakpoint moves from the end of the static text to there: a turn whose Current Context
+    changed reads the memory up to it, where the static text alone was a few tokens."""
     marked_tools = [dict(tool) for tool in tools] if tools else None
     if marked_tools and stable_tools > 0:
         index = min(stable_tools, len(marked_tools)) - 1
@@ -269,8 +274,11 @@ def with_breakpoints(
         and static_prefix
         and content.startswith(static_prefix)
     ):
-        cuts = [len(static_prefix), *([stable_system] if len(static_prefix) < stable_system < len(content) else ())]
-        first["content"] = [{"type": "text", "text": content[a:b], "cache_control": EPHEMERAL} for a, b in pairwise([0, *cuts])]
+        settled = len(static_prefix) < settled_system < min(stable_system, len(content))
+        cuts = [len(static_prefix), *([settled_system] if settled else ()),
+                *([stable_system] if len(static_prefix) < stable_system < len(content) else ())]  # fmt: skip
+        first["content"] = [{"type": "text", "text": content[a:b], **({} if settled and not a else {"cache_control": EPHEMERAL})}
+                            for a, b in pairwise([0, *cuts])]  # fmt: skip
         rest = content[cuts[-1] :]
         if rest.strip():
             part: dict[str, Any] = {"type": "text", "text": rest}

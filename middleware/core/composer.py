@@ -198,21 +198,24 @@ class Composer:
         """Static prefix, then the notes section, the keys set earlier, the Current Context
         section, then the volatile sections (connectors' state, the recall block): what
         changes most comes last."""
-        earlier = earlier or {}
+        return self._system(context, notes_section, volatile, earlier or {})[0]
+
+    def _system(
+        self, context: Mapping[str, str], notes_section: str, volatile: tuple[str, ...], earlier: Mapping[str, str]
+    ) -> tuple[str, int]:
+        """The system text, and where its part that changes least ends: the static prefix,
+        the notes and the keys set earlier (0: neither)."""
         key = (tuple(context.items()), notes_section, volatile, tuple(earlier.items()))
         return self._systems.get_or(key, lambda: self._render_system(context, notes_section, volatile, earlier))  # type: ignore[no-any-return]
 
     def _render_system(
-        self,
-        context: Mapping[str, str],
-        notes_section: str,
-        volatile: tuple[str, ...] = (),
-        earlier: Mapping[str, str] | None = None,
-    ) -> str:
+        self, context: Mapping[str, str], notes_section: str, volatile: tuple[str, ...], earlier: Mapping[str, str]
+    ) -> tuple[str, int]:
         config = self.config.context
         section = render_context(order_context(context, config), config)
         before = render_earlier(order_context(earlier, config), config) if earlier else ""
-        return "\n".join(part for part in (self.static_prefix, notes_section, before, section, *volatile) if part)
+        settled = "\n".join(part for part in (self.static_prefix, notes_section, before) if part)
+        return "\n".join(part for part in (settled, section, *volatile) if part), len(settled) if notes_section or before else 0
 
     def notes_section(self, notes: str, max_tokens: int) -> str:
         """The quoted notes section within ``max_tokens`` (cut in the middle beyond), or ""."""
@@ -398,7 +401,7 @@ class Composer:
         trimmed = self._fit_memory(parts, limit) if limit is not None else []
         notes = self.notes_section(parts.notes, parts.notes_cap)
         state_section = render_state(parts.state_lines, config.memory.state_header)
-        system = self.system_prompt(parts.context, notes, state_section, earlier=parts.earlier)
+        system, settled = self._system(parts.context, notes, (state_section,), parts.earlier)
         system_tokens = tokenizer.count_chat("system", system)
         current_tokens = tokenizer.count_chat("user", current)
         summary = self._summary_messages(parts.lines)
@@ -411,7 +414,7 @@ class Composer:
             while parts.earlier and fixed > budget:  # the keys set earlier give before the budget fails
                 parts.earlier = _without_oldest(parts.earlier)
                 trimmed.append("earlier_key_dropped")
-                system = self.system_prompt(parts.context, notes, state_section, earlier=parts.earlier)
+                system, settled = self._system(parts.context, notes, (state_section,), parts.earlier)
                 system_tokens = tokenizer.count_chat("system", system)
                 fixed = system_tokens + current_tokens + REPLY_PRIMING + extra_tokens
             if fixed > budget:
@@ -432,7 +435,7 @@ class Composer:
                 summary_tokens = self._count(summary)
                 recent_tokens = sum(m.tokens for m in recent)
         if recall_section:
-            system = self.system_prompt(parts.context, notes, state_section, recall_section, earlier=parts.earlier)
+            system, settled = self._system(parts.context, notes, (state_section, recall_section), parts.earlier)
             system_tokens = tokenizer.count_chat("system", system)
         messages = [
             {"role": "system", "content": system},
@@ -470,6 +473,7 @@ class Composer:
         return built(
             Prompt, messages=messages, tokens=breakdown, full_history_tokens=full, turn=state.turns + 1, trimmed=tuple(trimmed),
             recalled=tuple(parts.recall), stable_system_chars=stable,
+            settled_system_chars=settled,
         )  # fmt: skip
 
     def apply_turn(self, turn: Turn, *, turn_id: str = "", prompt: str = "", observed: Sequence[str] = ()) -> TurnUpdate:

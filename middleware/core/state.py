@@ -442,6 +442,9 @@ class Prompt:
     # set earlier or the Current Context do (the rest, connectors' state and the recall
     # block, changes with each message): where a cache breakpoint can end.
     stable_system_chars: int = 0
+    # How many leading characters change only when the notes or the keys set earlier do,
+    # which change less often than the Current Context after them (0: no such section).
+    settled_system_chars: int = 0
 
     @property
     def saved_tokens(self) -> int:

@@ -95,7 +95,8 @@ class TurnPlan:
         # A resent history is read by the next turn as well: its calls end their breakpoints at their last message.
         tail = len(sent) - 1 if self.resent else self.policy.tail(chance, marked=marked, last=len(sent) - 1)
         sent, schemas = with_breakpoints(sent, schemas, static_prefix=self.static_prefix, stable_tools=stable,
-                                         stable_system=self.prompt.stable_system_chars, tail=tail)  # fmt: skip
+                                         stable_system=self.prompt.stable_system_chars,
+                                         settled_system=self.prompt.settled_system_chars, tail=tail)  # fmt: skip
         return Request(sent, schemas, tail)
 
     def answer(
@@ -162,5 +163,7 @@ def rebased(prompt: Prompt, system: str, *, static_prefix: str, count: Callable[
     messages = [{"role": "system", "content": content}, *prompt.messages[1:]]
     breakdown = dataclasses.replace(prompt.tokens, system=tokens)
     full = prompt.full_history_tokens - prompt.tokens.system + own
-    stable = prompt.stable_system_chars - len(static_prefix) + len(system)  # the memory follows the client's text
-    return dataclasses.replace(prompt, messages=messages, tokens=breakdown, full_history_tokens=full, stable_system_chars=stable)
+    shift = len(system) - len(static_prefix)  # the memory follows the client's text
+    settled = prompt.settled_system_chars + shift if prompt.settled_system_chars else 0
+    return dataclasses.replace(prompt, messages=messages, tokens=breakdown, full_history_tokens=full,
+                               stable_system_chars=prompt.stable_system_chars + shift, settled_system_chars=settled)  # fmt: skip
