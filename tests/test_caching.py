@@ -229,18 +229,21 @@ def test_the_keys_set_earlier_take_the_static_texts_breakpoint_and_are_read_when
     tools = [{"type": "function", "function": {"name": "load_tools"}}]
     static, earlier, context = "You are terse.", "\n## Set earlier\nk=v", "\n## Current Context\n- a: b"
 
+    sent: list[Any] = []
+
     def turn(earlier: str, context: str, message: str, settled: int | None = None) -> tuple[list[dict[str, Any]], Any]:
         system = {"role": "system", "content": static + earlier + context + "\n## Recalled\n- x"}
         marked, marked_tools = with_breakpoints([system, {"role": "user", "content": message}], tools, static_prefix=static,
                                                 stable_tools=1, stable_system=len(static + earlier + context),
                                                 settled_system=len(static + earlier) if settled is None else settled)  # fmt: skip
+        sent[:] = [marked, marked_tools]
         return marked, blocks(request_parts(marked_tools, [1100], marked, count, static_prefix=static, static_tokens=6))
 
     marked, first = turn(earlier, context, "hi there")
     assert [part.get("cache_control") is not None for part in marked[0]["content"]] == [False, True, True, False]
     assert [part["text"] for part in marked[0]["content"]] == [static, earlier, context, "\n## Recalled\n- x"]
     assert [b.breakpoint for b in first] == [True, False, True, True, False, True]
-    assert json.dumps([marked, tools]).count("cache_control") <= 4
+    assert json.dumps(sent).count("cache_control") == 4  # Anthropic's most
     through_earlier = first[2].end
     assert through_earlier > 1100 + 6
     state = split(first, CacheState(), SONNET, now=0, ttl=300)[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -219,6 +220,15 @@ def test_keys_set_earlier_share_the_recall_room_and_come_first(atlas: Config) ->
     assert text[own.stable_system_chars :].startswith("\n" + auto.memory.recall_header)
     bare = rebased(alone, "Be brief.", static_prefix=composer.static_prefix, count=composer.tokenizer.count_chat)
     assert bare.settled_system_chars == 0
+    # However many line breaks stood between the static text and the memory, or with no static text at all.
+    static, head = composer.static_prefix, len(composer.static_prefix)
+    for content, prefix, after in ((static + "\n" + system[head:], static, 1), (system[head + 1 :], "", -head - 1)):
+        moved = dataclasses.replace(both, messages=[{"role": "system", "content": content}, *both.messages[1:]],
+                                    stable_system_chars=both.stable_system_chars + after,
+                                    settled_system_chars=both.settled_system_chars + after)  # fmt: skip
+        again = rebased(moved, "Be brief.", static_prefix=prefix, count=composer.tokenizer.count_chat)
+        assert again.messages[0] == own.messages[0]
+        assert (again.settled_system_chars, again.stable_system_chars) == (own.settled_system_chars, own.stable_system_chars)
     plain = compose(state(earlier=few, summary=[]), "go on", roomy)
     assert plain.recalled == () and plain.stable_system_chars == len(plain.messages[0]["content"])
     tight = auto.with_overrides(memory={"recall_tokens": section + 2})

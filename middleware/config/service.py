@@ -74,11 +74,12 @@ class CachingConfig(Section):
     rules: Literal["auto", "openai", "anthropic", "gemini", "none"] = "auto"
     # A session's cache counts as warm when its previous call came less than this long ago.
     ttl_seconds: float = Field(default=300.0, gt=0, le=86_400)
-    # Anthropic models: mark the stable prefix (tools, static system text, the memory that
-    # changes only now and then) and, when a later call of the turn is likely enough to read
-    # it, the last message with cache_control breakpoints, so the provider caches them
-    # (Anthropic caches nothing unmarked). Off only for a server that refuses cache_control
-    # behind a Claude price (caching.price_as).
+    # Anthropic models: mark the stable prefix (tools, the static system text or the notes
+    # and keys set earlier after it, the memory that changes only now and then) and, when a
+    # later call of the turn is likely enough to read it, the last message with
+    # cache_control breakpoints, so the provider caches them (Anthropic caches nothing
+    # unmarked). Off only for a server that refuses cache_control behind a Claude price
+    # (caching.price_as).
     anthropic_breakpoints: bool = True
     # Price the figures (and choose the caching rules, which disclosure.cache_aware follows)
     # as this model instead of the one called: for aliases, proxies and self-hosted names

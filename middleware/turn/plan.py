@@ -84,9 +84,10 @@ class TurnPlan:
     def request(self, messages: Sequence[Mapping[str, Any]], *, marked: int | None) -> Request:
         """The next call's request: ``messages`` (the prompt, then the tool loop so far) with
         the schemas and, where the policy places them, the breakpoints: the tools that stay,
-        the static system text, the memory that changes only now and then, and the last
-        message when another call of the turn is likely enough (``loop_odds``) to read it,
-        else where the previous call's ended (``marked``)."""
+        the static system text (or the notes and keys set earlier after it), the memory that
+        changes only now and then, and the last message when another call of the turn is
+        likely enough (``loop_odds``) to read it, else where the previous call's ended
+        (``marked``)."""
         sent, schemas = [dict(m) for m in messages], self.schemas()
         if not self.policy.marks:
             return Request(sent, schemas, None)
@@ -156,14 +157,22 @@ class TurnPlan:
 def rebased(prompt: Prompt, system: str, *, static_prefix: str, count: Callable[[str, str], int]) -> Prompt:
     """``prompt`` with ``system`` (a client's own system text) before its memory sections
     instead of the static prefix; ``count(role, content)`` counts a message."""
-    memory = prompt.messages[0]["content"][len(static_prefix) :].strip("\n")
+    tail = prompt.messages[0]["content"][len(static_prefix) :]
+    memory = tail.strip("\n")
     content = f"{system}\n{memory}" if memory else system
     own = count("system", system)
     tokens = count("system", content) - prompt.tokens.notes - prompt.tokens.context
     messages = [{"role": "system", "content": content}, *prompt.messages[1:]]
     breakdown = dataclasses.replace(prompt.tokens, system=tokens)
     full = prompt.full_history_tokens - prompt.tokens.system + own
-    shift = len(system) - len(static_prefix)  # the memory follows the client's text
-    settled = prompt.settled_system_chars + shift if prompt.settled_system_chars else 0
+    # The memory's first character moves to just after the client's text and one line break
+    # (however many stood before it), and the breakpoints' ends with it.
+    start = len(static_prefix) + len(tail) - len(tail.lstrip("\n"))
+    shift = len(system) + 1 - start if memory else len(system) - len(static_prefix)
+
+    def moved(end: int) -> int:
+        return min(max(end + shift, len(system)), len(content))
+
+    settled = moved(prompt.settled_system_chars) if prompt.settled_system_chars else 0
     return dataclasses.replace(prompt, messages=messages, tokens=breakdown, full_history_tokens=full,
-                               stable_system_chars=prompt.stable_system_chars + shift, settled_system_chars=settled)  # fmt: skip
+                               stable_system_chars=moved(prompt.stable_system_chars), settled_system_chars=settled)  # fmt: skip
