@@ -255,6 +255,12 @@ def test_the_keys_set_earlier_take_the_static_texts_breakpoint_and_are_read_when
     for settled in (len(static), len(static + earlier + context), 0):
         marked, _ = turn(earlier, context, "hi", settled=settled)
         assert [part.get("cache_control") is not None for part in marked[0]["content"]] == [True, True, False]
+    # No recall block: the memory runs to the end of the system text, and its last part is marked.
+    bare = {"role": "system", "content": static + earlier + context}
+    marked, _ = with_breakpoints([bare, {"role": "user", "content": "hi"}], tools, static_prefix=static, stable_tools=1,
+                                 stable_system=len(bare["content"]), settled_system=len(static + earlier))  # fmt: skip
+    assert [(part["text"], "cache_control" in part) for part in marked[0]["content"]] == [
+        (static, False), (earlier, True), (context, True)]  # fmt: skip
 
 
 def test_litellm_passes_the_breakpoints_on_to_anthropic() -> None:

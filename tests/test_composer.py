@@ -258,6 +258,26 @@ def test_keys_set_earlier_give_first_under_the_context_limit(atlas: Config) -> N
     assert "- userinterface_name: google_tv" in system and "key5=value5" in system
     assert "key0=value0" not in system and "earlier_key_dropped" in prompt.trimmed
     assert "context_key_dropped" not in prompt.trimmed
+    settled = prompt.settled_system_chars  # where the keys set earlier that stayed end
+    assert system[:settled].endswith("key5=value5") and system[settled:].startswith("\n" + auto.context.header)
+
+
+def test_keys_set_earlier_give_before_the_budget_fails_and_the_settled_end_follows(atlas: Config) -> None:
+    """Under tokens.budget the keys set earlier give (oldest first) before the prompt is
+    refused, and the system text's settled part ends after those that stay."""
+    auto = atlas.with_overrides(context={"keys": None})
+    earlier = {f"key{i}": f"value{i}" for i in range(6)}
+    full = compose(state(earlier=earlier, summary=[]), "go on", auto)
+    for budget in range(full.tokens.total - 1, 0, -1):  # the largest budget at which a key set earlier gives
+        prompt = compose(state(earlier=earlier, summary=[]), "go on", auto.with_overrides(tokens={"budget": budget}))
+        if "earlier_key_dropped" in prompt.trimmed:
+            break
+    else:
+        pytest.fail("no budget made a key set earlier give")
+    system = prompt.messages[0]["content"]
+    assert "key0=value0" not in system and "key5=value5" in system and prompt.tokens.total <= budget
+    settled = prompt.settled_system_chars
+    assert system[:settled].endswith("key5=value5") and system[settled:].startswith("\n" + auto.context.header)
 
 
 @pytest.mark.parametrize("payload", INJECTIONS)
