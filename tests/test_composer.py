@@ -22,6 +22,7 @@ from middleware import (
     is_valid_chat,
 )
 from middleware.session.standalone import composer_for
+from middleware.turn.plan import rebased
 from tests.strategies import INJECTIONS, hostile_text, user_messages
 
 OLDER = [
@@ -211,8 +212,6 @@ def test_keys_set_earlier_share_the_recall_room_and_come_first(atlas: Config) ->
     assert system[:settled].endswith("key1=value1") and system[settled:].startswith("\n" + auto.context.header)
     assert alone.settled_system_chars == 0  # nothing set earlier, no notes: the static text alone
     # Behind a client's own system text (a wrapped chatbot, the endpoint) both ends move with the memory.
-    from middleware.turn.plan import rebased
-
     composer = composer_for(roomy)
     own = rebased(both, "Be brief.", static_prefix=composer.static_prefix, count=composer.tokenizer.count_chat)
     text = own.messages[0]["content"]
