@@ -304,18 +304,21 @@ def test_a_script_whose_connection_drops_is_sent_again_once(atlas: Config, real_
     """A pooled connection can pass the pool's check and still be gone when the script is
     sent (the server restarted in between): the sync store opens it again and sends once
     more, as the client's retry policy (one retry) says; a second drop is the store
-    unreachable. Dropped here where redis-py writes to the socket."""
+    unreachable. Dropped here where redis-py writes a packed command to the socket (the
+    store packs its scripts itself where hiredis is installed, else redis-py does)."""
     drops: list[str] = []
-    real = redis.connection.AbstractConnection.send_command
+    real = redis.connection.AbstractConnection.send_packed_command
 
-    def dropping(self: Any, *args: Any, **kwargs: Any) -> None:
-        if args[0] in {"EVALSHA", "EVAL"} and len(drops) < budget:
-            drops.append(args[0])
+    def dropping(self: Any, command: Any, *args: Any, **kwargs: Any) -> None:
+        head = b"".join(command) if isinstance(command, list) else bytes(command)
+        name = next((n for n in ("EVALSHA", "EVAL") if f"\r\n{n}\r\n".encode() in head[:40]), None)
+        if name and len(drops) < budget:
+            drops.append(name)
             self.disconnect()
             raise redis.ConnectionError("Connection closed by server.")
-        real(self, *args, **kwargs)
+        real(self, command, *args, **kwargs)
 
-    monkeypatch.setattr(redis.connection.AbstractConnection, "send_command", dropping)
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", dropping)
     with SessionManager(atlas.with_overrides(usage_log={"path": None}), redis_url=real_redis_url) as mgr:
         budget = 1
         assert mgr.record_turn("dropped", user="goto shop", assistant="ok", tool_calls=[nav("shop")]) == 1
@@ -679,3 +682,57 @@ def test_a_load_for_a_young_session_reads_its_turn_records_in_the_same_round_tri
         assert store.execute(load(young, sid, query=query, traces=True)).traces is None
         admin.hset(layout.session(sid).meta, "composed", "1")
         assert store.execute(load(layout, sid, query=query, traces=True)).traces is None
+
+
+PACKED_ARGS = ("EVALSHA", "ab" * 20, 2, "mw:{s}:ctx", "mw:{s}:meta", "héllo wörld", b"\x00\xffraw", -7, 0, 3.0, 0.1, 1e-05, "")
+
+
+def test_a_packed_script_is_the_bytes_redis_py_would_send() -> None:
+    """The store packs a script's command itself, as redis-py's own encoder and packer would:
+    text in the connection's encoding, numbers by repr, bytes as they are."""
+    from redis.connection import Encoder, PythonRespSerializer
+
+    from middleware.store.packing import packed
+
+    for encoding in ("utf-8", "latin-1"):
+        theirs = PythonRespSerializer(6000, Encoder(encoding, "strict", False).encode).pack(*PACKED_ARGS)
+        ours = packed(PACKED_ARGS, encoding)
+        assert ours is not None and b"".join(ours) == b"".join(theirs)
+    assert b"".join(packed(PACKED_ARGS) or []) != b"".join(packed(PACKED_ARGS, "latin-1") or [])  # the encoding is used
+
+
+@pytest.mark.parametrize("odd", [True, memoryview(b"x"), bytearray(b"x"), type("Text", (str,), {})("x"), None, 2**70 * 1.0j])
+def test_an_argument_of_another_kind_is_left_to_redis_py(odd: Any) -> None:
+    """A bool (which redis-py refuses with its own error), a memoryview, a subclass, anything
+    else: None, so redis-py packs the command as it always did."""
+    from middleware.store.packing import packed
+
+    assert packed(("EVALSHA", "sha", 0, odd)) is None
+
+
+def test_without_hiredis_redis_py_packs_the_scripts(atlas: Config, real_redis_url: str, monkeypatch: Any) -> None:
+    """Where hiredis is not installed the store leaves packing to redis-py: a turn records and
+    loads the same on a real server either way."""
+    import middleware.store.packing as packing
+
+    config = atlas.with_overrides(usage_log={"path": None})
+    sent: list[Any] = []
+    real = redis.connection.AbstractConnection.send_command
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        sent.append(args[0])
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_command", counted)
+    prompts = []
+    for pack in (packing._PACK, None):
+        monkeypatch.setattr(packing, "_PACK", pack)
+        with SessionManager(config, redis_url=real_redis_url) as mgr:
+            session = f"packed-{pack is not None}"
+            mgr.record_turn(session, user="goto shop", assistant="ok", tool_calls=[nav("shop")])
+            mgr.record_turn(session, user="goto home", assistant="ok", tool_calls=[nav("home")])
+            prompts.append(mgr.build_messages(session, "goto shop again"))
+        if pack is not None:
+            assert "EVALSHA" not in sent  # hiredis is installed here: the store packed its scripts
+    assert "EVALSHA" in sent  # then redis-py did
+    assert prompts[0] == prompts[1]

@@ -23,6 +23,7 @@ from ..core.text import redact_url
 from ..exceptions import ConfigError, StoreError, StoreUnavailableError
 from ..runner import arun, run
 from .decoding import error_text
+from .packing import packed
 
 __all__ = [
     "AsyncRedisStore",
@@ -345,7 +346,12 @@ def _redis_py() -> tuple[Any, Any, Any]:
 
 
 def _round_trip(connection: Any, args: tuple[Any, ...]) -> Any:
-    connection.send_command(*args)
+    encoder = connection.encoder
+    wire = packed(args, encoder.encoding, encoder.encoding_errors)
+    if wire is None:
+        connection.send_command(*args)
+    else:
+        connection.send_packed_command(wire)
     return connection.read_response()
 
 
