@@ -182,7 +182,7 @@ class Model:
     def __call__(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
         assert self.turn is not None
         self.requests.append(([dict(m) for m in messages], [dict(t) for t in tools or ()]))
-        names = {t["function"]["name"] for t in tools or ()}
+        names = callable_tools(messages, tools or ())
         if messages[-1]["role"] == "tool" and not self.after_loader(messages):
             return self.reply()
         needed = list(dict.fromkeys(call.name for call in self.turn.calls))
@@ -278,6 +278,18 @@ class ReadingModel(Model):
         (query,) = embeddings.embed([message])
         score = {name: sum(a * b for a, b in zip(query, self.vectors[name], strict=True)) for name in candidates}
         return sorted(candidates, key=lambda name: -score[name])[: self.PER_ROUND]
+
+
+def callable_tools(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The tools a request lets the model call: those sent, and those sent deferred
+    (``defer_loading``) that a tool result references (Anthropic expands a reference into the
+    deferred tool it names). A reference to any other tool is refused, as the API refuses it."""
+    deferred = {t["function"]["name"] for t in tools if t.get("defer_loading")}
+    referenced = {str(part.get("tool_name")) for m in messages if m.get("role") == "tool" and isinstance(m.get("content"), list)
+                  for part in m["content"] if isinstance(part, Mapping) and part.get("type") == "tool_reference"}  # fmt: skip
+    if not referenced <= deferred:
+        raise ValueError(f"tool references to tools not sent deferred: {sorted(referenced - deferred)[:5]}")
+    return {t["function"]["name"] for t in tools if not t.get("defer_loading")} | referenced
 
 
 def _words(name: str) -> str:
@@ -413,7 +425,7 @@ def count_turn(
     history counterpart is missing, after a round that only loaded schemas; ``every``: how
     many schemas the session has) into ``played``, and keep them for pricing."""
     played.turns += 1
-    first_names = [t["function"]["name"] for t in requests[0][1]]
+    first_names = [t["function"]["name"] for t in requests[0][1] if not t.get("defer_loading")]
     played.sent_up_front += all(c.name in first_names for c in turn.calls)
     whole = LOADER not in first_names and len(first_names) == every
     played.whole += whole
@@ -422,10 +434,12 @@ def count_turn(
         played.first_whole += whole
     for index, (messages, schemas_sent) in enumerate(requests):
         own_calls.append(Call(schemas_sent, messages, index == 0, counterpart=not extra[index]))
-        played.schemas_sent.append(len(schemas_sent))
-        sizes = llm.tool_sizes(COUNTING, schemas_sent)
+        # The schemas in the call's prefix: a deferred one is counted where a result references it (see ``price``).
+        prefix = [t for t in schemas_sent if not t.get("defer_loading")]
+        played.schemas_sent.append(len(prefix))
+        sizes = llm.tool_sizes(COUNTING, prefix)
         played.schema_tokens += sum(sizes)
-        played.loader_tokens += sum(n for n, t in zip(sizes, schemas_sent, strict=True) if t["function"]["name"] == LOADER)
+        played.loader_tokens += sum(n for n, t in zip(sizes, prefix, strict=True) if t["function"]["name"] == LOADER)
     _count_kept(played, turn, own, requests[0][0])
 
 
@@ -808,7 +822,9 @@ def section(data: dict[str, Any], command: str = COMMAND) -> str:
         "caching rules from litellm's local price map, caching on both sides: the baseline caches its growing history "
         "(automatically for OpenAI and Gemini; with cache_control on its tools and last message for Anthropic), the middleware "
         "its stable prefix (loader, kept tools, static system text) and, for Anthropic, its last message "
-        "(`caching.anthropic_breakpoints`, on by default); a young session resends its own recorded turns with every schema "
+        "(`caching.anthropic_breakpoints`, on by default), and for Claude the tools a load brings go deferred and the "
+        "loader's answer references them (`caching.tool_references`, on by default), priced where the reference stands, as "
+        "Anthropic expands it, and out of the prefix before it; a young session resends its own recorded turns with every schema "
         "while the model's caching makes that cost no more per turn (`caching.resend_history`, on by default). Every call of a session is assumed warm (within the cache's lifetime), which "
         "favours the baseline, whose cache holds more.",
         "",
@@ -1130,7 +1146,12 @@ def _shortfalls(data: dict[str, Any]) -> list[str]:
         "which the process learns from how often a reply asks for tools (Anthropic's break-even is 28%): every BFCL turn here "
         "has one tool round, so after a few turns the call after the tool results ends its breakpoints at the user message, "
         "reading what the turn's first call wrote, and its results are billed once in full instead of written at 1.25×; a model "
-        "whose loops go on keeps them marked. Side replays of these sessions (2026-11-25, not part of "
+        "whose loops go on keeps them marked. A load does not change the prefix either: its tools are sent deferred "
+        "(`defer_loading`) and the loader answers with a reference to each (`caching.tool_references`), which Anthropic "
+        "expands where the answer stands, so the call after a load reads the whole prefix of the call before it, where the "
+        "schemas joining the tools made it write the system text and messages again at 1.25× (before 2026-12-06); the "
+        "calls after a round that only loaded schemas are counted apart, and mostly call what they loaded, so they mark their "
+        "last message. Side replays of these sessions (2026-11-25, not part of "
         "this run) measured what the memory's breakpoint and the last one gain apart. And where the prompt's opening "
         "is cached, a tool matched to the message, or sent as a companion, is left out when the model calls tools at its rank "
         "too seldom to pay for its schema against the loader round it would spare (`disclosure.cache_aware`; learned per "

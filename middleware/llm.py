@@ -14,6 +14,7 @@ import asyncio
 import functools
 import json
 import os
+import re
 import sys
 import threading
 import warnings
@@ -446,6 +447,26 @@ def caching_kind(model: str) -> Kind:
     if provider in {"openai", "azure", "text-completion-openai"}:
         return "openai"
     return "none"
+
+
+# A Claude model's family and version in its name: claude-sonnet-4-5, claude-haiku-4-5-20251001, claude-opus-5.
+_CLAUDE = re.compile(r"claude-(?:opus|sonnet|haiku)-(\d+)(?:[-.](\d)(?!\d))?")
+
+
+@functools.lru_cache(maxsize=256)
+def expands_tool_references(model: str, price_as: str | None = None) -> bool:
+    """Whether ``model``'s API expands a tool result's tool references into the deferred
+    tools they name: Anthropic's own API (litellm's ``anthropic`` route, which passes them
+    on) for Claude 4.5 and later, which run its tool search. The model called decides, not
+    the one it is priced as (an alias or an OpenAI-compatible proxy gets none: litellm drops
+    them there), but for a scripted model (``middleware.testing``), which stands for the
+    model it is priced as (``price_as``)."""
+    if model.startswith("scripted/"):
+        model = price_as or ""
+    if not model or _provider(model) != "anthropic":
+        return False
+    found = _CLAUDE.search(model.rsplit("/", 1)[-1].lower())
+    return found is not None and (int(found[1]), int(found[2] or 0)) >= (4, 5)
 
 
 @functools.lru_cache(maxsize=256)

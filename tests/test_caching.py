@@ -294,3 +294,33 @@ def test_litellm_passes_the_breakpoints_on_to_anthropic() -> None:
     assert [block.get("cache_control") for block in request["system"]] == [{"type": "ephemeral"}] * 2 + [None]
     assert request["messages"][0]["content"][0]["cache_control"] == {"type": "ephemeral"}
     assert "cache_control" not in json.dumps(request["messages"][1:])
+
+
+def test_a_deferred_tool_is_no_part_of_the_prefix_and_counts_where_a_result_references_it() -> None:
+    """Anthropic leaves a deferred tool (defer_loading) out of the prompt's prefix and expands
+    it where a tool result references it: the call after a load that references it keeps
+    the first call's blocks, reads all of them from the cache, and pays the expanded schema
+    inside the loader's answer. Loaded the classic way (the schema joins the tools) the same
+    call reads only the tools before it and writes the system text and messages again."""
+    count = lambda message: 400 if message["role"] == "system" else 10  # noqa: E731
+    loader = {"type": "function", "function": {"name": "load_tools"}, "cache_control": {"type": "ephemeral"}}
+    cat = {"type": "function", "function": {"name": "cat", "description": "show a file"}}
+    call = {"id": "c1", "type": "function", "function": {"name": "load_tools", "arguments": '{"names": ["cat"]}'}}
+    prompt = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": [{"type": "text", "text": "show", "cache_control": {}}]},
+    ]
+    first = request_parts([loader], [1100], prompt, count)
+    asked = [*prompt, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    referenced = request_parts([loader, {**cat, "defer_loading": True}], [1100, 300],
+                               [*asked, {"role": "tool", "tool_call_id": "c1", "content": [{"type": "tool_reference", "tool_name": "cat"}]}],
+                               count)  # fmt: skip
+    assert referenced[: len(first)] == first and len(referenced) == len(first) + 2
+    assert [tokens for _, tokens, _ in referenced[len(first) :]] == [10, 10 + 300]  # the schema where it is referenced
+    classic = request_parts(
+        [loader, cat], [1100, 300], [*asked, {"role": "tool", "tool_call_id": "c1", "content": "Loaded cat."}], count
+    )
+    one, two = run(SONNET, first, referenced)
+    assert one == Split(written=1510) and two == Split(read=1510, uncached=320)
+    _, three = run(SONNET, first, classic)
+    assert three == Split(read=1100, written=710, uncached=20)

@@ -283,7 +283,8 @@ class Needs:
         request = next(_text(m["content"]) for m in reversed(messages) if m["role"] == "user")
         needed = self.needs.get(request, ())
         last = messages[-1]
-        if last["role"] == "tool" and not last["content"].startswith(("Loaded", "Already", "The schema")):
+        loaded = isinstance(last["content"], list) or last["content"].startswith(("Loaded", "Already", "The schema"))
+        if last["role"] == "tool" and not loaded:  # a load answered with tool references (a Claude price) or a line
             return {"role": "assistant", "content": f"done: {last['content']}", "tool_calls": None}
         missing = [name for name, _ in needed if name not in names]
         if missing and self.load and "load_tools" in names:
@@ -1631,3 +1632,126 @@ def test_a_saved_plan_whose_counts_cannot_describe_its_names_is_refused() -> Non
     with pytest.raises(ValueError, match=r"pinned 1, stable >1e6, grown 2, loads -?>1e6 \(expected") as raised:
         DisclosedTools.restored(CATALOG, {**saved, "stable": 10**4000, "loads": -(10**30)})  # a corrupt record's numbers
     assert len(str(raised.value)) < 200
+
+
+def test_a_load_that_refers_answers_with_tool_references_and_sends_them_deferred_after_the_rest() -> None:
+    """Where a provider expands tool references (Anthropic's tool search), a load that found
+    and loaded every name asked for answers with a reference to each tool it loaded (its
+    companions too), and those tools go last, marked defer_loading: the schemas before them
+    are the ones the turn's first call sent, in the same order, so a provider's cached
+    prefix still holds."""
+    chosen = CATALOG.select({}, 1, "list files", policy(match_tools=1))
+    before = chosen.schemas()
+    answer = chosen.load_referenced({"names": ["send_message"]}, companions=lambda names: ["view_inbox"])
+    assert answer == [{"type": "tool_reference", "tool_name": "send_message"},
+                      {"type": "tool_reference", "tool_name": "view_inbox"}]  # fmt: skip
+    assert chosen.names[-2:] == ["send_message", "view_inbox"] and chosen.referenced == ["send_message", "view_inbox"]
+    after = chosen.schemas()
+    assert after[: len(before)] == before  # the prefix as the first call sent it
+    assert [schema.get("defer_loading") for schema in after[len(before) :]] == [True, True]
+    assert [schema["function"]["name"] for schema in after[len(before) :]] == ["send_message", "view_inbox"]
+    assert "send_message" in chosen  # callable from now on
+    # A plan saved between requests (the endpoint's open turn) keeps them referenced, and so does a copy.
+    restored = DisclosedTools.restored(CATALOG, json.loads(json.dumps(chosen.saved())))
+    assert restored.referenced == chosen.referenced and restored.schemas() == after
+    assert chosen.without(["ls"]).referenced == chosen.referenced
+
+
+@pytest.mark.parametrize(
+    ("asked", "why"),
+    [(["list_files"], "Not found"), (["ls"], "Already available"), ({"tools": "cat"}, "takes"), ([], "Nothing to load")],
+)
+def test_a_load_with_anything_else_to_say_answers_in_words_and_sends_what_it_loaded_in_the_prefix(asked: Any, why: str) -> None:
+    """A load that asked for a name the list lacks, one sent already, or in the wrong shape
+    answers with the same line as without references (the model needs its words), and what
+    it loaded joins the tools as always: nothing is deferred."""
+    chosen = CATALOG.select({}, 1, "list files", policy(match_tools=1))
+    arguments = asked if isinstance(asked, dict) else {"names": [*asked, "cat"] if asked else []}
+    twin = DisclosedTools.restored(CATALOG, json.loads(json.dumps(chosen.saved())))
+    answer = chosen.load_referenced(arguments)
+    assert isinstance(answer, str) and why in answer and answer == twin.load(arguments)
+    assert chosen.referenced == [] and chosen.schemas() == twin.schemas()
+    assert not any(schema.get("defer_loading") for schema in chosen.schemas())
+
+
+def test_a_load_without_room_for_a_tool_answers_in_words() -> None:
+    """Within the prompt's budget: a load that left a tool out for want of room says so in
+    words, and loads what fit the usual way."""
+    counter = SchemaCount("gpt-4o-mini").tokens
+    fresh = _bare()
+    room = counter([*fresh.schemas(), CATALOG.entries["touch"].schema]) - counter(fresh.schemas())
+    answer = fresh.load_referenced({"names": ["touch", "send_message"]}, room, counter)
+    assert isinstance(answer, str) and "no room" in answer and fresh.names == ["touch"] and fresh.referenced == []
+
+
+class Referencing(Needs):
+    """``Needs`` as a model behind Anthropic's API: it may call a tool sent, or one sent
+    deferred that a tool result references; a reference to any other tool is refused, as
+    the API refuses it (400)."""
+
+    def __call__(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+        deferred = {t["function"]["name"] for t in tools or () if t.get("defer_loading")}
+        referenced = {part["tool_name"] for m in messages if m["role"] == "tool" and isinstance(m["content"], list)
+                      for part in m["content"] if part.get("type") == "tool_reference"}  # fmt: skip
+        assert referenced <= deferred, f"tool references to tools not sent deferred: {referenced - deferred}"
+        callable_ = [t for t in tools or () if not t.get("defer_loading") or t["function"]["name"] in referenced]
+        last = messages[-1]
+        if last["role"] == "tool" and isinstance(last["content"], list):  # references: call what it needs
+            self.requests.append([t["function"]["name"] for t in callable_])
+            self.raw.append([dict(t) for t in tools or ()])
+            self.sent.append([dict(m) for m in messages])
+            return _calls(*self.needs[next(_text(m["content"]) for m in reversed(messages) if m["role"] == "user")])
+        return super().__call__(messages, callable_)
+
+
+@pytest.mark.parametrize("references", [True, False])
+def test_with_claude_a_load_answers_with_references_and_the_cached_prefix_stays(
+    managers: ManagerFactory, log_path: Path, references: bool
+) -> None:
+    """A model priced as Claude Sonnet 4.5 (tool search): the loader's answer references the
+    tool it loaded, and the next call sends the tools, system text and messages of the first
+    unchanged, the loaded tool last and deferred, so the provider reads the first call's
+    cached prefix; the tool runs and is recorded, and sent up front (not deferred) next turn.
+    With caching.tool_references off the loaded schema joins the tools as it always did."""
+    model = Referencing({"show notes.txt": [("cat", {"file_name": "notes.txt"})], "again": [("cat", {"file_name": "notes.txt"})]})
+    config = disclosing(log_path, match_tools=0, cache_aware=False).with_overrides(
+        caching={"price_as": "claude-sonnet-4-5", "tool_references": references}
+    )
+    mgr = managers(config)
+    result = mgr.chat("s", "show notes.txt", model=model.model, tools=toolset())
+    assert result.text == "done: hello" and [call.name for call in result.tool_calls] == ["cat"]
+    first, second = model.raw[0], model.raw[1]
+    answer = model.sent[1][-1]["content"]
+    if references:
+        assert answer == [{"type": "tool_reference", "tool_name": "cat"}]
+        assert second[: len(first)] == first and second[-1]["function"]["name"] == "cat" and second[-1]["defer_loading"]
+        assert model.sent[1][: len(model.sent[0]) - 1] == model.sent[0][:-1]  # the system text and messages before the last
+    else:
+        assert isinstance(answer, str) and answer.startswith("Loaded cat")
+        assert not any(tool.get("defer_loading") for tool in second)
+    mgr.chat("s", "again", model=model.model, tools=toolset())
+    assert "cat" in model.requests[-2] and not any(tool.get("defer_loading") for tool in model.raw[-2])  # stays, in the prefix
+    assert mgr.get_state("s").tool_uses.keys() == {"cat"}
+
+
+def test_litellm_passes_deferred_tools_and_tool_references_on_to_anthropic() -> None:
+    """Through litellm's own Anthropic request transformation (offline): a deferred tool keeps
+    defer_loading, the loader's answer becomes a tool_result holding the tool_reference."""
+    from middleware import llm
+
+    llm.litellm()
+    from litellm.llms.anthropic.chat.transformation import AnthropicConfig
+
+    chosen = CATALOG.select({}, 1, "list files", policy(match_tools=1))
+    answer = chosen.load_referenced({"names": ["cat"]})
+    call = {"id": "c1", "type": "function", "function": {"name": "load_tools", "arguments": '{"names": ["cat"]}'}}
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "show notes.txt"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": answer}]  # fmt: skip
+    config = AnthropicConfig()
+    params = config.map_openai_params({"tools": chosen.schemas()}, {}, "claude-sonnet-4-5", drop_params=False)
+    request = config.transform_request("claude-sonnet-4-5", messages, params, {}, {})
+    assert [(tool["name"], tool.get("defer_loading")) for tool in request["tools"]] == [
+        ("load_tools", None), ("ls", None), ("cat", True)]  # fmt: skip
+    result = request["messages"][-1]["content"][0]
+    assert result["type"] == "tool_result" and result["content"] == [{"type": "tool_reference", "tool_name": "cat"}]

@@ -66,3 +66,26 @@ def test_litellm_imported_first_gets_a_warning_that_says_how_to_stay_offline() -
     after = subprocess.run([sys.executable, "-c", "import middleware\nimport litellm\n"], env=env, capture_output=True,
                            text=True, timeout=120)  # fmt: skip
     assert after.returncode == 0 and "price map" not in after.stderr and "cost map" not in after.stderr
+
+
+@pytest.mark.parametrize(
+    ("model", "price_as", "expands"),
+    [
+        ("claude-sonnet-4-5", None, True),
+        ("anthropic/claude-haiku-4-5-20251001", None, True),
+        ("claude-opus-4-5-20251101", None, True),
+        ("anthropic/claude-sonnet-5", None, True),
+        ("claude-sonnet-4-20250514", None, False),  # Claude 4: before tool search
+        ("claude-opus-4-1-20250805", None, False),
+        ("claude-3-5-sonnet-20241022", None, False),
+        ("gpt-4o-mini", None, False),
+        ("gemini/gemini-2.5-flash", None, False),
+        ("openai/my-claude-sonnet-4-5-proxy", "claude-sonnet-4-5", False),  # called by another name: its route decides
+        ("scripted/bench", "claude-sonnet-4-5", True),  # a scripted model stands for the model it is priced as
+        ("scripted/bench", None, False),
+    ],
+)
+def test_tool_references_go_to_claude_models_with_tool_search_only(model: str, price_as: str | None, expands: bool) -> None:
+    """Anthropic expands tool references for Claude 4.5 and later (its tool search); the
+    model called decides, by litellm's price map or its name."""
+    assert llm.expands_tool_references(model, price_as) is expands

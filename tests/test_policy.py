@@ -476,3 +476,20 @@ def test_a_reset_session_counts_its_turns_in_the_pace_again() -> None:
             planner.forget("s")
         _later(planner, 2, "s")
         assert _first_turn_sends_every_schema(planner, "first") is not reset
+
+
+def test_the_calls_after_a_load_are_counted_apart_and_among_the_calls_after_results() -> None:
+    """A call after a round that only loaded schemas is mostly followed (the model calls what
+    it asked for), where a call after tool results mostly ends the turn: the odds where a
+    breakpoint ends are learned apart for it, and it still counts among the calls after
+    results, so the calls a turn is expected to make (``follow``) do not move."""
+    odds, plain = LoopOdds(), LoopOdds()
+    for _ in range(4):
+        odds.note(True, False)
+        plain.note(True, False)
+    for _ in range(3):
+        odds.note(True, True, loaded=True)
+        plain.note(True, True)
+    assert odds.chance(True, loaded=True) == pytest.approx(4 / 5)  # 1 of 2 before, 3 of 3 since
+    assert odds.chance(True) == plain.chance(True) == pytest.approx(4 / 9) and odds.follow() == plain.follow()
+    assert worth_writing(SONNET, odds.chance(True, loaded=True)) and odds.chance(False, loaded=True) == odds.chance(False)

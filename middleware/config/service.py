@@ -81,6 +81,11 @@ class CachingConfig(Section):
     # unmarked). Off only for a server that refuses cache_control behind a Claude price
     # (caching.price_as).
     anthropic_breakpoints: bool = True
+    # Anthropic models with tool search (Claude 4.5 and later, called by that name), their
+    # requests marked: the tools the loader loads are sent deferred (defer_loading) and named
+    # in its answer as tool references, which the provider expands there, so the tools and
+    # system text before them are still read from the cache.
+    tool_references: bool = True
     # Price the figures (and choose the caching rules, which disclosure.cache_aware follows)
     # as this model instead of the one called: for aliases, proxies and self-hosted names
     # litellm has no price for.

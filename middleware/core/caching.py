@@ -235,7 +235,7 @@ def _marked(message: Mapping[str, Any]) -> bool:
 
 def _text(content: Any) -> str:
     if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+        return "".join(str(part.get("text", part.get("tool_name", ""))) for part in content if isinstance(part, Mapping))
     return content if isinstance(content, str) else ""
 
 
@@ -320,6 +320,15 @@ def _system_blocks(
     return out
 
 
+def _referenced(content: Any, deferred: Mapping[str, int]) -> int:
+    """The tokens of the deferred schemas a message's tool references name (``deferred``:
+    their sizes by name), expanded where they stand."""
+    if not isinstance(content, list):
+        return 0
+    return sum(deferred.get(str(part.get("tool_name")), 0) for part in content
+               if isinstance(part, Mapping) and part.get("type") == "tool_reference")  # fmt: skip
+
+
 def request_parts(
     tools: Sequence[Mapping[str, Any]] | None,
     tool_sizes: Sequence[int],
@@ -335,13 +344,19 @@ def request_parts(
     system message as its static prefix and the rest, then each message (``count`` gives
     its tokens), then ``priming`` (the reply priming) as a part of its own. Each identity
     names that part's own text, not the prefix that ends with it; the priming is named
-    "priming". Breakpoints are where the request carries ``cache_control``."""
+    "priming". Breakpoints are where the request carries ``cache_control``. A deferred tool
+    (``defer_loading``) is no part of the prefix: its schema counts where a tool result
+    references it (``tool_reference``), as Anthropic expands it there."""
     parts: list[tuple[object, int, bool]] = []
+    deferred: dict[str, int] = {}
     for tool, size in zip(tools or (), tool_sizes, strict=True):
+        if tool.get("defer_loading"):
+            deferred[str((tool.get("function") or {}).get("name"))] = size
+            continue
         identity = repr(sorted((k, repr(v)) for k, v in tool.items() if k != "cache_control"))
         parts.append((identity, size, "cache_control" in tool))
     for index, message in enumerate(messages):
-        tokens, text = count(message), _text(message.get("content"))
+        tokens, text = count(message) + _referenced(message.get("content"), deferred), _text(message.get("content"))
         if index == 0 and message.get("role") == "system" and static_prefix and text.startswith(static_prefix):
             parts += _system_blocks(message, text, tokens, count, static_prefix=static_prefix, static_tokens=static_tokens)
             continue

@@ -199,14 +199,17 @@ def worth_sending(rules: Rules, chance: float, *, schema: int, shared: int, rest
 class LoopOdds:
     """How often a call that offers tools is followed by another call of the same turn (its
     reply asked for tools), counted apart for a turn's first call and for the calls after
-    tool results. Each starts as if one call of each kind had been seen (even odds), so a
-    process starts out writing, as a model that runs long tool loops needs."""
+    tool results, and among those apart again for the calls after a round that only loaded
+    schemas (a model that asked for tools mostly calls them next). Each starts as if one
+    call of each kind had been seen (even odds), so a process starts out writing, as a model
+    that runs long tool loops needs."""
 
     def __init__(self) -> None:
-        self._seen = {False: [1, 2], True: [1, 2]}  # after tool results -> [followed, calls]
+        # after tool results (and whether they only loaded schemas) -> [followed, calls]
+        self._seen = {False: [1, 2], True: [1, 2], "loaded": [1, 2]}
 
-    def chance(self, after_results: bool) -> float:
-        followed, calls = self._seen[after_results]
+    def chance(self, after_results: bool, *, loaded: bool = False) -> float:
+        followed, calls = self._seen["loaded" if after_results and loaded else after_results]
         return followed / calls
 
     def follow(self) -> float:
@@ -214,10 +217,11 @@ class LoopOdds:
         chance, each later one with another (capped, so a model that always loops counts 20)."""
         return self.chance(False) / (1 - min(self.chance(True), 0.95))
 
-    def note(self, after_results: bool, followed: bool) -> None:
-        counts = self._seen[after_results]
-        counts[0] += followed
-        counts[1] += 1
+    def note(self, after_results: bool, followed: bool, *, loaded: bool = False) -> None:
+        for key in (after_results, "loaded") if after_results and loaded else (after_results,):
+            counts = self._seen[key]
+            counts[0] += followed
+            counts[1] += 1
 
 
 class RunningMean:

@@ -175,9 +175,9 @@ class Engine:
         return self._planner.plan(session_id, message, model=self._ops.model(model) or self._config.model, toolset=toolset, exact=exact,
                                   disclose=disclose, loaded=loaded, system=system, saved=saved)  # fmt: skip
 
-    def call_made(self, call: CallMade, *, after_results: bool, offered: bool) -> dict[str, Any]:
+    def call_made(self, call: CallMade, *, after_results: bool, offered: bool, loaded: bool = False) -> dict[str, Any]:
         """Report one call of a turn (see ``TurnPlanner.made``); its usage line."""
-        return self._planner.made(call, after_results=after_results, offered=offered)
+        return self._planner.made(call, after_results=after_results, offered=offered, loaded=loaded)
 
     def record_planned(
         self, plan: TurnPlan, turn: Turn, *, ended: bool, billed: Mapping[str, Any] | None,

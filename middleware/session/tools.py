@@ -124,6 +124,13 @@ class ToolPlanner:
         """The tool policy for calls to ``model``."""
         return ToolPolicy(self._rules(model), self.config.caching.anthropic_breakpoints, self.counter, self._static_tokens)
 
+    def refers(self, model: str) -> bool:
+        """Whether a turn to ``model`` has the loader's answers reference what they load
+        (``caching.tool_references``): an Anthropic model with tool search called, its
+        requests marked."""
+        caching = self.config.caching
+        return caching.tool_references and self.policy(model).marks and llm.expands_tool_references(model, caching.price_as)
+
     def select(
         self, catalog: Catalog, state: SessionState, message: str, *, policy: ToolPolicy, whole_tokens: int, exact: bool = False,
         vector: Sequence[float] = (), budget: int | None = None,
@@ -182,9 +189,10 @@ class ToolPlanner:
         self._paced.forget(session_id)
         self._whole_at.forget(session_id)
 
-    def note_call(self, after_results: bool, followed: bool) -> None:
-        """One call that offered tools, and whether its reply asked for them."""
-        self.loop_odds.note(after_results, followed)
+    def note_call(self, after_results: bool, followed: bool, *, loaded: bool = False) -> None:
+        """One call that offered tools (``loaded``: after a round that only loaded schemas),
+        and whether its reply asked for them."""
+        self.loop_odds.note(after_results, followed, loaded=loaded)
 
     def note_matches(self, selected: DisclosedTools, called: Iterable[str]) -> None:
         """A turn that ended normally: which of the tools matched up front it called."""

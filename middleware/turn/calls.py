@@ -29,9 +29,10 @@ CLEARED = "[…cut to fit the token budget…]"
 ANSWER_ROOM = 100
 
 
-def answered(call: PendingCall, text: str) -> ToolOutcome:
-    """A tool message the turn answers itself, not remembered as a tool call."""
-    return ToolOutcome(message={"role": "tool", "tool_call_id": call.id, "content": text}, record=None)
+def answered(call: PendingCall, content: str | list[dict[str, str]]) -> ToolOutcome:
+    """A tool message the turn answers itself (its text, or the tool references of a load),
+    not remembered as a tool call."""
+    return ToolOutcome(message={"role": "tool", "tool_call_id": call.id, "content": content}, record=None)
 
 
 class Calls:
@@ -57,7 +58,7 @@ class Calls:
 
     def request(self) -> Request:
         """The next call's request (see ``TurnPlan.request``)."""
-        request = self.plan.request(self.loop.messages, marked=self.marked)
+        request = self.plan.request(self.loop.messages, marked=self.marked, loaded=self.extra)
         self.marked = request.tail
         return request
 
@@ -73,7 +74,8 @@ class Calls:
                         priced=priced, prompt=plan.prompt, sent=request.messages, schemas=request.schemas, reply=reply,
                         usage=usage, latency=latency, full_tokens=full, tools=plan.tools_line(request.schemas),
                         static_prefix=plan.static_prefix, error=error)  # fmt: skip
-        line = self.engine.call_made(call, after_results=len(request.messages) > prompt_length, offered=bool(request.schemas))
+        line = self.engine.call_made(call, after_results=len(request.messages) > prompt_length, offered=bool(request.schemas),
+                                     loaded=self.extra)  # fmt: skip
         if self.first is None:
             self.first = {"tools": line.get("tools"), "cache": line.get("cache")}
         self.step += 1
@@ -94,11 +96,11 @@ class Calls:
     def answer(self, call: PendingCall, problem: Callable[[str, Any], str | None]) -> ToolOutcome | None:
         """The turn's own answer to ``call`` (the loader, a tool whose schema was not sent),
         or None when it is to be run."""
-        text = self.plan.answer(call, problem, self._room)
-        if text is None:
+        content = self.plan.answer(call, problem, self._room)
+        if content is None:
             return None
         self.answered.append(call_key(self._round(), call.id))
-        return answered(call, text)
+        return answered(call, content)
 
     def _room(self) -> int | None:
         """The tokens the budget leaves beside the next call's messages and schemas, its tool

@@ -69,6 +69,8 @@ class TurnPlan:
     resent: bool = False  # the prompt resends the session's history: the next turn reads all of it
     # How often this process has seen a call followed by another of its turn: where breakpoints end.
     loop_odds: LoopOdds = dataclasses.field(default_factory=LoopOdds)
+    # The loader's answers reference what they load, sent deferred (caching.tool_references).
+    refers: bool = False
     # Given tools, those usually called with them (disclosure.co_use_tools): a load adds the loaded ones'.
     companions: Callable[[Sequence[str]], Sequence[str]] | None = None
 
@@ -81,18 +83,18 @@ class TurnPlan:
         """The schemas of the next call: the disclosed ones, or every one."""
         return self.tools.schemas() if self.tools is not None else list(self.every) or None
 
-    def request(self, messages: Sequence[Mapping[str, Any]], *, marked: int | None) -> Request:
+    def request(self, messages: Sequence[Mapping[str, Any]], *, marked: int | None, loaded: bool = False) -> Request:
         """The next call's request: ``messages`` (the prompt, then the tool loop so far) with
         the schemas and, where the policy places them, the breakpoints: the tools that stay,
         the static system text (or the notes and keys set earlier after it), the memory that
         changes only now and then, and the last message when another call of the turn is
-        likely enough (``loop_odds``) to read it, else where the previous call's ended
-        (``marked``)."""
+        likely enough (``loop_odds``; ``loaded``: the last round only loaded schemas) to read
+        it, else where the previous call's ended (``marked``)."""
         sent, schemas = [dict(m) for m in messages], self.schemas()
         if not self.policy.marks:
             return Request(sent, schemas, None)
         stable = self.tools.stable_tools if self.tools is not None else len(schemas or ())
-        chance = self.loop_odds.chance(len(sent) > len(self.prompt.messages)) if schemas else 0.0
+        chance = self.loop_odds.chance(len(sent) > len(self.prompt.messages), loaded=loaded) if schemas else 0.0
         # A resent history is read by the next turn as well: its calls end their breakpoints at their last message.
         tail = len(sent) - 1 if self.resent else self.policy.tail(chance, marked=marked, last=len(sent) - 1)
         sent, schemas = with_breakpoints(sent, schemas, static_prefix=self.static_prefix, stable_tools=stable,
@@ -102,7 +104,7 @@ class TurnPlan:
 
     def answer(
         self, call: PendingCall, problem: Callable[[str, Any], str | None], room: Callable[[], int | None] | None = None
-    ) -> str | None:
+    ) -> str | list[dict[str, str]] | None:
         """What the turn answers itself for ``call``, or None when the call is to be run (by
         the entrance's tools, or the client's). The loader's calls are answered with what
         they loaded; a known tool called without its schema is loaded, and run when its
@@ -110,13 +112,16 @@ class TurnPlan:
         else answered with a line that says what did not fit: never an opaque error. With
         ``room`` (the tokens the budget has left, asked only when a schema would join), only
         schemas that fit join: the loader says which had no room, and a tool called without
-        its schema and without room for it does not run."""
+        its schema and without room for it does not run. Where the plan ``refers``, a load that
+        found and loaded every name asked for is answered with references to what it loaded
+        (``DisclosedTools.load_referenced``)."""
         tools = self.tools
         if tools is None:
             return None
         if call.name == tools.catalog.loader_name:
-            return tools.load(arguments_of(call.arguments), room() if room else None, self.policy.counter.tokens,
-                              companions=self.companions)  # fmt: skip
+            load = tools.load_referenced if self.refers else tools.load
+            return load(arguments_of(call.arguments), room() if room else None, self.policy.counter.tokens,
+                        companions=self.companions)  # fmt: skip
         if call.name in tools.catalog and call.name not in tools:
             added, _, _ = tools.add_within([call.name], room() if room else None, self.policy.counter.tokens)
             if not added:

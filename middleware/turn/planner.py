@@ -79,6 +79,7 @@ class TurnPlanner:
         plan = TurnPlan(session_id=session_id, message=message, model=model, prompt=prompt, policy=policy, static_prefix=static,
                         every=tuple(every), full_tools_tokens=whole, tools=disclosed,
                         max_rounds=self.config.max_tool_rounds, loop_odds=tools.loop_odds, schema_tokens=extra,
+                        refers=disclosed is not None and tools.refers(model),
                         companions=functools.partial(tools.companions, catalog) if catalog is not None else None)  # fmt: skip
         if not saved and state.turns == self.config.recent.turns + 1:  # the session's first turn past the window
             self._note_memory(session_id, prompt)
@@ -210,11 +211,12 @@ class TurnPlanner:
         kept = () if decision.whole else tuple(plan.tools.kept)
         return dataclasses.replace(plan, tools=None if decision.whole else disclosed, selected=selected, kept=kept)
 
-    def made(self, call: CallMade, *, after_results: bool, offered: bool) -> dict[str, Any]:
+    def made(self, call: CallMade, *, after_results: bool, offered: bool, loaded: bool = False) -> dict[str, Any]:
         """Report one call: learn whether a call that ``offered`` tools was followed by
-        another (``after_results``: it came after tool results), and write its usage line."""
+        another (``after_results``: it came after tool results; ``loaded``: results that only
+        loaded schemas), and write its usage line."""
         if offered and call.error is None:
-            self.tools.note_call(after_results, bool(call.reply.get("tool_calls")))
+            self.tools.note_call(after_results, bool(call.reply.get("tool_calls")), loaded=loaded)
         return self.sink.made(call)
 
     def finish(self, plan: TurnPlan, turn: Turn, *, ended: bool) -> None:

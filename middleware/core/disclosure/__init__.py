@@ -38,7 +38,8 @@ arguments do not fit, loaded with a one-line answer: never an opaque error.
 
 from __future__ import annotations
 
-from .catalog import LOADER_DESCRIPTION, Catalog, DisclosedTools, Uses, baseline_messages
+from .baseline import baseline_messages
+from .catalog import LOADER_DESCRIPTION, Catalog, DisclosedTools, Uses
 from .groups import ToolEntry, auto_groups, entry_of, shared_preamble
 from .odds import CoUse, MatchOdds
 

@@ -13,13 +13,12 @@ from typing import Any
 
 from ...config.sections import DisclosureConfig
 from ..lexical import Bm25, tokens
-from ..replies import call_key
 from ..state import is_tool_name
 from ..text import one_line, quoted
 from .groups import ToolEntry, description_of, shared_preamble, without_preamble
 from .odds import CoUse
 
-__all__ = ["LOADER_DESCRIPTION", "Catalog", "DisclosedTools", "Uses", "baseline_messages"]
+__all__ = ["LOADER_DESCRIPTION", "Catalog", "DisclosedTools", "Uses"]
 
 # Tool name -> (order key of when it was first sent in its current run of use, last turn used).
 Uses = Mapping[str, tuple[int, int]]
@@ -288,6 +287,7 @@ class DisclosedTools:
     # the model needed.
     following: list[str] = field(default_factory=list)
     loads: int = 0  # the loader calls this turn that named tools (a call of the wrong shape is not counted)
+    referenced: list[str] = field(default_factory=list)  # what the loader's answers referenced (load_referenced)
 
     def __contains__(self, name: object) -> bool:
         return name in self.names
@@ -305,15 +305,19 @@ class DisclosedTools:
     def schemas(self) -> list[dict[str, Any]]:
         """The loader first, then the disclosed tools in the order they were disclosed; with
         ``share_preambles``, a tool after the first of its group without the group's shared
-        opening (a tool's schema depends only on those before it: the prefix stays put)."""
-        catalog, opened = self.catalog, set()
-        out = [catalog.loader_schema]
+        opening (a tool's schema depends only on those before it: the prefix stays put). The
+        ``referenced`` ones come last, marked ``defer_loading``."""
+        catalog, opened, referenced = self.catalog, set(), set(self.referenced)
+        out, deferred = [catalog.loader_schema], []
         for name in self.names:
             entry = catalog.entries[name]
             shorter = catalog.shortened.get(name) if self.share_preambles and entry.group in opened else None
             opened.add(entry.group)
-            out.append(dict(shorter or entry.schema))
-        return out
+            if name in referenced:
+                deferred.append({**(shorter or entry.schema), "defer_loading": True})
+            else:
+                out.append(dict(shorter or entry.schema))
+        return out + deferred
 
     def drop(self, names: Iterable[str]) -> None:
         """Send none of ``names`` after all, where they come after the tools that stay."""
@@ -322,7 +326,7 @@ class DisclosedTools:
 
     def without(self, names: Iterable[str]) -> DisclosedTools:
         """A copy that sends none of ``names``, where they come after the tools that stay."""
-        copy = dataclasses.replace(self, names=list(self.names), loaded=list(self.loaded))
+        copy = dataclasses.replace(self, names=list(self.names), loaded=list(self.loaded), referenced=list(self.referenced))
         copy.drop(names)
         return copy
 
@@ -332,7 +336,7 @@ class DisclosedTools:
         return {"names": self.names, "stable": self.stable, "loaded": self.loaded, "share": self.share_preambles,
                 "grown": self.grown, "growing": self.growing, "pinned": self.pinned, "ranked": self.ranked,
                 "companions": self.companions, "settled": self.settled, "following": self.following,
-                "loads": self.loads}  # fmt: skip
+                "loads": self.loads, "referenced": self.referenced}  # fmt: skip
 
     @classmethod
     def restored(cls, catalog: Catalog, saved: Mapping[str, Any]) -> DisclosedTools:
@@ -365,7 +369,7 @@ class DisclosedTools:
                        ranked=[str(n) for n in saved["ranked"] if n in catalog],
                        companions=[str(n) for n in saved["companions"] if n in catalog], settled=bool(saved["settled"]),
                        following=[str(n) for n in saved.get("following") or () if n in catalog],
-                       loads=loads)  # fmt: skip
+                       loads=loads, referenced=[str(n) for n in saved.get("referenced") or () if n in kept])  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a saved tool plan of the wrong shape: {type(exc).__name__}") from None
 
@@ -393,11 +397,32 @@ class DisclosedTools:
         ``following``), within what is left: the model's own choice did not find what it
         needed the first time. A load that left a tool it asked for out (no room) adds
         neither companions nor matches: what room is left goes to none of them."""
+        return self._load(arguments, room, count, companions)[0]
+
+    def load_referenced(
+        self, arguments: Any, room: int | None = None, count: Callable[[list[dict[str, Any]]], int] | None = None,
+        companions: Callable[[Sequence[str]], Sequence[str]] | None = None,
+    ) -> str | list[dict[str, str]]:  # fmt: skip
+        """As ``load``, for a provider that expands a tool reference where an answer holds it
+        (Anthropic's ``tool_reference``): where every name asked for was found and loaded,
+        the answer references what it loaded, sent deferred (``referenced``) after the rest."""
+        text, loaded, clean = self._load(arguments, room, count, companions)
+        if not (clean and loaded):
+            return text
+        self.referenced.extend(loaded)
+        return [{"type": "tool_reference", "tool_name": name} for name in loaded]
+
+    def _load(
+        self, arguments: Any, room: int | None, count: Callable[[list[dict[str, Any]]], int] | None,
+        companions: Callable[[Sequence[str]], Sequence[str]] | None,
+    ) -> tuple[str, list[str], bool]:  # fmt: skip
+        """``load``'s answer, what it loaded, and whether it has nothing else to say."""
         requested = arguments.get("names") if isinstance(arguments, Mapping) else None
         if isinstance(requested, str):
             requested = [requested]
         if not isinstance(requested, list) or not all(isinstance(n, str) for n in requested):
-            return f'{self.catalog.loader_name} takes {{"names": [tool or group names]}}; see its description for the names.'
+            return (f'{self.catalog.loader_name} takes {{"names": [tool or group names]}}; see its description for the names.',
+                    [], False)  # fmt: skip
         found, unknown = self.catalog.resolve(requested)
         already = [name for name in found if name in self.names]
         searching = self.loads > 0  # this turn called the loader before, and asks again
@@ -429,7 +454,7 @@ class DisclosedTools:
             parts.append(f"Already available: {_names(already)}.")
         if unknown:
             parts.append(f"Not found: {_names(unknown)}; the names are in {self.catalog.loader_name}'s description.")
-        return " ".join(parts) or "Nothing to load."
+        return " ".join(parts) or "Nothing to load.", [*new, *extra, *matched], not (over or already or unknown)
 
     def add_within(
         self, names: Sequence[str], room: int | None, count: Callable[[list[dict[str, Any]]], int] | None
@@ -473,23 +498,3 @@ def listed(name: str) -> str:
 def _names(names: Sequence[str]) -> str:
     shown = ", ".join(one_line(name, 80) for name in names[:_MAX_ECHO])
     return shown + (f" and {len(names) - _MAX_ECHO} more" if len(names) > _MAX_ECHO else "")
-
-
-def baseline_messages(loop: Sequence[Mapping[str, Any]], ran: Iterable[str]) -> list[Mapping[str, Any]]:
-    """A turn's tool-loop messages as a chatbot that sends every schema would have them: only
-    the calls that ran (``ran``: by ``replies.call_key``, round and id, as a model may number
-    its calls afresh each round) and their results, without the loader's calls and the
-    answers about unsent schemas."""
-    keys, round_ = set(ran), -1
-    out: list[Mapping[str, Any]] = []
-    for message in loop:
-        if message.get("role") == "assistant":
-            round_ += 1
-            if message.get("tool_calls"):
-                kept = [call for call in message["tool_calls"] if call_key(round_, str(call.get("id"))) in keys]
-                if kept or message.get("content"):
-                    out.append({**message, "tool_calls": kept or None})
-                continue
-        if message.get("role") != "tool" or call_key(round_, str(message.get("tool_call_id"))) in keys:
-            out.append(message)
-    return out
