@@ -349,10 +349,12 @@ class ToolList(list):  # type: ignore[type-arg]
                 arguments = None
         before = len(self.disclosed.names)
         answer = self.disclosed.load(arguments, companions=self.companions)
+        added = self.disclosed.names[before:]
         if self.callables:
-            self.extend(self.originals[name] for name in self.disclosed.names[before:])
+            self.extend(self.originals[name] for name in added)
         else:  # as chat() sends them: a group's shared opening only in the first of its tools sent
-            self.extend(self.disclosed.schemas()[1 + before :])
+            sent = {schema["function"]["name"]: schema for schema in self.disclosed.schemas()}
+            self.extend(sent[name] for name in added)
         return answer
 
 

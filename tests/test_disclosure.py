@@ -1755,3 +1755,15 @@ def test_litellm_passes_deferred_tools_and_tool_references_on_to_anthropic() -> 
         ("load_tools", None), ("ls", None), ("cat", True)]  # fmt: skip
     result = request["messages"][-1]["content"][0]
     assert result["type"] == "tool_result" and result["content"] == [{"type": "tool_reference", "tool_name": "cat"}]
+
+
+def test_a_referenced_tool_opens_no_group_of_the_prefix() -> None:
+    """A tool loaded by reference is expanded among the messages, not in the tools: a tool of
+    its group that joins the tools after it (called without its schema, say) still states the
+    group's shared opening there, where the prefix has none yet."""
+    disclosed = _preamble_catalog().select({}, 1, "", DisclosureConfig(match_tools=0))
+    assert disclosed.load_referenced({"names": ["cat"]}) == [{"type": "tool_reference", "tool_name": "cat"}]
+    disclosed.unsent("rm", "called without its schema")
+    prefix = [s["function"]["description"] for s in disclosed.schemas() if not s.get("defer_loading")][1:]
+    deferred = [s["function"]["description"] for s in disclosed.schemas() if s.get("defer_loading")]
+    assert prefix == [_PREAMBLE + "Remove a file."] and deferred == [_PREAMBLE + "Show a file."]

@@ -2,7 +2,8 @@
 litellm's own Anthropic route, against a stand-in for Anthropic's Messages API on loopback that
 keeps Anthropic's rules for deferred tools (a reference must name a tool sent with
 ``defer_loading``, or the request is refused with a 400; a deferred tool is callable only once a
-tool result references it)."""
+tool result references it). litellm reaches it as it reaches Anthropic's API, by the
+environment (``ANTHROPIC_API_BASE``): a call given an ``api_base`` of its own gets no references."""
 
 from __future__ import annotations
 
@@ -75,7 +76,9 @@ def anthropic_app(requests: list[dict[str, Any]]) -> Any:
             return JSONResponse({"type": "error", "error": error}, status_code=400)
         callable_ = {tool["name"] for tool in tools if not tool.get("defer_loading")} | referenced
         last = blocks(turns[-1]["content"])[-1]
-        if last.get("type") == "tool_result" and not any(p.get("type") == "tool_reference" for p in blocks(last["content"])):
+        asked = [block["name"] for turn in turns if turn["role"] == "assistant" for block in blocks(turn["content"])
+                 if block.get("type") == "tool_use"]  # fmt: skip
+        if last.get("type") == "tool_result" and asked[-1] != LOADER:
             content = [{"type": "text", "text": f"done: {blocks(last['content'])[0]['text']}"}]
         elif "notes" in callable_:
             content = [
@@ -129,6 +132,7 @@ def provider(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "unused")
     requests: list[dict[str, Any]] = []
     with serving(anthropic_app(requests)) as url:
+        monkeypatch.setenv("ANTHROPIC_API_BASE", url)
         yield url, requests
 
 
@@ -136,31 +140,35 @@ def test_chat_loads_a_tool_by_reference_and_keeps_the_prefix(provider: Any) -> N
     """Through chat(): the loader's answer reaches Anthropic as a tool_result holding a
     tool_reference to the deferred tool, the call after it sends the first call's prefix
     again, and the tool runs; the next turn sends it up front, not deferred."""
-    url, requests = provider
+    _, requests = provider
     with SessionManager(config()) as mgr:
-        result = mgr.chat("s", "show a.txt", model=MODEL, tools=[notes, inbox], api_base=url, api_key="unused")
+        result = mgr.chat("s", "show a.txt", model=MODEL, tools=[notes, inbox])
         assert result.text == "done: contents of a.txt" and [call.name for call in result.tool_calls] == ["notes"]
         assert_referenced(requests)
-        mgr.chat("s", "and again", model=MODEL, tools=[notes, inbox], api_base=url, api_key="unused")
+        mgr.chat("s", "and again", model=MODEL, tools=[notes, inbox])
     assert [(tool["name"], tool.get("defer_loading")) for tool in requests[3]["tools"]] == [(LOADER, None), ("notes", None)]
 
 
-def test_without_tool_references_the_loaded_schema_joins_the_tools(provider: Any) -> None:
-    """caching.tool_references off: the loader answers in words and the loaded schema joins the
-    tools, as before."""
+def test_off_or_through_an_api_base_the_loaded_schema_joins_the_tools(provider: Any) -> None:
+    """caching.tool_references off, or a call given an api_base of its own (a gateway that may not
+    pass them on): the loader answers in words and the loaded schema joins the tools, as before."""
     url, requests = provider
     with SessionManager(config(tool_references=False)) as mgr:
-        mgr.chat("s", "show a.txt", model=MODEL, tools=[notes, inbox], api_base=url, api_key="unused")
-    assert [tool["name"] for tool in requests[1]["tools"]] == [LOADER, "notes"]
-    assert not any(tool.get("defer_loading") for tool in requests[1]["tools"])
-    assert blocks(requests[1]["messages"][-1]["content"][0]["content"])[0]["text"].startswith("Loaded notes")
+        mgr.chat("s", "show a.txt", model=MODEL, tools=[notes, inbox])
+    with SessionManager(config()) as mgr:
+        mgr.chat("s", "show a.txt", model=MODEL, tools=[notes, inbox], api_base=url)
+    assert len(requests) == 6
+    for loaded in (requests[1], requests[4]):
+        assert [tool["name"] for tool in loaded["tools"]] == [LOADER, "notes"]
+        assert not any(tool.get("defer_loading") for tool in loaded["tools"])
+        assert blocks(loaded["messages"][-1]["content"][0]["content"])[0]["text"].startswith("Loaded notes")
 
 
 def test_the_endpoint_loads_by_reference_as_chat_does(provider: Any) -> None:
     """Through the endpoint, an OpenAI client sending its tools: the loader round it never sees
     goes upstream by reference, and the client gets the tool call, runs it and gets the answer."""
-    url, requests = provider
-    served = config().with_overrides(serve={"models": {"claude": {"model": MODEL, "api_base": url}}})
+    _, requests = provider
+    served = config().with_overrides(serve={"models": {"claude": {"model": MODEL}}})
     tools = [
         {"type": "function", "function": schema(notes)["function"]},
         {"type": "function", "function": schema(inbox)["function"]},
@@ -178,3 +186,77 @@ def test_the_endpoint_loads_by_reference_as_chat_does(provider: Any) -> None:
                                                extra_headers={"X-Session-Id": "s"}).choices[0].message  # fmt: skip
     assert final.content == "done: contents of a.txt"
     assert_referenced(requests)
+
+
+def test_a_waiting_turn_resumed_without_the_referenced_tool_answers_the_load_in_words(provider: Any) -> None:
+    """The endpoint keeps a turn waiting for the client's tool results with its loop, the
+    loader's references included. A client whose next request no longer offers the tool
+    referenced (its tool list changed) gets its turn finished: the reference goes upstream in
+    words, which Anthropic accepts, where a reference to a tool not sent deferred is refused."""
+    _, requests = provider
+    served = config().with_overrides(serve={"models": {"claude": {"model": MODEL}}})
+    tools = [{"type": "function", "function": schema(function)["function"]} for function in (notes, inbox)]
+    with serving(create_app(served)) as endpoint:
+        client = openai.OpenAI(base_url=f"{endpoint}/v1", api_key="unused", max_retries=0)
+        history: list[dict[str, Any]] = [{"role": "user", "content": "show a.txt"}]
+        first = client.chat.completions.create(model="claude", messages=history, tools=tools,  # type: ignore[arg-type]
+                                               extra_headers={"X-Session-Id": "w"}).choices[0].message  # fmt: skip
+        assert first.tool_calls
+        call = first.tool_calls[0]
+        history += [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                    {"role": "tool", "tool_call_id": call.id, "content": "contents of a.txt"}]  # fmt: skip
+        final = client.chat.completions.create(model="claude", messages=history, tools=tools[1:],  # type: ignore[arg-type]
+                                               extra_headers={"X-Session-Id": "w"}).choices[0].message  # fmt: skip
+    assert final.content == "done: contents of a.txt"
+    answered = requests[-1]["messages"][-3]["content"][0]  # the loader's answer, before the tool's call and result
+    assert answered["type"] == "tool_result" and blocks(answered["content"])[0]["text"].startswith("Loaded notes")
+    assert not any(tool.get("defer_loading") for tool in requests[-1]["tools"])
+
+
+def test_a_wrapped_chatbot_is_handed_loads_in_words(provider: Any) -> None:
+    """A wrapped chatbot makes its own calls, through a client the middleware does not know:
+    its loads are answered in words and the loaded schema joins the tools it is handed, even
+    for a Claude model."""
+    import litellm
+
+    _, requests = provider
+    handed: list[list[str]] = []
+
+    def bot(messages: list[dict[str, Any]], *, tools: Any = None, model: str, **kw: Any) -> Any:
+        handed.append([tool["function"]["name"] for tool in tools or ()])
+        return litellm.completion(model=model, messages=messages, tools=list(tools) if tools else None)
+
+    with SessionManager(config()) as mgr:
+        mgr.wrap(bot)("s", "show a.txt", tools=[schema(notes), schema(inbox)], model=MODEL)
+    assert handed[:2] == [[LOADER], [LOADER, "notes"]]
+    assert not any(tool.get("defer_loading") for body in requests for tool in body["tools"])
+    assert blocks(requests[1]["messages"][-1]["content"][0]["content"])[0]["text"].startswith("Loaded notes")
+
+
+def test_the_call_after_a_load_is_weighed_and_counted_apart(provider: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where its breakpoints end, the call after a round that only loaded schemas is weighed by
+    how often such calls were followed, and counted among them once made (``LoopOdds``); the
+    other calls are not."""
+    from middleware.core.policy import LoopOdds
+
+    seen: list[tuple[str, bool, bool]] = []
+    chance, note = LoopOdds.chance, LoopOdds.note
+
+    def weighed(self: LoopOdds, after_results: bool, *, loaded: bool = False) -> float:
+        seen.append(("chance", after_results, loaded))
+        return chance(self, after_results, loaded=loaded)
+
+    def counted(self: LoopOdds, after_results: bool, followed: bool, *, loaded: bool = False) -> None:
+        seen.append(("note", after_results, loaded))
+        note(self, after_results, followed, loaded=loaded)
+
+    monkeypatch.setattr(LoopOdds, "chance", weighed)
+    monkeypatch.setattr(LoopOdds, "note", counted)
+    with SessionManager(config()) as mgr:
+        mgr.chat("s", "show a.txt", model=MODEL, tools=[notes, inbox])
+    assert [entry for entry in seen if entry[0] == "note"] == [
+        ("note", False, False),
+        ("note", True, True),
+        ("note", True, False),
+    ]
+    assert ("chance", True, True) in seen and seen.count(("chance", True, True)) == 1

@@ -81,7 +81,8 @@ class CachingConfig(Section):
     # unmarked). Off only for a server that refuses cache_control behind a Claude price
     # (caching.price_as).
     anthropic_breakpoints: bool = True
-    # Anthropic models with tool search (Claude 4.5 and later, called by that name), their
+    # Anthropic models with tool search (Claude 4.5 and later, called by that name on
+    # Anthropic's API from chat() or the endpoint, with no api_base of the call's own), their
     # requests marked: the tools the loader loads are sent deferred (defer_loading) and named
     # in its answer as tool references, which the provider expands there, so the tools and
     # system text before them are still read from the cache.

@@ -275,7 +275,8 @@ class Endpoint:
                                       param="n")  # fmt: skip
         try:
             exchange = await self._run(turns.begin(chat.session, chat.messages, chat.tools, upstream,
-                                                         tool_choice=chat.options.get("tool_choice")))  # fmt: skip
+                                                         tool_choice=chat.options.get("tool_choice"),
+                                                         refer=not chat.options.get("api_base")))  # fmt: skip
         except InvalidSessionIdError as exc:
             raise InvalidRequestError(f"{chat.session_from}: {exc}", param=chat.session_from) from None
         request.state.lines = exchange.calls.lines

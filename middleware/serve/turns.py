@@ -129,11 +129,12 @@ class Turns:
 
     def begin(
         self, session_id: str, messages: Any, tools: Sequence[Mapping[str, Any]] | None, model: str, *,
-        tool_choice: Any = None, disclose: bool = True,
+        tool_choice: Any = None, disclose: bool = True, refer: bool = True,
     ) -> Program[Exchange]:  # fmt: skip
         """Read the request against the session and plan (or resume) its turn. ``disclose``
         False: every one of the client's tools goes upstream (a caller that cannot answer the
-        loader itself)."""
+        loader itself); ``refer`` False: the loader's answers reference nothing (an upstream
+        served at an ``api_base`` of its own)."""
         engine = self.engine
         session_id, _ = engine.checked(session_id)
         conversation = read_messages(messages)
@@ -154,7 +155,8 @@ class Turns:
                 yield from self._import(session_id, conversation.earlier)
                 loaded = None
             plan = yield from engine.plan_turn(session_id, turn.user, model=model, toolset=_toolset(tools), disclose=disclose,
-                                               loaded=loaded, system=conversation.system, saved=turn.plan or None)  # fmt: skip
+                                               loaded=loaded, system=conversation.system, saved=turn.plan or None,
+                                               refer=refer)  # fmt: skip
         except Exception:  # the request goes no further: the place it took is given up at once
             if arrived.seq:
                 yield from finish(self.layout, session_id, arrived.seq, None, drop=None, now=time.time(), wait=self.wait,

@@ -169,11 +169,11 @@ class Engine:
 
     def plan_turn(
         self, session_id: str, message: str, *, model: str | None, toolset: Toolset, exact: bool = False, disclose: bool = True,
-        loaded: Loaded | None = None, system: str | None = None, saved: Mapping[str, Any] | None = None,
+        loaded: Loaded | None = None, system: str | None = None, saved: Mapping[str, Any] | None = None, refer: bool = True,
     ) -> Program[TurnPlan]:  # fmt: skip
         """The plan of a turn (see ``TurnPlanner.plan``); ``model`` None: the configured one."""
         return self._planner.plan(session_id, message, model=self._ops.model(model) or self._config.model, toolset=toolset, exact=exact,
-                                  disclose=disclose, loaded=loaded, system=system, saved=saved)  # fmt: skip
+                                  disclose=disclose, loaded=loaded, system=system, saved=saved, refer=refer)  # fmt: skip
 
     def call_made(self, call: CallMade, *, after_results: bool, offered: bool, loaded: bool = False) -> dict[str, Any]:
         """Report one call of a turn (see ``TurnPlanner.made``); its usage line."""

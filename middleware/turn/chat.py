@@ -90,7 +90,9 @@ class ChatTurn:
         # The turn's credentials (an api_key given to chat()), masked in a failed tool's error
         # and in what is logged, as the environment's are.
         self.secrets = litellm_kwargs.secrets() if isinstance(litellm_kwargs, ProviderOptions) else environment_secrets()
-        plan: TurnPlan = yield from engine.plan_turn(self.session_id, self.message, model=self.model, toolset=self.toolset)
+        # Tool references go to Anthropic's own API, not through an api_base of the caller's.
+        plan: TurnPlan = yield from engine.plan_turn(self.session_id, self.message, model=self.model, toolset=self.toolset,
+                                                     refer=not litellm_kwargs.get("api_base"))  # fmt: skip
         calls = Calls(engine, plan, self.kind, TurnLoop(plan.prompt.messages, max_rounds=plan.max_rounds))
         loop, texts = calls.loop, list[str]()
         try:

@@ -91,6 +91,9 @@ class TurnPlan:
         likely enough (``loop_odds``; ``loaded``: the last round only loaded schemas) to read
         it, else where the previous call's ended (``marked``)."""
         sent, schemas = [dict(m) for m in messages], self.schemas()
+        if schemas and not self.refers and any("defer_loading" in schema for schema in schemas):  # restored for another model
+            schemas = [{k: v for k, v in schema.items() if k != "defer_loading"} for schema in schemas]
+        sent = unreferenced(sent, {str(s["function"]["name"]) for s in schemas or () if s.get("defer_loading")})
         if not self.policy.marks:
             return Request(sent, schemas, None)
         stable = self.tools.stable_tools if self.tools is not None else len(schemas or ())
@@ -157,6 +160,25 @@ class TurnPlan:
         if self.tools is not None:
             return tuple(self.tools.names)
         return tuple(str((schema.get("function") or {}).get("name")) for schema in self.every)
+
+
+def unreferenced(messages: list[dict[str, Any]], deferred: set[str]) -> list[dict[str, Any]]:
+    """``messages`` with each loader answer that references a tool this request does not send
+    deferred (a turn resumed with other tools, or for another model) put in words: a reference
+    the provider cannot expand would have it refuse the request."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if message.get("role") == "tool" and isinstance(content, list):
+            names = [
+                str(part.get("tool_name"))
+                for part in content
+                if isinstance(part, Mapping) and part.get("type") == "tool_reference"
+            ]
+            if not deferred.issuperset(names):
+                message = {**message, "content": f"Loaded {', '.join(names)}: call them in your next step."}
+        out.append(message)
+    return out
 
 
 def rebased(prompt: Prompt, system: str, *, static_prefix: str, count: Callable[[str, str], int]) -> Prompt:

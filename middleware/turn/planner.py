@@ -53,12 +53,15 @@ class TurnPlanner:
         loaded: Loaded | None = None,
         system: str | None = None,
         saved: Mapping[str, Any] | None = None,
+        refer: bool = True,
     ) -> Program[TurnPlan]:
         """The plan of a turn of ``session_id`` for ``message`` (both checked) to ``model``
         with ``toolset``. ``exact``: the schemas as given (a chatbot handed its own tools);
         ``disclose`` False: every schema on every call (a caller that cannot answer the loader).
         The endpoint passes the session it ``loaded`` (with its arrival), the client's own
-        ``system`` text, and for a turn that spans requests the tools it ``saved``."""
+        ``system`` text, and for a turn that spans requests the tools it ``saved``. ``refer``
+        False: the loader's answers reference nothing (a call that goes out through an
+        ``api_base`` of the caller's, or one a wrapped chatbot makes itself)."""
         ops, tools = self.ops, self.tools
         catalog, policy = tools.catalog(toolset) if disclose else None, tools.policy(model)
         vector = yield from self.embedder.meaning(catalog, message)
@@ -79,7 +82,7 @@ class TurnPlanner:
         plan = TurnPlan(session_id=session_id, message=message, model=model, prompt=prompt, policy=policy, static_prefix=static,
                         every=tuple(every), full_tools_tokens=whole, tools=disclosed,
                         max_rounds=self.config.max_tool_rounds, loop_odds=tools.loop_odds, schema_tokens=extra,
-                        refers=disclosed is not None and tools.refers(model),
+                        refers=refer and disclosed is not None and tools.refers(model),
                         companions=functools.partial(tools.companions, catalog) if catalog is not None else None)  # fmt: skip
         if not saved and state.turns == self.config.recent.turns + 1:  # the session's first turn past the window
             self._note_memory(session_id, prompt)

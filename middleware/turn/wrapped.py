@@ -100,8 +100,9 @@ class WrappedTurn:
     def program(self, user_message: Any) -> Program[Any]:
         engine = self.engine
         _, message = engine.checked(self.session_id, user_message)
+        # The chatbot makes the call, through a client the middleware does not know: no tool references.
         plan: TurnPlan = yield from engine.plan_turn(self.session_id, message, model=self.model, toolset=Toolset(self.tools),
-                                                     exact=self.callables)  # fmt: skip
+                                                     exact=self.callables, refer=False)  # fmt: skip
         calls = Calls(engine, plan, "wrap", TurnLoop(plan.prompt.messages, max_rounds=plan.max_rounds))
         while True:
             request, started = calls.request(), time.perf_counter()

@@ -312,11 +312,11 @@ class DisclosedTools:
         for name in self.names:
             entry = catalog.entries[name]
             shorter = catalog.shortened.get(name) if self.share_preambles and entry.group in opened else None
-            opened.add(entry.group)
-            if name in referenced:
+            if name in referenced:  # expanded among the messages: it opens no group of the prefix
                 deferred.append({**(shorter or entry.schema), "defer_loading": True})
-            else:
-                out.append(dict(shorter or entry.schema))
+                continue
+            opened.add(entry.group)
+            out.append(dict(shorter or entry.schema))
         return out + deferred
 
     def drop(self, names: Iterable[str]) -> None:
