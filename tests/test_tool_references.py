@@ -50,7 +50,8 @@ def blocks(content: Any) -> list[dict[str, Any]]:
 def anthropic_app(requests: list[dict[str, Any]]) -> Any:
     """A stand-in for Anthropic's Messages API: it wants ``notes`` for any message. It loads it
     through the loader while it is not callable, then calls it, then answers with its result.
-    Each request body is appended to ``requests``."""
+    Each request body is appended to ``requests``. As Anthropic does, it refuses a text block
+    that is empty or only whitespace."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -60,6 +61,11 @@ def anthropic_app(requests: list[dict[str, Any]]) -> Any:
         body = json.loads(await request.body())
         requests.append(body)
         tools, turns = body.get("tools") or [], body["messages"]
+        texts = [block.get("text") for block in [*blocks(body.get("system") or []), *(b for t in turns for b in blocks(t["content"]))]
+                 if block.get("type") == "text"]  # fmt: skip
+        if any(not str(text or "").strip() for text in texts):
+            error = {"type": "invalid_request_error", "message": "text content blocks must contain non-whitespace text"}
+            return JSONResponse({"type": "error", "error": error}, status_code=400)
         deferred = {tool["name"] for tool in tools if tool.get("defer_loading")}
         results = [block for turn in turns if turn["role"] == "user" for block in blocks(turn["content"])
                    if block.get("type") == "tool_result"]  # fmt: skip
@@ -260,3 +266,19 @@ def test_the_call_after_a_load_is_weighed_and_counted_apart(provider: Any, monke
         ("note", True, False),
     ]
     assert ("chance", True, True) in seen and seen.count(("chance", True, True)) == 1
+
+
+def test_a_client_system_text_of_whitespace_only_is_no_system_text(provider: Any) -> None:
+    """A client whose system message holds only whitespace gets the configured system text, as
+    one that sends none does: kept as its own, it would go upstream as a whitespace-only block
+    of its own (the breakpoint at its end), which Anthropic refuses on every retry."""
+    _, requests = provider
+    served = config().with_overrides(serve={"models": {"claude": {"model": MODEL}}})
+    with serving(create_app(served)) as endpoint:
+        client = openai.OpenAI(base_url=f"{endpoint}/v1", api_key="unused", max_retries=0)
+        for session, system in (("blank", " \n\t"), ("none", None)):
+            lead = [{"role": "system", "content": system}] if system is not None else []
+            client.chat.completions.create(model="claude", messages=[*lead, {"role": "user", "content": "hello"}],
+                                           extra_headers={"X-Session-Id": session})  # fmt: skip
+    blank, none = requests
+    assert unmarked(blank["system"]) == unmarked(none["system"]) and blocks(blank["system"])[0]["text"].strip()
