@@ -124,8 +124,8 @@ def read_messages(messages: Any) -> Conversation:
     while lead < len(roles) and roles[lead] in ("system", "developer"):
         lead += 1
     # Only whitespace is no system text: kept, it would reach the provider as a block of its own.
-    system = "\n\n".join(content_text(m.get("content"), "") for m in messages[:lead])
-    system = system if system.strip() else None
+    joined = "\n\n".join(content_text(m.get("content"), "") for m in messages[:lead])
+    system = joined if joined.strip() else None
     body = [dict(m) for m, role in zip(messages[lead:], roles[lead:], strict=True) if role not in ("system", "developer")]
     last_user = max((i for i, m in enumerate(body) if m["role"] == "user"), default=None)
     tail = body if last_user is None else body[last_user + 1 :]
