@@ -51,6 +51,7 @@ __all__ = [
     "request_parts",
     "rules_for",
     "split",
+    "tool_references",
     "with_breakpoints",
 ]
 
@@ -320,13 +321,18 @@ def _system_blocks(
     return out
 
 
+def tool_references(content: Any) -> list[str]:
+    """The tool names a message's content references (Anthropic's ``tool_reference`` parts,
+    which a loader's answer holds), in order; none where the content is text."""
+    if not isinstance(content, list):
+        return []
+    return [str(part.get("tool_name")) for part in content if isinstance(part, Mapping) and part.get("type") == "tool_reference"]
+
+
 def _referenced(content: Any, deferred: Mapping[str, int]) -> int:
     """The tokens of the deferred schemas a message's tool references name (``deferred``:
     their sizes by name), expanded where they stand."""
-    if not isinstance(content, list):
-        return 0
-    return sum(deferred.get(str(part.get("tool_name")), 0) for part in content
-               if isinstance(part, Mapping) and part.get("type") == "tool_reference")  # fmt: skip
+    return sum(deferred.get(name, 0) for name in tool_references(content))
 
 
 def request_parts(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.caching import with_breakpoints
+from ..core.caching import tool_references, with_breakpoints
 from ..core.disclosure import DisclosedTools, baseline_messages
 from ..core.policy import LoopOdds, ToolPolicy
 from ..core.state import Prompt
@@ -168,15 +168,9 @@ def unreferenced(messages: list[dict[str, Any]], deferred: set[str]) -> list[dic
     the provider cannot expand would have it refuse the request."""
     out = []
     for message in messages:
-        content = message.get("content")
-        if message.get("role") == "tool" and isinstance(content, list):
-            names = [
-                str(part.get("tool_name"))
-                for part in content
-                if isinstance(part, Mapping) and part.get("type") == "tool_reference"
-            ]
-            if not deferred.issuperset(names):
-                message = {**message, "content": f"Loaded {', '.join(names)}: call them in your next step."}
+        names = tool_references(message.get("content")) if message.get("role") == "tool" else []
+        if not deferred.issuperset(names):
+            message = {**message, "content": f"Loaded {', '.join(names)}: call them in your next step."}
         out.append(message)
     return out
 
