@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.billing import COUNTING, MODELS, Call, Model, Played, Priced, _bound_row, _less, price
+from benchmarks.billing import COUNTING, MODELS, Call, Model, Played, Priced, _bound_row, _coverage_row, _less, price
 from benchmarks.dataset import Call as BenchCall
 from benchmarks.dataset import Turn
 from middleware import llm
@@ -72,3 +72,17 @@ def test_the_bound_says_where_no_layout_of_the_same_parts_meets_the_target() -> 
     mixed["priced"]["gemini/gemini-2.5-flash"] = Priced(cost=80.0, bound=70.0)
     verdict = _bound_row(mixed, full, "short conversations", 0.40).split(" | ")[-1]
     assert verdict.startswith("short of 40% even so for gpt-5-mini, gemini/gemini-2.5-flash: no order")
+
+
+def test_coverage_is_given_per_priced_model_and_judged_by_the_lowest() -> None:
+    def played(covered: int, loads: int, missed: dict[str, int]) -> Played:
+        return Played("x", "x", turns=100, covered=covered, loader_calls=loads, missed=missed)
+
+    by_model = {model: played(100, 9, {}) for model in MODELS}
+    assert _coverage_row(by_model, "short conversations").endswith("| met for every priced model |")
+    by_model["gpt-4o-mini"] = played(91, 46, {"cd": 6, "lockDoors": 3})
+    by_model["gpt-5-mini"] = played(98, 20, {"echo": 2})
+    row = _coverage_row(by_model, "short conversations")
+    assert "gpt-4o-mini 91.0% (0.46 loader calls per turn)" in row and "claude-sonnet-4-5 100.0% (0.09" in row
+    assert "(the lowest, gpt-4o-mini: 9 of 100 turns not covered; still missing most often: `cd` on 6, `lockDoors` on 3)" in row
+    assert row.endswith("| not met for gpt-4o-mini, gpt-5-mini |")
