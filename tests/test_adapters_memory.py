@@ -39,6 +39,15 @@ def test_whole_turns_are_read_and_the_rest_left_for_later() -> None:
     assert turns[0].tool_calls[0].args == {"x": 1} and turns[0].tool_calls[0].result == {"ok": True}
 
 
+def test_a_whole_turn_whose_user_text_is_only_whitespace_is_recorded_as_one_without_text() -> None:
+    """The Agents SDK and LangChain adapters record a turn whose user message holds only
+    whitespace (or no text: an image alone) as a message without text, which a turn may hold,
+    where the text itself would be refused as empty."""
+    messages = [{"role": "user", "content": " \n"}, {"role": "assistant", "content": "done"}, {"role": "user", "content": "next"}]
+    ((turn, _),) = turns_in(messages)
+    assert turn.user == "(a message without text)"
+
+
 @pytest.mark.parametrize(("module", "line"), [("middleware.adapters.agents", 'pip install "token-middleware[agents]"'),
                                               ("middleware.adapters.langchain", 'pip install "token-middleware[langchain]"')])  # fmt: skip
 def test_a_missing_library_fails_with_the_install_line(module: str, line: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -243,6 +243,19 @@ def test_a_first_request_with_history_brings_it_into_a_new_session(client: opena
     assert state.recent[0] == {"role": "user", "content": "new question"}
 
 
+def test_an_earlier_turn_whose_user_text_is_only_whitespace_is_brought_in_as_one_without_text(
+    client: openai.OpenAI, config: Config
+) -> None:
+    """An earlier turn of a first request whose user message holds only whitespace (an image
+    sent alone, a stray newline) is recorded as a message without text, as an empty one is:
+    the request is answered, not refused for a message the client sent long ago."""
+    history = [{"role": "user", "content": " \n"}, {"role": "assistant", "content": "old answer"},
+               {"role": "user", "content": "new question"}]  # fmt: skip
+    client.chat.completions.create(model="scripted/weather", messages=history, extra_headers=sid("blank"))  # type: ignore[arg-type]
+    state = state_of(config, "blank")
+    assert state.turns == 2 and state.summary == ["• (a message without text) → old answer"]
+
+
 def test_the_session_can_come_from_the_user_field_or_metadata(client: openai.OpenAI, config: Config) -> None:
     """Without the header, the request's ``user`` field, then ``metadata.session_id``, names the session."""
     client.chat.completions.create(model="scripted/echo", messages=[{"role": "user", "content": "by user"}], user="u-1")

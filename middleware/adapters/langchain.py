@@ -21,6 +21,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.conversation import or_no_text
 from ..core.replies import interpret_reply
 from ..core.state import Prompt
 from ..exceptions import ConfigError, require
@@ -90,7 +91,7 @@ class MemoryMiddleware(AgentMiddleware):
     def current(messages: Sequence[BaseMessage]) -> str | None:
         """The text of the turn's user message (the last human one), or None when there is none."""
         last = _last_human(messages)
-        return None if last is None else (messages[last].text or "(a message without text)")
+        return None if last is None else or_no_text(messages[last].text)
 
     def turn(self, messages: Sequence[BaseMessage]) -> dict[str, Any] | None:
         """What to record for the run's turn: the current message, the final reply, the tool calls."""
@@ -100,7 +101,7 @@ class MemoryMiddleware(AgentMiddleware):
         chat = _as_chat(messages[last:])
         text, calls, _, _ = interpret_reply(chat[1:])
         user = chat[0]["content"] if isinstance(chat[0]["content"], str) else str(messages[last].text)
-        return {"user": user or "(a message without text)", "assistant": text, "tool_calls": calls}
+        return {"user": or_no_text(user), "assistant": text, "tool_calls": calls}
 
     def _sync(self) -> SessionManager:
         if not isinstance(self.manager, SessionManager):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ..config.schema import Config
-from ..core.conversation import content_text, whole_turns
+from ..core.conversation import content_text, or_no_text, whole_turns
 from ..core.replies import interpret_reply
 from ..core.state import Prompt, SessionState, ToolCall
 from ..exceptions import MiddlewareError, StoreError
@@ -54,7 +54,7 @@ def turns_in(messages: Sequence[dict[str, Any]]) -> list[tuple[ChatTurn, int]]:
     for turn in whole_turns(messages):
         text, calls, _, _ = interpret_reply(list(turn[1:]))
         used = next(i for i in range(len(messages) - 1, -1, -1) if messages[i] is turn[-1]) + 1
-        turns.append((ChatTurn(content_text(turn[0].get("content"), "") or "(a message without text)", text, calls), used))
+        turns.append((ChatTurn(or_no_text(content_text(turn[0].get("content"), "")), text, calls), used))
     return turns
 
 

@@ -19,9 +19,11 @@ import orjson
 from ..exceptions import InvalidMessageError, InvalidToolCallError
 from .state import MAX_TOOL_NAME
 
-__all__ = ["ROLES", "Conversation", "OpenTurn", "content_text", "messages_kind", "read_messages", "whole_turns"]
+__all__ = ["NO_TEXT", "ROLES", "Conversation", "OpenTurn", "content_text", "messages_kind", "or_no_text", "read_messages",
+           "whole_turns"]  # fmt: skip
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
+NO_TEXT = "(a message without text)"  # a user message with no text of its own (an image alone, only whitespace)
 _SHOWN = 40  # characters of a bad value quoted back in an error
 
 
@@ -48,6 +50,12 @@ def content_text(content: Any, where: str) -> str:
                 texts.append(part["text"])
         return "\n".join(texts)
     raise InvalidMessageError(f"{where}.content has a {type(content).__name__}; expected a string or a list of parts.")
+
+
+def or_no_text(text: str) -> str:
+    """A user message's ``text`` as a turn records it: ``NO_TEXT`` where it has none but
+    whitespace (a turn's user message may not be empty)."""
+    return text if text.strip() else NO_TEXT
 
 
 def _check_calls(calls: Any, where: str) -> None:

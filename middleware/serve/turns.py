@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..config.schema import Config
-from ..core.conversation import Conversation, OpenTurn, content_text, read_messages
+from ..core.conversation import Conversation, OpenTurn, content_text, or_no_text, read_messages
 from ..core.effects import Program
 from ..core.replies import decoded, interpret_reply, portable_keys, ran_calls
 from ..core.state import ToolCall, Turn
@@ -39,10 +39,9 @@ from ..turn.calls import Calls
 from ..turn.plan import Request, TurnPlan
 from ..usage.sink import passthrough_call
 
-__all__ = ["NO_TEXT", "Exchange", "Turns"]
+__all__ = ["Exchange", "Turns"]
 
 # Stands in for the text of a user message that holds only images or other non-text parts.
-NO_TEXT = "(a message without text)"
 Next = Literal["again", "client", "done"]
 
 
@@ -140,7 +139,7 @@ class Turns:
         conversation = read_messages(messages)
         user = conversation.user
         if user is not None:
-            _, user = engine.checked(session_id, user if user.strip() else NO_TEXT)
+            _, user = engine.checked(session_id, or_no_text(user))
         command = arrive_command(self.layout, session_id, waiting=conversation.waiting, reserve=user is not None,
                                  mark_import=bool(conversation.earlier), now=time.time(), wait=self.wait)  # fmt: skip
         # Recall looks for what the turn's user message needs, on every call of the turn alike.
@@ -192,7 +191,7 @@ class Turns:
         """A new session takes the whole turns its first request carried, oldest first."""
         for messages in earlier:
             text, calls, _, _ = interpret_reply(list(messages[1:]))
-            user = content_text(messages[0].get("content"), "") or NO_TEXT
+            user = or_no_text(content_text(messages[0].get("content"), ""))
             yield from self.engine.record_turn(session_id, user=user, assistant=text, tool_calls=calls)
 
     @staticmethod
