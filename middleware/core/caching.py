@@ -48,10 +48,10 @@ __all__ = [
     "Split",
     "blocks",
     "growing_blocks",
+    "referenced_tools",
     "request_parts",
     "rules_for",
     "split",
-    "tool_references",
     "with_breakpoints",
 ]
 
@@ -321,7 +321,7 @@ def _system_blocks(
     return out
 
 
-def tool_references(content: Any) -> list[str]:
+def referenced_tools(content: Any) -> list[str]:
     """The tool names a message's content references (Anthropic's ``tool_reference`` parts,
     which a loader's answer holds), in order; none where the content is text."""
     if not isinstance(content, list):
@@ -332,7 +332,7 @@ def tool_references(content: Any) -> list[str]:
 def _referenced(content: Any, deferred: Mapping[str, int]) -> int:
     """The tokens of the deferred schemas a message's tool references name (``deferred``:
     their sizes by name), expanded where they stand."""
-    return sum(deferred.get(name, 0) for name in tool_references(content))
+    return sum(deferred.get(name, 0) for name in referenced_tools(content))
 
 
 def request_parts(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.caching import tool_references, with_breakpoints
+from ..core.caching import referenced_tools, with_breakpoints
 from ..core.disclosure import DisclosedTools, baseline_messages
 from ..core.policy import LoopOdds, ToolPolicy
 from ..core.state import Prompt
@@ -168,7 +168,7 @@ def unreferenced(messages: list[dict[str, Any]], deferred: set[str]) -> list[dic
     the provider cannot expand would have it refuse the request."""
     out = []
     for message in messages:
-        names = tool_references(message.get("content")) if message.get("role") == "tool" else []
+        names = referenced_tools(message.get("content")) if message.get("role") == "tool" else []
         if not deferred.issuperset(names):
             message = {**message, "content": f"Loaded {', '.join(names)}: call them in your next step."}
         out.append(message)
