@@ -263,6 +263,21 @@ def test_the_keys_set_earlier_take_the_static_texts_breakpoint_and_are_read_when
         (static, False), (earlier, True), (context, True)]  # fmt: skip
 
 
+def test_a_cut_of_only_whitespace_joins_the_next_block_and_no_block_is_whitespace_alone() -> None:
+    """Anthropic refuses a text block of only whitespace on every retry: where a cut of the
+    system text holds nothing else (a section rendered empty between two cut points), it joins
+    the part after it, unmarked, and whitespace at the end is dropped; the text is otherwise
+    sent whole, in order."""
+    static, blank, context = "You are terse.", "\n \n", "\n## Current Context\n- a: b"
+    system = {"role": "system", "content": static + blank + context + "\n\n"}
+    marked, _ = with_breakpoints([system, {"role": "user", "content": "hi"}], None, static_prefix=static, stable_tools=0,
+                                 stable_system=len(static + blank + context), settled_system=len(static + blank))  # fmt: skip
+    parts = marked[0]["content"]
+    assert all(part["text"].strip() for part in parts)
+    assert "".join(part["text"] for part in parts) == static + blank + context
+    assert [(part["text"], "cache_control" in part) for part in parts] == [(static, False), (blank + context, True)]
+
+
 def test_litellm_passes_the_breakpoints_on_to_anthropic() -> None:
     """Through litellm's own Anthropic request transformation (offline): cache_control lands
     on the tool, the static system block and the last tool result."""

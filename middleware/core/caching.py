@@ -278,14 +278,20 @@ def with_breakpoints(
         settled = len(static_prefix) < settled_system < min(stable_system, len(content))
         cuts = [len(static_prefix), *([settled_system] if settled else ()),
                 *([stable_system] if len(static_prefix) < stable_system < len(content) else ())]  # fmt: skip
-        first["content"] = [{"type": "text", "text": content[a:b], **({} if settled and not a else {"cache_control": EPHEMERAL})}
-                            for a, b in pairwise([0, *cuts])]  # fmt: skip
-        rest = content[cuts[-1] :]
-        if rest.strip():
-            part: dict[str, Any] = {"type": "text", "text": rest}
-            if stable_system >= len(content) > len(static_prefix):  # all of it changes only now and then
-                part["cache_control"] = EPHEMERAL
-            first["content"].append(part)
+        pieces = [(content[a:b], not (settled and not a)) for a, b in pairwise([0, *cuts])]
+        # The rest is marked where all of it changes only now and then.
+        pieces.append((content[cuts[-1] :], stable_system >= len(content) > len(static_prefix)))
+        parts: list[dict[str, Any]] = []
+        carry = ""
+        for text, marked in pieces:
+            text = carry + text
+            if not text.strip():  # whitespace alone is no block (Anthropic refuses one): it joins the next, unmarked
+                carry = text
+                continue
+            carry = ""
+            parts.append({"type": "text", "text": text, **({"cache_control": EPHEMERAL} if marked else {})})
+        if parts:
+            first["content"] = parts
     index = tail % len(out) if tail is not None and -len(out) <= tail < len(out) else 0
     last = out[index] if index else None  # never the first message
     if last is not None:
