@@ -7,7 +7,19 @@ from typing import Any
 
 import pytest
 
-from benchmarks.billing import COUNTING, MODELS, Call, Model, Played, Priced, _bound_row, _coverage_row, _less, price
+from benchmarks.billing import (
+    COUNTING,
+    MODELS,
+    Call,
+    Model,
+    Played,
+    Priced,
+    _bound_row,
+    _coverage_row,
+    _less,
+    _per_model_rows,
+    price,
+)
 from benchmarks.dataset import Call as BenchCall
 from benchmarks.dataset import Turn
 from middleware import llm
@@ -86,3 +98,20 @@ def test_coverage_is_given_per_priced_model_and_judged_by_the_lowest() -> None:
     assert "gpt-4o-mini 91.0% (0.46 loader calls per turn)" in row and "claude-sonnet-4-5 100.0% (0.09" in row
     assert "(the lowest, gpt-4o-mini: 9 of 100 turns not covered; still missing most often: `cd` on 6, `lockDoors` on 3)" in row
     assert row.endswith("| not met for gpt-4o-mini, gpt-5-mini |")
+
+
+def test_the_optimistic_models_coverage_and_loads_are_given_per_model_and_judged_by_the_worst() -> None:
+    by_model = {model: Played("x", "x", turns=100, covered=100, loader_calls=12) for model in MODELS}
+    by_model["gpt-4o-mini"] = Played("x", "x", turns=100, covered=100, loader_calls=28)
+    coverage, loads = _per_model_rows(by_model)
+    assert coverage.startswith("| tool coverage ≥99% for every priced model | gpt-4o-mini 100.0%;") and coverage.endswith(
+        "| met |"
+    )
+    assert "gpt-4o-mini 0.28; gpt-5-mini 0.12" in loads and loads.endswith("| met |")
+    by_model["gemini/gemini-2.5-flash"] = Played("x", "x", turns=100, covered=97, loader_calls=31)
+    coverage, loads = _per_model_rows(by_model)
+    assert coverage.endswith("| not met for gemini/gemini-2.5-flash |") and loads.endswith(
+        "| not met for gemini/gemini-2.5-flash |"
+    )
+    (only,) = _per_model_rows({"gpt-4o-mini": by_model["gpt-4o-mini"]})[:1]
+    assert only.startswith("| tool coverage ≥99% for gpt-4o-mini |")
