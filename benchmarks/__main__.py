@@ -339,7 +339,8 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "",
         "**Data that also chose defaults.** Figures measured on data that informed a default may flatter it. "
         "The BFCL multi-turn conversations (sections 1, 6, and the 100+ turn sessions made of them) chose "
-        "`disclosure.match_tools`, `co_use_tools`, `share_preambles`, the cache-aware tool policy (with, since "
+        "`disclosure.match_tools`, `co_use_tools` (and, since 2026-12-06, that a turn with a tool out of reach does not "
+        "count against it as a companion), `share_preambles`, the cache-aware tool policy (with, since "
         "2026-12-04, a first turn filling the tools that stay up to the model's minimum cached prefix) and when a young "
         "session stops resending its history (the memory a second turn's composed prompt is counted with, "
         "`policy.MemorySize`); the BFCL sessions "

@@ -1091,6 +1091,34 @@ def test_co_use_stays_bounded_whatever_it_is_taught() -> None:
     assert all(len(counter) <= 8 for counter in co_use.together.values())  # per_turn - 1 new a turn, cut back to keep
 
 
+def test_a_turn_that_could_not_reach_a_tool_does_not_count_against_it() -> None:
+    """A tool disclosure rarely sends is rarely called: the turns that called startEngine
+    without lockDoors in reach tell nothing of whether they would have called it. Judged on
+    the turns that could (3 of 3 here), lockDoors is a companion; counted against all 10 it
+    would never be, and so never sent. Too few turns in reach give no verdict."""
+    from middleware.core.disclosure import CoUse
+
+    co_use = CoUse(min_turns=3, min_share=0.5)
+    for turn in range(10):
+        reached = turn < 3
+        co_use.learn(["startEngine", "lockDoors"] if reached else ["startEngine"])
+        co_use.out_of_reach(["startEngine", "lockDoors"] if reached else ["startEngine"], [] if reached else ["lockDoors"])
+    assert co_use.companions(["startEngine"]) == ["lockDoors"]
+    blind = CoUse(min_turns=3, min_share=0.5)
+    for turn in range(10):
+        blind.learn(["startEngine", "lockDoors"] if turn < 3 else ["startEngine"])
+    assert blind.companions(["startEngine"]) == []  # 3 of 10: out
+    few = CoUse(min_turns=3, min_share=0.5)
+    for turn in range(10):
+        few.learn(["startEngine", "lockDoors"] if turn < 2 else ["startEngine"])
+        few.out_of_reach(["startEngine"], [] if turn < 2 else ["lockDoors"])
+    assert few.companions(["startEngine"]) == []  # in reach on 2 turns: too few to go by
+    bounded = CoUse(keep=4)
+    for turn in range(50):
+        bounded.out_of_reach(["a"], (f"t{(turn + i) % 30}" for i in range(10)))
+    assert len(bounded.unreached["a"]) <= 8
+
+
 def test_companions_come_with_the_tools_sent_up_front_and_stay_after_the_stable_ones() -> None:
     from middleware.core.disclosure import CoUse
 
@@ -1147,6 +1175,35 @@ def test_chat_learns_companions_from_the_turns_it_records(managers: ManagerFacto
         before = len(model.requests)
         result = mgr.chat("fresh", "create empty file 4", model=model.model, tools=toolset())
         assert bool(result.loaded) is loads, (co_use_tools, model.requests[before:])
+
+
+def test_chat_tells_co_use_which_tools_a_turn_could_not_reach(
+    managers: ManagerFactory, log_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn that ended tells co-use the tools it called and those of the catalog it neither
+    sent nor loaded; with co_use_tools 0 nothing is learned."""
+    from middleware.core.disclosure import CoUse
+
+    taught: list[tuple[list[str], set[str]]] = []
+    out_of_reach = CoUse.out_of_reach
+
+    def spy(self: CoUse, called: Any, unreached: Any) -> None:
+        names, out = list(called), list(unreached)
+        taught.append((names, set(out)))
+        out_of_reach(self, names, out)
+
+    monkeypatch.setattr(CoUse, "out_of_reach", spy)
+    for co_use_tools in (3, 0):
+        model = Needs({"create empty file": [("touch", {"file_name": "f"})]})
+        mgr = managers(disclosing(log_path, match_tools=1, recent_turns=0, co_use_tools=co_use_tools))
+        mgr.chat(f"reach-{co_use_tools}", "create empty file", model=model.model, tools=toolset())
+        sent = set(model.requests[0])
+        if co_use_tools:
+            ((called, unreached),) = taught
+            assert called == ["touch"] and "touch" in sent and "ls" not in sent
+            assert unreached == {"ls", "cat", "mv", "send_message", "view_inbox"} - sent and "ls" in unreached
+        else:
+            assert len(taught) == 1
 
 
 def _bare() -> Any:

@@ -56,6 +56,11 @@ class _SharedCoUse(CoUse):
         with self._lock:
             super().learn(called)
 
+    def out_of_reach(self, called: Iterable[str], unreached: Iterable[str]) -> None:
+        names, out = list(called), list(unreached)
+        with self._lock:
+            super().out_of_reach(names, out)
+
     def companions(self, names: Iterable[str]) -> list[str]:
         given = list(names)
         with self._lock:
@@ -194,11 +199,15 @@ class ToolPlanner:
         and whether its reply asked for them."""
         self.loop_odds.note(after_results, followed, loaded=loaded)
 
-    def note_matches(self, selected: DisclosedTools, called: Iterable[str]) -> None:
-        """A turn that ended normally: which of the tools matched up front it called."""
+    def note_matches(self, selected: DisclosedTools, called: Iterable[str], sent: DisclosedTools | None = None) -> None:
+        """A turn that ended normally: which of the tools matched up front it called, and
+        (``sent``: the tools the turn sent and loaded, None for every schema) which tools of
+        its catalog were out of its reach, for the companions."""
         names = list(called)
         self._match_odds.note(selected.settled, selected.ranked, selected.companions, names)
         self._match_odds.note_miss(any(name not in selected for name in names))
+        if sent is not None and names and self.settings.co_use_tools:
+            self._co_use.out_of_reach(names, (name for name in sent.catalog.entries if name not in sent))
 
     def companions(self, catalog: Catalog, names: Sequence[str]) -> list[str]:
         """The tools of ``catalog`` usually called with ``names`` (learned from the turns

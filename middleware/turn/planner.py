@@ -226,7 +226,7 @@ class TurnPlanner:
         """Learn from a finished turn: which of the tools matched up front it called (only
         when it ``ended`` normally)."""
         if plan.selected is not None and ended:
-            self.tools.note_matches(plan.selected, (call.name for call in turn.tool_calls))
+            self.tools.note_matches(plan.selected, (call.name for call in turn.tool_calls), plan.tools)
 
     def record(
         self, plan: TurnPlan, turn: Turn, *, ended: bool, billed: Mapping[str, Any] | None,

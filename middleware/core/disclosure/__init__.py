@@ -21,8 +21,9 @@ schema on every call, a call carries:
    to the word score scaled to the best); a tool that shares no word with the message is
    matched only when its cosine stands out from the tool set's (``MEANING_STANDOUT``).
 5. up to ``disclosure.co_use_tools`` tools the model has called in most of the turns in
-   which it called one of those (``CoUse``: ``cd`` with a file operation, a login with what
-   needs it), learned from the turns recorded: requests often need tools they do not name.
+   which it called one of those and could have called them (``CoUse``: ``cd`` with a file
+   operation, a login with what needs it), learned from the turns recorded: requests often
+   need tools they do not name.
 
 Where the model's prompt caching reads the prompt's opening, the caller may leave out
 matches (4, 5) at ranks the model seldom calls (``MatchOdds``; ``DisclosedTools.drop``).

@@ -11,9 +11,13 @@ __all__ = ["CoUse", "MatchOdds"]
 
 class CoUse:
     """Which tools are called together, from the turns recorded (tool names only): per tool,
-    the turns that called it and, of those, how many also called each other tool. Bounded:
-    a turn teaches at most ``per_turn`` names; past ``limit`` names the less used half is
-    forgotten, and a tool keeps its ``2 * keep`` most frequent companions at most. Not
+    the turns that called it and, of those, how many also called each other tool, and how
+    many had the other out of reach (its schema neither sent nor loaded: ``out_of_reach``),
+    which do not count against it. Without that, a tool disclosure seldom sends is seldom
+    called, so it never becomes a companion and is never sent: the turns that could not call
+    it would be read as turns that chose not to. Bounded: a turn teaches at most ``per_turn``
+    names; past ``limit`` names the less used half is forgotten, and a tool keeps its
+    ``2 * keep`` most frequent companions, and tools most often out of reach, at most. Not
     thread-safe: its owner serializes access."""
 
     def __init__(
@@ -22,6 +26,7 @@ class CoUse:
         self.limit, self.min_turns, self.min_share, self.per_turn, self.keep = limit, min_turns, min_share, per_turn, keep
         self.turns: Counter[str] = Counter()
         self.together: dict[str, Counter[str]] = {}
+        self.unreached: dict[str, Counter[str]] = {}  # per tool: the turns that called it with another out of reach
 
     def learn(self, names: Iterable[str]) -> None:
         """One turn's called tools."""
@@ -30,6 +35,7 @@ class CoUse:
             for name, _ in self.turns.most_common()[self.limit // 2 :]:  # the less used half goes
                 del self.turns[name]
                 self.together.pop(name, None)
+                self.unreached.pop(name, None)
         for name in called:
             self.turns[name] += 1
             counter = self.together.setdefault(name, Counter())
@@ -37,17 +43,34 @@ class CoUse:
             if len(counter) > 2 * self.keep:
                 self.together[name] = Counter(dict(counter.most_common(self.keep)))
 
+    def out_of_reach(self, called: Iterable[str], unreached: Iterable[str]) -> None:
+        """One turn's called tools and the tools it could not call (``unreached``: their
+        schemas neither sent nor loaded), apart from ``learn``, which counts the turn."""
+        out = list(dict.fromkeys(unreached))
+        if not out:
+            return
+        for name in list(dict.fromkeys(called))[: self.per_turn]:
+            counter = self.unreached.setdefault(name, Counter())
+            counter.update(out)
+            if len(counter) > 2 * self.keep:
+                self.unreached[name] = Counter(dict(counter.most_common(self.keep)))
+
     def companions(self, names: Iterable[str]) -> list[str]:
-        """Tools called in at least ``min_share`` of the turns that called one of ``names`` (each
-        seen in ``min_turns`` turns or more), most often first; ``names`` themselves left out."""
+        """Tools called in at least ``min_share`` of the turns that called one of ``names`` and
+        could have called them (each such pair seen in ``min_turns`` turns or more), most often
+        first; ``names`` themselves left out."""
         given = list(dict.fromkeys(names))
         best: dict[str, float] = {}
         for name in given:
             seen = self.turns[name]
             if seen < self.min_turns:
                 continue
+            unreached: Counter[str] = self.unreached.get(name, Counter())
             for other, together in self.together.get(name, {}).items():
-                share = together / seen
+                reach = seen - unreached.get(other, 0)
+                if reach < self.min_turns:
+                    continue
+                share = min(together / reach, 1.0)
                 if share >= self.min_share and share > best.get(other, 0.0):
                     best[other] = share
         return [name for name in sorted(best, key=lambda n: -best[n]) if name not in given]
