@@ -491,6 +491,43 @@ def test_semantic_recall_finds_a_piece_by_its_vector_on_a_server_with_the_query_
     assert vector_keys and all(3_600_000 < client.pttl(key) <= 5_400_000 for key in vector_keys)  # half a TTL past the session's
 
 
+SECRET = "Hello. Nothing else to add today. The blue kayak stays at pier 9. My locker code is K-7781 at the harbour gym."
+
+
+def test_a_reset_session_does_not_recall_its_old_pieces_by_meaning(
+    face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """A reset forgets the session's vectors too: they would outlive its keys by half a TTL,
+    and a turn of the new session numbered as an old one would find the old pieces again."""
+    search_server.client().flushall()
+    config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(store={"url": search_server.url})
+    prefix = vector_prefix(Layout.of(config), "s")
+    with open_manager(face, config, loop) as mgr:
+        say(mgr, "s", SECRET, *([FILLER] * 4))
+        assert search_server.client().keys(prefix + "*")
+        mgr.reset("s")
+        assert not search_server.client().keys(prefix + "*")
+        say(mgr, "s", "Hi there.", FILLER, FILLER, FILLER)
+        prompt = mgr.prepare("s", "what is my locker code at the gym?")
+    assert not [r.text for r in prompt.recalled if "K-7781" in r.text or "locker" in r.text]
+
+
+def test_a_session_begun_again_under_its_old_id_does_not_recall_the_old_pieces(
+    face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """A session that expired (its keys gone, its vectors not yet) and begins again under the
+    same id: each turn it writes clears the old vectors under that turn's ids, and the pieces
+    of turns past its own are not candidates."""
+    search_server.client().flushall()
+    config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(store={"url": search_server.url})
+    with open_manager(face, config, loop) as mgr:
+        say(mgr, "s", "Hi there.", SECRET, *([FILLER] * 6))
+        search_server.client().delete(*session_keys(config.store.key_prefix, "s"))  # expired; the vectors stay
+        say(mgr, "s", "Hello again.", "A new start.", FILLER, FILLER)
+        prompt = mgr.prepare("s", "what is my locker code at the gym?")
+    assert not [r.text for r in prompt.recalled if "K-7781" in r.text or "locker" in r.text]
+
+
 def test_a_piece_the_vector_search_finds_keeps_its_neighbours() -> None:
     """The vector index returns the archive's record as written: a user sentence's
     neighbours come with it (RESP2 and RESP3 replies alike), and an older record has none."""

@@ -303,7 +303,7 @@ if archive > 0 then
   -- latex") is mostly rare words; chatter that comes back turn after turn ("I saw an episode
   -- about X on Tuesday") is not, and recall ranks it below what was new when said
   -- (``archive.FAMILIAR``).
-  local fields = {}
+  local fields, stale = {}, {}
   for i = 0, n_pieces - 1 do
     local base, id = at + 1 + 6 * i, prefix .. int(i)
     local n_rare, all = 0, 0
@@ -319,7 +319,15 @@ if archive > 0 then
       local key = vectors .. id
       redis.call('HSET', key, 's', vector_tag, 'turn', turn, 'vec', ARGV[base + 5], 'rec', record)
       if ttl > 0 then redis.call('PEXPIRE', key, vector_ttl) end
+    elseif vectors ~= '' then
+      stale[#stale + 1] = vectors .. id
     end
+  end
+  -- Vectors outlive their session (below), so a session reset, or expired and begun again,
+  -- may find its old pieces' vectors under this turn's ids: those the turn does not write go.
+  if vectors ~= '' then
+    for i = n_pieces, 31 do stale[#stale + 1] = vectors .. prefix .. int(i) end
+    redis.call('DEL', unpack(stale))
   end
   if #fields > 0 then call('HSET', arc, unpack(fields)) end
   if own > 0 then  -- the turn's piece count and terms ("3|a b c"), read when it leaves the archive

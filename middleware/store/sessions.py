@@ -18,6 +18,7 @@ from .decoding import LOAD_REPLIES, Corrupt, checked, decode_state, refused, tex
 from .keys import Layout
 from .load import load_commands
 from .notes import read_notes
+from .vectors import vector_prefix
 
 __all__ = [
     "MAX_PAGE",
@@ -71,9 +72,17 @@ def pair_sessions(layout: Layout, user_id: str, agent: str) -> Plan[list[tuple[s
 
 
 def reset(layout: Layout, session_id: str) -> Plan[None]:
-    """Delete every key of the session and its index entry."""
+    """Delete every key of the session and its index entry, and with semantic recall the
+    vectors of its archived pieces (they would outlive the session by half a TTL, and be
+    found by meaning again: a reset forgets)."""
     keys = layout.session(session_id)
-    yield Batch([("delete", key) for key in keys], transaction=not layout.cluster)
+    vectors: list[Command] = []
+    if layout.semantic:
+        (ids,) = yield Batch([("hkeys", keys.arc)])
+        prefix = vector_prefix(layout, session_id)
+        names = [prefix + text_of(piece) for piece in ids] if isinstance(ids, list) else []
+        vectors = [("delete", *names[at : at + 500]) for at in range(0, len(names), 500)]
+    yield Batch([*vectors, *(("delete", key) for key in keys)], transaction=not layout.cluster)
     yield Batch([("zrem", layout.index, session_id)])
 
 
