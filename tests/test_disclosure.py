@@ -1086,9 +1086,12 @@ def test_co_use_stays_bounded_whatever_it_is_taught() -> None:
 
     co_use = CoUse(limit=100, per_turn=8, keep=4)
     for turn in range(500):
-        co_use.learn(f"tool{(turn * 7 + i) % 300}" for i in range(50))  # 50 names a turn, 300 in all
+        called = [f"tool{(turn * 7 + i) % 300}" for i in range(50)]  # 50 names a turn, 300 in all
+        co_use.learn(called)
+        co_use.out_of_reach(called[:2], (f"gone{(turn * 11 + i) % 300}" for i in range(50)))
     assert len(co_use.turns) <= 100 and len(co_use.together) <= 100
     assert all(len(counter) <= 8 for counter in co_use.together.values())  # per_turn - 1 new a turn, cut back to keep
+    assert co_use.unreached and all(len(counter) <= 8 for counter in co_use.unreached.values())
 
 
 def test_a_turn_that_could_not_reach_a_tool_does_not_count_against_it() -> None:

@@ -193,6 +193,15 @@ def test_the_sentence_window_snippet_prints_the_line_it_shows(run_snippet: Calla
     assert printed == shown and "Dana Whitfield" in printed
 
 
+def test_the_last_turns_result_snippet_prints_the_lines_it_shows(run_snippet: Callable[[str], list[str]]) -> None:
+    """The long-range memory guide's last-turn results: a question about what the last call
+    found recalls its result, the same request again recalls nothing, as the guide shows."""
+    printed = run_snippet('mgr.prepare("desk", message)')
+    (snippet,) = [s for s in SNIPPETS if 'mgr.prepare("desk", message)' in s.code]
+    shown = next(t for t in blocks("text") if t.page == snippet.page and t.line > snippet.line).code.strip()
+    assert printed == shown.splitlines() and "2026-12-20" in printed[0] and printed[1].endswith("-> []")
+
+
 def test_wrap_snippet_remembers_both_turns_and_passes_arguments_through(run_snippet: Callable[[str], list[str]]) -> None:
     """The wrap snippet replies through the wrapped bot, passes its extra argument, records two turns."""
     assert run_snippet("mgr.wrap(my_chatbot)") == [

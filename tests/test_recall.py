@@ -11,7 +11,7 @@ import math
 import random
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -109,6 +109,29 @@ def test_a_fact_from_thirty_turns_ago_is_recalled_when_asked_and_only_then(manag
     (item,) = [r for r in prompt.recalled if "A-48213" in r.text]
     assert (item.turn, item.kind) == (1, "user") and "order" in item.why and prompt.tokens.recall > 0
     assert not any("A-48213" in m["content"] for m in mgr.build_messages("s", "Should I water the plants today?"))
+
+
+def test_the_last_turns_tool_result_is_recalled_when_asked_about_and_not_for_the_same_request(
+    managers: ManagerFactory, tmp_path: Path
+) -> None:
+    """The recent window shows the last turn's message and reply, not its calls: a value
+    only the call's result holds is in the prompt when the next message asks about what
+    the call did, and not when the message asks for the same again (that calls again) or
+    only names a value the result holds."""
+    mgr = managers(auto(tmp_path))
+    say(mgr, "s", *([FILLER] * 3))
+    asked = "Show the assignee of the login ticket"
+    mgr.build_messages("s", asked)
+    mgr.record_turn("s", user=asked, assistant="Shown above.",
+                    tool_calls=[ToolCall(name="get_ticket", arguments={"title": "login"},
+                                         result={"assignee": "Dana Reyes", "due": "2026-12-20"})])  # fmt: skip
+    prompt = mgr.prepare("s", "When is the ticket due?")
+    (item,) = [r for r in prompt.recalled if "2026-12-20" in r.text]
+    assert item.turn == 4 and item.kind == "obs" and "2026-12-20" in prompt.messages[0]["content"]
+    again = mgr.prepare("s", "Show the assignee of the login ticket again")
+    assert not again.recalled and not any("2026-12-20" in m["content"] for m in again.messages)
+    named = mgr.prepare("s", "Email Dana Reyes about it")  # a value the message gives itself
+    assert not named.recalled
 
 
 def test_a_recalled_sentence_comes_with_the_neighbour_that_names_what_it_refers_to(
@@ -264,6 +287,8 @@ def _ranked_by_definition(
     count: int,
     scan: int,
     common: int,
+    turns: int,
+    kinds: dict[str, str],
 ) -> list[tuple[str, float, float, str]]:
     """What the load script must send back, computed the plain way: every piece in range
     among the ids that start in the newest ``scan`` bytes of a term's list (of the terms
@@ -271,7 +296,9 @@ def _ranked_by_definition(
     terms it holds (each term once); those whose own terms (weight 1) reach ``floor``,
     best first, newest first among equals (of one turn's pieces, the last first); the
     best ``2 * count`` read, those still in the archive (``texts``), one of each text, at
-    most ``count``."""
+    most ``count``. Then the recent window's (turns ``newest + 1`` to ``turns``), scored by
+    the same idf (which does not count them), of a kind other than user and reply, of a
+    text not sent yet: at most ``count`` more, ordered as the others."""
     score: dict[str, float] = {}
     asked: dict[str, float] = {}
     matched: dict[str, list[str]] = {}
@@ -285,17 +312,28 @@ def _ranked_by_definition(
         ids = [text[at:].split(" ")[0] for at in starts if at >= len(text) - scan]
         live = list(dict.fromkeys(i for i in ids if i and oldest <= int(i.split(".")[0]) <= newest))
         idf = weight * math.log(1 + (size - len(live) + 0.5) / (len(live) + 0.5))
-        for piece in live:
+        shown = dict.fromkeys(i for i in ids if i and newest < int(i.split(".")[0]) <= turns)
+        for piece in [*live, *shown]:
             score[piece] = score.get(piece, 0.0) + idf
             matched.setdefault(piece, []).append(term)
             if weight >= 1:
                 asked[piece] = asked.get(piece, 0.0) + idf
-    found = sorted(
-        (p for p, value in asked.items() if value >= floor), key=lambda p: (-score[p], *(-int(n) for n in p.split(".")))
-    )
+
+    def best(pieces: Iterable[str]) -> list[str]:
+        return sorted(
+            (p for p in pieces if p in asked and asked[p] >= floor), key=lambda p: (-score[p], *(-int(n) for n in p.split(".")))
+        )
+
+    older = best(p for p in score if int(p.split(".")[0]) <= newest)
+    recent = best(p for p in score if int(p.split(".")[0]) > newest)
     out, seen = [], set()
-    for piece in found[: 2 * count]:
+    for piece in older[: 2 * count]:
         if piece in texts and texts[piece] not in seen and len(out) < count:
+            seen.add(texts[piece])
+            out.append((piece, score[piece], asked[piece], " ".join(matched[piece])))
+    sent = len(out)
+    for piece in recent:
+        if piece in texts and kinds[piece] not in ("user", "reply") and texts[piece] not in seen and len(out) < sent + count:
             seen.add(texts[piece])
             out.append((piece, score[piece], asked[piece], " ".join(matched[piece])))
     return out
@@ -315,13 +353,15 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
         turns = rng.randint(1, 70)
         postings: dict[str, list[str]] = {}
         texts: dict[str, str] = {}
+        kinds: dict[str, str] = {}
         for turn in range(1, turns + 1):
             for n in range(rng.choice((1, 1, 2, 12))):  # "5.10" and "5.2": ordered as pieces, not as numbers
                 piece = f"{turn}.{n}"
                 held = rng.sample(vocabulary, rng.randint(1, 4))
                 if rng.random() < 0.97:  # else: gone from the archive, still in the index
                     texts[piece] = f"text {rng.randint(0, turns // 2)}"
-                    raw.hset(keys.arc, piece, f"user\t3\t{' '.join(held)}\t{texts[piece]}")
+                    kinds[piece] = rng.choice(("user", "reply", "call", "obs"))
+                    raw.hset(keys.arc, piece, f"{kinds[piece]}\t3\t{' '.join(held)}\t{texts[piece]}")
                 for term in held:
                     postings.setdefault(term, []).append(piece)
                     if rng.random() < 0.03:
@@ -339,7 +379,7 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
         rows = reply[4]
         got = [(rows[i].decode(), float(rows[i + 1]), float(rows[i + 2]), rows[i + 3].decode()) for i in range(0, len(rows), 5)]
         want = _ranked_by_definition(
-            postings, texts, len(texts), query, turns - archive + 1, turns - recent, floor, count, scan, common
+            postings, texts, len(texts), query, turns - archive + 1, turns - recent, floor, count, scan, common, turns, kinds
         )
         assert [g[0] for g in got] == [w[0] for w in want], (case, query, floor)
         for (_, score, asked, names), (_, score_, asked_, names_) in zip(got, want, strict=True):

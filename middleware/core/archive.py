@@ -18,7 +18,6 @@ quotes them, one line each, in a block the model is told is data.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence, Set
@@ -26,12 +25,14 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from .lexical import saturation, terms
+from .specific import specific, specific_terms
 from .state import Piece, ToolCall, Turn, compact_json, to_text
 from .text import brief, one_line
 
 __all__ = ["MAX_PIECES", "Piece", "Recalled", "bare_question", "pieces_of", "query_terms", "rank", "recall_step", "render_recall"]
 
 MAX_PIECES = 32
+SHOWN_KINDS = frozenset({"user", "reply"})  # the kinds of piece the recent window shows
 _AVERAGE_TERMS = 8.0  # a piece's terms, about: BM25's average length
 MIN_SCORE = 3.0  # a candidate's lexical score must reach this: about one term that is not common
 RELATIVE = 0.6  # a lexical match or an earlier value: at least this share of the best candidate's final score
@@ -70,30 +71,6 @@ _QUERY_TERMS = 24
 # Kinds, and the label a recalled line carries after its turn ("- turn 12 tool result: ").
 KINDS = {"user": "user", "call": "tool call", "obs": "tool result", "reply": "assistant", "state": "observed",
          "fact": "earlier value"}  # fmt: skip
-
-
-def _letters(cased: str) -> str:
-    """A character class body of every letter (of any script, below U+10000) for which
-    ``str.isupper`` or ``str.islower`` (``cased``) holds, as ranges."""
-    test = str.isupper if cased == "upper" else str.islower
-    points = [c for c in range(0x10000) if test(chr(c)) and chr(c).isalpha()]
-    ranges, start = [], points[0]
-    for before, after in zip(points, [*points[1:], -1], strict=True):
-        if after != before + 1:
-            ranges.append(re.escape(chr(start)) + (f"-{re.escape(chr(before))}" if before > start else ""))
-            start = after
-    return "".join(ranges)
-
-
-@functools.cache
-def _specific_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """What is specific in a sentence (a number, a capitalised word after the first, a code
-    or an amount), and a specific word (see ``_specific_terms``); capitals of any script:
-    "Zoë", "Łódź" and "Ölberg" name something as "Oslo" does. Compiled on first use: their
-    classes take a scan of every code point, not import time's work."""
-    upper, lower = _letters("upper"), _letters("lower")
-    return (re.compile(rf"\d|(?<![.!?]\s)(?<=\s)[{upper}][{lower}]|[{upper}]{{2,}}|[$€£¥]"),
-            re.compile(rf"(?<![.!?]\s)(?<=\W)[{upper}][\w-]*|[\w-]*\d[\w-]*"))  # fmt: skip
 
 
 # A sentence ends at . ! or ? (or one closing a bracket or quote: '...a bed.) My') and a
@@ -214,7 +191,7 @@ def _around(sentences: Sequence[str], at: int) -> tuple[str, str]:
     first ``_NEIGHBOUR_CHARS`` and only where that names something specific (memory is for
     specifics: "That's how I met Dana." beside "We train together on Tuesdays.")."""
     cut = [brief(sentences[i], _NEIGHBOUR_CHARS) if 0 <= i < len(sentences) else "" for i in (at - 1, at + 1)]
-    before, after = (text if text and _specific(text) else "" for text in cut)
+    before, after = (text if text and specific(text) else "" for text in cut)
     return before, after
 
 
@@ -289,6 +266,7 @@ def rank(
     budget: int,
     count: _Counter,
     recent_turns: int = 1,
+    asked_before: Set[str] = frozenset(),
 ) -> list[Recalled]:
     """The recall block's lines, best first, within ``budget`` tokens.
 
@@ -307,7 +285,15 @@ def rank(
     of theirs is in ``shown``) and a user's sentence that only asks (``bare_question``).
     A candidate that adds few terms to the prompt and the lines already chosen waits until
     every other has had its room, and is left out unless what it adds is specific
-    (``REDUNDANT``)."""
+    (``REDUNDANT``).
+
+    Of the last ``recent_turns`` turns (the recent window, which shows their user messages
+    and replies only), a call, result or observation is recalled when the current message
+    selects it by a term neither the window's user messages (``asked_before``) nor the
+    piece's values hold: a question about what the last call found ("when is the ticket
+    due?"), not the same request again ("now show current node" after "check current
+    node") nor one naming a value the message already gives ("navigate to watchlist on
+    google_tv" after a result listing the interfaces)."""
     if budget <= 0:
         return []
     wanted = dict(query)
@@ -319,7 +305,8 @@ def rank(
     # A candidate's why is made only if it is kept.
     scored: list[_Scored] = []
     for c in candidates:
-        if c.turn > turns - recent_turns:
+        in_window = c.turn > turns - recent_turns
+        if in_window and (c.turn > turns or c.kind in SHOWN_KINDS):
             continue  # shown in full
         # Asked for by the current message: in what the piece says (its values), or by two of
         # its words at least (a tool's name alone, "navigate_to_node" for "node", is not enough).
@@ -328,12 +315,14 @@ def rank(
             (c.asked or c.score) >= MIN_SCORE and bool(hits) and (len(hits) >= 2 or not hits.isdisjoint(c.terms) or not c.terms)
         )
         semantic = c.similarity >= MIN_SIMILARITY
+        if in_window:  # asked anew: by a term the window's own user messages lack, not a value it holds
+            lexical, semantic = lexical and not hits.issubset({*asked_before, *c.terms}), False
         if not (lexical or semantic) or known.issuperset(c.terms or terms(c.text)) or bare_question(c):
             continue  # a weak match, one the current message does not ask for, nothing new, or only a question
         recency = 1.0 + math.exp(-max(turns - c.turn, 0) / 40)
         lowered = c.text.lower() if values else ""
         overlap = 1.25 if any(value in lowered for value in values) else 1.0
-        weight = overlap * (1.0 if c.kind != "user" or _specific(c.text) else 0.5)  # memory is for specifics
+        weight = overlap * (1.0 if c.kind != "user" or specific(c.text) else 0.5)  # memory is for specifics
         weight *= FAMILIAR + (1.0 - FAMILIAR) * c.novelty  # and for what was new when said
         weight /= c.repeats  # and for what is not said again and again
         # BM25's length normalisation: a long sentence shares words by its length alone.
@@ -370,7 +359,7 @@ def rank(
             if not repeats and mostly_said(says, said):
                 later.append((score, row))  # mostly what a chosen line says: a phrase repeated, a word changed
                 continue
-            if repeats and (says - said).isdisjoint(_specific_terms(text)):
+            if repeats and (says - said).isdisjoint(specific_terms(text)):
                 continue  # it rewords what is chosen: no name, number or code of its own
             chosen.append(Recalled(text, kind, turn, score, reason if isinstance(reason, str) else _why(*reason), tokens))
             around.append(("", "") if isinstance(reason, str) else reason[0].around)
@@ -390,7 +379,7 @@ def rank(
             if not neighbour or key in seen or key in shown_lower:
                 continue
             adds = set(terms(neighbour)) - said
-            if adds.isdisjoint(_specific_terms(neighbour)):
+            if adds.isdisjoint(specific_terms(neighbour)):
                 continue
             text = f"{neighbour} {item.text}" if side == "before" else f"{item.text} {neighbour}"
             tokens = count.count(text)
@@ -440,13 +429,6 @@ def _why(c: Candidate, lexical: bool, semantic: bool) -> str:
     return "; ".join(reasons)
 
 
-@functools.lru_cache(maxsize=4096)
-def _specific_terms(text: str) -> frozenset[str]:
-    """The terms of ``text``'s specific words: capitalised after its first word (not opening
-    a sentence), or holding a digit (cached as ``_specific`` is)."""
-    return frozenset(terms(" ".join(_specific_patterns()[1].findall(text))))
-
-
 # How a question opens: a question word, or a verb put first ("Did I...", "Is there...").
 _QUESTION = re.compile(
     r"(?:what|which|who|whom|whose|where|when|why|how|is|are|was|were|am|do|does|did|can|could|will|would|shall|should|"
@@ -464,15 +446,8 @@ def bare_question(c: Candidate) -> bool:
     text = c.text.rstrip()
     return (
         c.kind == "user" and text.endswith("?") and not any(c.around) and _QUESTION.match(text) is not None
-        and _SENTENCE_END.search(text) is None and not _specific(text)
+        and _SENTENCE_END.search(text) is None and not specific(text)
     )  # fmt: skip
-
-
-@functools.lru_cache(maxsize=4096)
-def _specific(text: str) -> bool:
-    """Whether a sentence names something specific after its first letter (cached: the
-    same pieces come back as candidates call after call, and the search is slow)."""
-    return _specific_patterns()[0].search(text[1:]) is not None
 
 
 def line_prefix(turn: int, kind: str) -> str:

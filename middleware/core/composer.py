@@ -27,6 +27,7 @@ from ..config.sections import KEY_NAME, Skill
 from ..exceptions import TokenBudgetError
 from .archive import Candidate, Recalled, query_terms, rank, recall_step, render_recall
 from .context import order_context, quoted_value, render_context, render_earlier
+from .lexical import terms
 from .notes import cut_notes, render_notes
 from .recording import MAX_TOOLS_RECORDED, TOKENS_PER_MESSAGE, turn_messages, turn_update
 from .state import (
@@ -357,8 +358,8 @@ class Composer:
             return []
         shown = [*state.summary, *(m["content"] for m in recent), current, *state.context.values(), *state.earlier.values()]
         return rank(candidates, state.facts, query=query_terms(current, recent), context=state.context, turns=state.turns,
-                    shown=shown, budget=budget, count=self.tokenizer,
-                    recent_turns=self.config.recent.messages // 2)  # fmt: skip
+                    shown=shown, budget=budget, count=self.tokenizer, recent_turns=self.config.recent.messages // 2,
+                    asked_before={t for m in recent if m.get("role") == "user" for t in terms(m.get("content", ""))})  # fmt: skip
 
     def compose(
         self,

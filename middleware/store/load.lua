@@ -18,7 +18,7 @@ if traces > 0 and not composed and turns <= traces then out[6] = redis.pcall('LR
 n_terms = tonumber(n_terms)
 if n_terms == 0 then return out end
 local oldest, newest = turns - tonumber(archive_turns) + 1, turns - tonumber(recent_turns)
-if newest < 1 then return out end
+if turns < 1 then return out end
 local terms, weights = {}, {}
 for term, weight in string.gmatch(query, '(%S+) (%S+)') do
   terms[#terms + 1] = term
@@ -32,7 +32,10 @@ if lists.err or type(size) ~= 'number' then return out end
 -- A piece's score is the sum of the weights of the message's terms it holds, so it
 -- follows from which terms those are (its mask): the masks are ranked, not the pieces,
 -- and a table.sort over every piece (most of a recall's time in Lua) is not needed.
-local mask, order, idf, upper = {}, {}, {}, newest + 1
+-- The recent window's turns (`fresh`) are shown but for their calls and results: their ids
+-- are kept apart, not counted in the idf, so older pieces score as they would without them.
+local mask, order, idf, upper, last = {}, {}, {}, newest + 1, turns + 1
+local fresh, fresh_order = {}, {}
 scan, common = tonumber(scan), tonumber(common)
 for j = 1, n_terms do
   local list, n, bit = lists[j], 0, 2 ^ (j - 1)
@@ -54,9 +57,13 @@ for j = 1, n_terms do
           mask[id], n = bit, n + 1
         else
           mask[id] = false  -- out of range: not read again
+          if t and t >= upper and t < last then fresh[id], fresh_order[#fresh_order + 1] = bit, id end
         end
-      elseif m and m % above < bit then  -- once per term
-        mask[id], n = m + bit, n + 1
+      elseif m then
+        if m % above < bit then mask[id], n = m + bit, n + 1 end  -- once per term
+      else
+        local f = fresh[id]
+        if f and f % above < bit then fresh[id] = f + bit end
       end
     end
   end
@@ -66,30 +73,40 @@ end
 -- read backwards it gives every mask its pieces newest first. Only the current
 -- message's own terms (weight 1) select, above the floor; the others rank.
 local floor, groups, score, asked, masks = tonumber(min_score), {}, {}, {}, {}
+local function scored(m)  -- a mask's score, its own terms' part, and whether it holds one of them
+  local total, own, selects, rest, k = 0, 0, false, m, 1
+  while rest > 0 do  -- up to its last term only
+    local held = rest % 2
+    if held == 1 then
+      total = total + idf[k]
+      if weights[k] >= 1 then own, selects = own + idf[k], true end
+    end
+    rest, k = (rest - held) / 2, k + 1
+  end
+  return total, own, selects
+end
 for i = #order, 1, -1 do
   local id = order[i]
   local m = mask[id]
   local group = groups[m]
   if group == nil then
-    local total, own, selects, rest, k = 0, 0, false, m, 1
-    while rest > 0 do  -- up to its last term only
-      local held = rest % 2
-      if held == 1 then
-        total = total + idf[k]
-        if weights[k] >= 1 then own, selects = own + idf[k], true end
-      end
-      rest, k = (rest - held) / 2, k + 1
-    end
+    local total, own, selects = scored(m)
     group, score[m], asked[m] = {}, total, own
     groups[m] = group
     if selects and own >= floor then masks[#masks + 1] = m end
   end
   group[#group + 1] = id
 end
-if #masks == 0 then return out end
 -- Best masks first; pieces of masks that score the same, newest first among them (a turn's
 -- pieces: the last first). A term's ids are in the order they were written, newest last.
 table.sort(masks, function(a, b) return score[a] > score[b] end)
+local function newer(a, b)  -- newest turn first, then its last piece first
+  local ta, na = string.match(a, '^(%d+)%.(%d+)$')
+  local tb, nb = string.match(b, '^(%d+)%.(%d+)$')
+  ta, na, tb, nb = tonumber(ta) or 0, tonumber(na) or 0, tonumber(tb) or 0, tonumber(nb) or 0
+  if ta ~= tb then return ta > tb end
+  return na > nb
+end
 local best, limit, i = {}, 2 * tonumber(candidates), 1
 while i <= #masks and #best < limit do
   local tied = {masks[i]}
@@ -100,13 +117,7 @@ while i <= #masks and #best < limit do
     for _, m in ipairs(tied) do
       for _, id in ipairs(groups[m]) do ids[#ids + 1] = id end
     end
-    table.sort(ids, function(a, b)  -- as within a mask: newest turn first, then its last piece first
-      local ta, na = string.match(a, '^(%d+)%.(%d+)$')
-      local tb, nb = string.match(b, '^(%d+)%.(%d+)$')
-      ta, na, tb, nb = tonumber(ta) or 0, tonumber(na) or 0, tonumber(tb) or 0, tonumber(nb) or 0
-      if ta ~= tb then return ta > tb end
-      return na > nb
-    end)
+    table.sort(ids, newer)  -- as within a mask
   end
   for _, id in ipairs(ids) do
     if #best == limit then break end
@@ -119,6 +130,23 @@ end
 -- part: chosen (the chosen pieces read and sent)
 local wanted, row, seen, names_of, at = tonumber(candidates), out[5], {}, {}, 1
 local sent = 0
+local function add(id, m, total, own, record)  -- a piece sent: its id, scores, the terms it holds, its record
+  local names = names_of[m]
+  if names == nil then
+    local held, rest = {}, m
+    for j = 1, n_terms do
+      if rest % 2 == 1 then held[#held + 1] = terms[j] end
+      rest = math.floor(rest / 2)
+    end
+    names = table.concat(held, ' ')
+    names_of[m] = names
+  end
+  row[#row + 1] = id
+  row[#row + 1] = tostring(total)
+  row[#row + 1] = tostring(own)
+  row[#row + 1] = names
+  row[#row + 1] = record
+end
 while sent < wanted and at <= #best do
   local batch = {}
   for k = at, math.min(at + wanted - sent - 1, #best) do batch[#batch + 1] = best[k] end
@@ -134,22 +162,36 @@ while sent < wanted and at <= #best do
     if text and not seen[text] then
       seen[text], sent = true, sent + 1
       local m = mask[id]
-      local names = names_of[m]
-      if names == nil then
-        local held, rest = {}, m
-        for j = 1, n_terms do
-          if rest % 2 == 1 then held[#held + 1] = terms[j] end
-          rest = math.floor(rest / 2)
-        end
-        names = table.concat(held, ' ')
-        names_of[m] = names
-      end
-      row[#row + 1] = id
-      row[#row + 1] = tostring(score[m])
-      row[#row + 1] = tostring(asked[m])
-      row[#row + 1] = names
-      row[#row + 1] = records[i]
+      add(id, m, score[m], asked[m], records[i])
     end
+  end
+end
+-- part: window (the recent window's calls and results the message's own terms reach: the
+-- window shows its user messages and replies only). Read after the older pieces, best
+-- first (newest first among equals), at most `candidates`; its user messages and replies
+-- are not sent.
+local near, near_score, near_own = {}, {}, {}
+for _, id in ipairs(fresh_order) do
+  local total, own, selects = scored(fresh[id])
+  if selects and own >= floor then
+    near[#near + 1] = id
+    near_score[id], near_own[id] = total, own
+  end
+end
+if #near == 0 then return out end
+table.sort(near, function(a, b)
+  if near_score[a] ~= near_score[b] then return near_score[a] > near_score[b] end
+  return newer(a, b)
+end)
+local records = redis.pcall('HMGET', arc, unpack(near))
+if records.err then return out end
+local added = 0
+for i, id in ipairs(near) do
+  local kind, text = string.match(records[i] or '', '^([^\t]*)\t[^\t]*\t[^\t]*\t([^\t]*)')
+  if text and kind ~= 'user' and kind ~= 'reply' and not seen[text] then
+    seen[text], added = true, added + 1
+    add(id, fresh[id], near_score[id], near_own[id], records[i])
+    if added == wanted then break end
   end
 end
 return out

@@ -38,10 +38,7 @@ class CoUse:
                 self.unreached.pop(name, None)
         for name in called:
             self.turns[name] += 1
-            counter = self.together.setdefault(name, Counter())
-            counter.update(other for other in called if other != name)
-            if len(counter) > 2 * self.keep:
-                self.together[name] = Counter(dict(counter.most_common(self.keep)))
+            self._count(self.together, name, (other for other in called if other != name))
 
     def out_of_reach(self, called: Iterable[str], unreached: Iterable[str]) -> None:
         """One turn's called tools and the tools it could not call (``unreached``: their
@@ -50,10 +47,15 @@ class CoUse:
         if not out:
             return
         for name in list(dict.fromkeys(called))[: self.per_turn]:
-            counter = self.unreached.setdefault(name, Counter())
-            counter.update(out)
-            if len(counter) > 2 * self.keep:
-                self.unreached[name] = Counter(dict(counter.most_common(self.keep)))
+            self._count(self.unreached, name, out)
+
+    def _count(self, table: dict[str, Counter[str]], name: str, others: Iterable[str]) -> None:
+        """``others`` counted once more under ``name`` in ``table``; past ``2 * keep``
+        names, the ``keep`` most frequent kept."""
+        counter = table.setdefault(name, Counter())
+        counter.update(others)
+        if len(counter) > 2 * self.keep:
+            table[name] = Counter(dict(counter.most_common(self.keep)))
 
     def companions(self, names: Iterable[str]) -> list[str]:
         """Tools called in at least ``min_share`` of the turns that called one of ``names`` and
