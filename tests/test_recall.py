@@ -111,20 +111,21 @@ def test_a_fact_from_thirty_turns_ago_is_recalled_when_asked_and_only_then(manag
     assert not any("A-48213" in m["content"] for m in mgr.build_messages("s", "Should I water the plants today?"))
 
 
+@pytest.mark.parametrize("result", [{"assignee": "Dana Reyes", "due": "2026-12-20"},
+                                    "The ticket is due on 2026-12-20, assigned to Dana Reyes."], ids=["fields", "text"])  # fmt: skip
 def test_the_last_turns_tool_result_is_recalled_when_asked_about_and_not_for_the_same_request(
-    managers: ManagerFactory, tmp_path: Path
+    managers: ManagerFactory, tmp_path: Path, result: Any
 ) -> None:
     """The recent window shows the last turn's message and reply, not its calls: a value
     only the call's result holds is in the prompt when the next message asks about what
     the call did, and not when the message asks for the same again (that calls again) or
-    only names a value the result holds."""
+    only names a value the result holds; a result of fields or of text alike."""
     mgr = managers(auto(tmp_path))
     say(mgr, "s", *([FILLER] * 3))
     asked = "Show the assignee of the login ticket"
     mgr.build_messages("s", asked)
     mgr.record_turn("s", user=asked, assistant="Shown above.",
-                    tool_calls=[ToolCall(name="get_ticket", arguments={"title": "login"},
-                                         result={"assignee": "Dana Reyes", "due": "2026-12-20"})])  # fmt: skip
+                    tool_calls=[ToolCall(name="get_ticket", arguments={"title": "login"}, result=result)])  # fmt: skip
     prompt = mgr.prepare("s", "When is the ticket due?")
     (item,) = [r for r in prompt.recalled if "2026-12-20" in r.text]
     assert item.turn == 4 and item.kind == "obs" and "2026-12-20" in prompt.messages[0]["content"]
@@ -343,8 +344,10 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
     """The script's ranking against the definition above, on random archives: pieces of
     a small vocabulary (so that many share the same terms and the same score), repeated
     texts, turns of many pieces, an id listed twice under one term, pieces gone from the
-    archive but still indexed, turns out of range at both ends, lists longer than the
-    bytes read of them, more common terms than are read."""
+    archive but still indexed, turns out of range at both ends (past the session's count: a
+    turn written, not yet counted), pieces of every kind, in and out of the recent window,
+    lists longer than the bytes read of them, more common terms than are read, no
+    candidates wanted."""
     rng = random.Random(7)
     vocabulary = [f"w{n}" for n in range(7)]
     keys = session_keys("rank", "s")
@@ -354,13 +357,13 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
         postings: dict[str, list[str]] = {}
         texts: dict[str, str] = {}
         kinds: dict[str, str] = {}
-        for turn in range(1, turns + 1):
+        for turn in range(1, turns + rng.choice((1, 1, 2, 3))):  # past `turns`: a turn being written, not read
             for n in range(rng.choice((1, 1, 2, 12))):  # "5.10" and "5.2": ordered as pieces, not as numbers
                 piece = f"{turn}.{n}"
                 held = rng.sample(vocabulary, rng.randint(1, 4))
                 if rng.random() < 0.97:  # else: gone from the archive, still in the index
                     texts[piece] = f"text {rng.randint(0, turns // 2)}"
-                    kinds[piece] = rng.choice(("user", "reply", "call", "obs"))
+                    kinds[piece] = rng.choice(("user", "reply", "call", "obs", "state"))
                     raw.hset(keys.arc, piece, f"{kinds[piece]}\t3\t{' '.join(held)}\t{texts[piece]}")
                 for term in held:
                     postings.setdefault(term, []).append(piece)
@@ -368,7 +371,7 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
                         postings[term].append(piece)  # listed twice: counted once
         raw.hset(keys.idx, mapping={term: " ".join(ids) for term, ids in postings.items()})
         raw.hset(keys.meta, "turns", turns)
-        archive, recent, count = rng.randint(5, 80), rng.randint(0, 3), rng.randint(1, 6)
+        archive, recent, count = rng.randint(5, 80), rng.randint(0, 3), rng.randint(0, 6)
         query = [(term, rng.choice((1.0, 1.0, 0.5))) for term in rng.sample(vocabulary, rng.randint(1, 6))]
         floor, scan = rng.choice((0.0, 1.0, 3.0)), rng.choice((16, 40, 100, store_keys.POSTINGS, 1000))
         common = rng.choice((0, 1, 2, 6, 24))

@@ -316,7 +316,7 @@ def rank(
         )
         semantic = c.similarity >= MIN_SIMILARITY
         if in_window:  # asked anew: by a term the window's own user messages lack, not a value it holds
-            lexical, semantic = lexical and not hits.issubset({*asked_before, *c.terms}), False
+            lexical, semantic = lexical and not hits.issubset({*asked_before, *_values(c)}), False
         if not (lexical or semantic) or known.issuperset(c.terms or terms(c.text)) or bare_question(c):
             continue  # a weak match, one the current message does not ask for, nothing new, or only a question
         recency = 1.0 + math.exp(-max(turns - c.turn, 0) / 40)
@@ -393,6 +393,17 @@ def rank(
         chosen[index] = item
     chosen.sort(key=lambda r: (-r.score, -r.turn))
     return chosen
+
+
+def _values(c: Candidate) -> Set[str]:
+    """The terms of the values a piece holds: a call's arguments, a structured result's
+    fields (``Candidate.terms``, apart from their names). A piece that says all it is found
+    by (a text result, an observation) holds its specific words only: "due" in "The ticket
+    is due on 2026-12-20" is what a question asks by, not a value it gives."""
+    said = set(c.terms)
+    if said.issuperset(terms(c.text.partition(" → ")[2] or c.text)):
+        return specific_terms(c.text)
+    return said
 
 
 def mostly_said(says: Set[str], said: Set[str]) -> bool:

@@ -178,7 +178,7 @@ for _, id in ipairs(fresh_order) do
     near_score[id], near_own[id] = total, own
   end
 end
-if #near == 0 then return out end
+if #near == 0 or wanted < 1 then return out end
 table.sort(near, function(a, b)
   if near_score[a] ~= near_score[b] then return near_score[a] > near_score[b] end
   return newer(a, b)
@@ -187,11 +187,11 @@ local records = redis.pcall('HMGET', arc, unpack(near))
 if records.err then return out end
 local added = 0
 for i, id in ipairs(near) do
+  if added >= wanted then break end
   local kind, text = string.match(records[i] or '', '^([^\t]*)\t[^\t]*\t[^\t]*\t([^\t]*)')
   if text and kind ~= 'user' and kind ~= 'reply' and not seen[text] then
     seen[text], added = true, added + 1
     add(id, fresh[id], near_score[id], near_own[id], records[i])
-    if added == wanted then break end
   end
 end
 return out

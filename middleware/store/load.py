@@ -3,10 +3,12 @@ current message (recall) and, for semantic recall, the nearest pieces by meaning
 
 The reads of a load and the archive's best pieces for a query run in one script
 (``load.lua``): the query's terms are looked up in the index, each piece scored by the rare
-terms it shares (BM25's idf, weighted per term), skipping turns out of the archive and the
-turns the recent window shows in full; of the pieces holding a term of the current message
-itself (weight 1: the recent window's terms only rank), the CANDIDATES best come back with
-their text.
+terms it shares (BM25's idf, weighted per term), skipping turns out of the archive; of the
+pieces holding a term of the current message itself (weight 1: the recent window's terms
+only rank), the CANDIDATES best of the turns the recent window does not show come back with
+their text, then as many of the window's own turns' calls, results and observations (the
+window shows their user messages and replies only), scored by the same idf, which does not
+count them.
 """
 
 from __future__ import annotations
