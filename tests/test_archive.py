@@ -115,6 +115,31 @@ def test_far_weaker_matches_and_unspecific_sentences_give_way() -> None:
     assert ranked[0].score > ranked[1].score >= ranked[0].score * archive.RELATIVE
 
 
+@pytest.mark.parametrize("result", [{"assignee": "Dana Reyes", "due": "2026-12-20"},
+                                    "The ticket is due on 2026-12-20, assigned to Dana Reyes."], ids=["fields", "text"])  # fmt: skip
+def test_of_the_recent_window_only_a_call_or_result_asked_for_anew_is_recalled(result: object) -> None:
+    """The recent window shows its user message and reply: neither is recalled. Its call's
+    result is, when the message selects it by a word that neither the window's user
+    message nor the result's values hold; not by the same words again, nor by a value
+    the message gives itself. Out of the window, the same pieces rank as any other."""
+    call = ToolCall(name="get_ticket", arguments={"title": "login"}, result=result)
+    turn = Turn(user="Show the assignee of the login ticket", assistant="It is due soon; Dana has it.", tool_calls=(call,))
+    pieces = pieces_of(turn, turn.assistant, TOKENIZER)
+
+    def ranked(message: str, turns: int = 40) -> list[str]:
+        query = [(term, 1.0) for term in terms(message)]
+        found = [Candidate(40, p.kind, p.text, p.tokens, 9.0, tuple(t for t, _ in query if t in p.terms), p.facts)
+                 for p in pieces]  # fmt: skip
+        ranked = rank(found, {}, query=query, context={}, turns=turns, shown="", budget=200, count=TOKENIZER,
+                      asked_before=set(terms(turn.user)))  # fmt: skip
+        return [r.kind for r in ranked]
+
+    assert ranked("When is the ticket due?") == ["obs"]
+    assert ranked("Show the assignee of the login ticket again") == []
+    assert ranked("Email Dana Reyes about it") == []
+    assert "obs" in ranked("Show the assignee of the login ticket again", turns=60)  # out of the window
+
+
 def test_a_name_in_any_script_is_specific() -> None:
     """A capitalised word of any script names something ("Zoë", "Łódź"), as "Oslo" does: the
     sentence that holds one is not halved as vague, and the one that names nothing is."""
