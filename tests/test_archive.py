@@ -140,6 +140,29 @@ def test_of_the_recent_window_only_a_call_or_result_asked_for_anew_is_recalled(r
     assert "obs" in ranked("Show the assignee of the login ticket again", turns=60)  # out of the window
 
 
+@pytest.mark.parametrize(("older_score", "window_score"), [(60.0, 9.0), (9.0, 60.0)], ids=["window-weaker", "older-weaker"])
+def test_the_recent_window_neither_sets_nor_is_held_to_the_older_matches_cut(older_score: float, window_score: float) -> None:
+    """A result of the recent window asked for anew is recalled however far weaker it is
+    than the best older match, and it does not cut the older matches either: the relative
+    cut (RELATIVE of the best) ranks the older matches among themselves."""
+    call = ToolCall(name="get_ticket", arguments={"title": "login"}, result={"assignee": "Dana Reyes", "due": "2026-12-20"})
+    turn = Turn(user="Show the assignee of the login ticket", assistant="Dana has it.", tool_calls=(call,))
+    (obs,) = [p for p in pieces_of(turn, turn.assistant, TOKENIZER) if p.kind == "obs"]
+    query = [(term, 1.0) for term in terms("When is the ticket due?")]
+    older = "The payroll ticket was due on Friday, Omar said."
+    found = [Candidate(40, "obs", obs.text, obs.tokens, window_score, ("due", "ticket"), obs.facts),
+             Candidate(10, "user", older, TOKENIZER.count(older), older_score, ("due", "ticket"), terms(older))]  # fmt: skip
+
+    def kinds(turns: int) -> list[str]:
+        ranked = rank(found, {}, query=query, context={}, turns=turns, shown="", budget=200, count=TOKENIZER,
+                      asked_before=set(terms(turn.user)))  # fmt: skip
+        return [r.kind for r in ranked]
+
+    assert sorted(kinds(40)) == ["obs", "user"]
+    # Out of the window, both are older matches: the weaker falls under the cut.
+    assert kinds(60) == (["user"] if window_score < older_score else ["obs"])
+
+
 def test_a_name_in_any_script_is_specific() -> None:
     """A capitalised word of any script names something ("Zoë", "Łódź"), as "Oslo" does: the
     sentence that holds one is not halved as vague, and the one that names nothing is."""

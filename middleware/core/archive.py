@@ -293,7 +293,8 @@ def rank(
     piece's values hold: a question about what the last call found ("when is the ticket
     due?"), not the same request again ("now show current node" after "check current
     node") nor one naming a value the message already gives ("navigate to watchlist on
-    google_tv" after a result listing the interfaces)."""
+    google_tv" after a result listing the interfaces). Such a piece neither sets nor is held
+    to the cut of weak lexical matches, which compares the older ones among themselves."""
     if budget <= 0:
         return []
     wanted = dict(query)
@@ -348,7 +349,7 @@ def rank(
     later: list[tuple[float, _Scored]] = []  # repeats: they wait for every other candidate
     used, seen, said = 0, set(), set(known)
     shown_lower = "\n".join(parts).lower()
-    for repeats, rows in ((False, _fused(scored)), (True, later)):
+    for repeats, rows in ((False, _fused(scored, turns - recent_turns)), (True, later)):
         for score, row in rows:
             _, _, turn, text, kind, tokens, reason = row
             key = text.lower()
@@ -413,14 +414,16 @@ def mostly_said(says: Set[str], said: Set[str]) -> bool:
     return bool(says) and len(says - said) * REDUNDANT < len(says)
 
 
-def _fused(scored: Sequence[_Scored]) -> list[tuple[float, _Scored]]:
+def _fused(scored: Sequence[_Scored], edge: int) -> list[tuple[float, _Scored]]:
     """The candidates in the order both rankings give together (reciprocal rank fusion):
     each scores the sum, over the lexical ranking and the ranking by meaning, of 1 / (RRF_K
     + its place in it), so neither kind of score has to be weighed against the other. A
-    lexical match far weaker than the best (under RELATIVE of its score) has no place in
-    the lexical ranking: noise, not memory. Ties go to the newer turn."""
-    best = max((row[0] for row in scored if row[0] is not None), default=0.0)
-    lexical = [i for i, row in enumerate(scored) if row[0] is not None and row[0] >= best * RELATIVE]
+    lexical match far weaker than the best older one (under RELATIVE of its score) has no
+    place in the lexical ranking: noise, not memory. The recent window's pieces (turns after
+    ``edge``) neither set that best nor are held to it: the message asked for them anew, and
+    the older matches are ranked among themselves. Ties go to the newer turn."""
+    best = max((row[0] for row in scored if row[0] is not None and row[2] <= edge), default=0.0)
+    lexical = [i for i, row in enumerate(scored) if row[0] is not None and (row[2] > edge or row[0] >= best * RELATIVE)]
     semantic = [i for i, row in enumerate(scored) if row[1] is not None]
     lexical.sort(key=lambda i: (-(scored[i][0] or 0.0), -scored[i][2]))
     semantic.sort(key=lambda i: (-(scored[i][1] or 0.0), -scored[i][2]))
