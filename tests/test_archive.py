@@ -144,7 +144,8 @@ def test_of_the_recent_window_only_a_call_or_result_asked_for_anew_is_recalled(r
 def test_the_recent_window_neither_sets_nor_is_held_to_the_older_matches_cut(older_score: float, window_score: float) -> None:
     """A result of the recent window asked for anew is recalled however far weaker it is
     than the best older match, and it does not cut the older matches either: the relative
-    cut (RELATIVE of the best) ranks the older matches among themselves."""
+    cut (RELATIVE of the best) ranks the older matches among themselves. An earlier value
+    of a context key set in the window is not a piece, and is held to the cut."""
     call = ToolCall(name="get_ticket", arguments={"title": "login"}, result={"assignee": "Dana Reyes", "due": "2026-12-20"})
     turn = Turn(user="Show the assignee of the login ticket", assistant="Dana has it.", tool_calls=(call,))
     (obs,) = [p for p in pieces_of(turn, turn.assistant, TOKENIZER) if p.kind == "obs"]
@@ -154,8 +155,8 @@ def test_the_recent_window_neither_sets_nor_is_held_to_the_older_matches_cut(old
              Candidate(10, "user", older, TOKENIZER.count(older), older_score, ("due", "ticket"), terms(older))]  # fmt: skip
 
     def kinds(turns: int) -> list[str]:
-        ranked = rank(found, {}, query=query, context={}, turns=turns, shown="", budget=200, count=TOKENIZER,
-                      asked_before=set(terms(turn.user)))  # fmt: skip
+        ranked = rank(found, {"ticket": [("INV-7", 40)]}, query=query, context={}, turns=turns, shown="", budget=200,
+                      count=TOKENIZER, asked_before=set(terms(turn.user)))  # fmt: skip
         return [r.kind for r in ranked]
 
     assert sorted(kinds(40)) == ["obs", "user"]

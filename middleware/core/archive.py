@@ -419,11 +419,13 @@ def _fused(scored: Sequence[_Scored], edge: int) -> list[tuple[float, _Scored]]:
     each scores the sum, over the lexical ranking and the ranking by meaning, of 1 / (RRF_K
     + its place in it), so neither kind of score has to be weighed against the other. A
     lexical match far weaker than the best older one (under RELATIVE of its score) has no
-    place in the lexical ranking: noise, not memory. The recent window's pieces (turns after
-    ``edge``) neither set that best nor are held to it: the message asked for them anew, and
-    the older matches are ranked among themselves. Ties go to the newer turn."""
-    best = max((row[0] for row in scored if row[0] is not None and row[2] <= edge), default=0.0)
-    lexical = [i for i, row in enumerate(scored) if row[0] is not None and (row[2] > edge or row[0] >= best * RELATIVE)]
+    place in the lexical ranking: noise, not memory. The recent window's pieces (of turns
+    after ``edge``; earlier values of context keys are not pieces) neither set that best nor
+    are held to it: `rank` kept them only when the message asked for them anew. Ties go to
+    the newer turn."""
+    window = [row[2] > edge and not isinstance(row[6], str) for row in scored]
+    best = max((row[0] for row, new in zip(scored, window, strict=True) if row[0] is not None and not new), default=0.0)
+    lexical = [i for i, row in enumerate(scored) if row[0] is not None and (window[i] or row[0] >= best * RELATIVE)]
     semantic = [i for i, row in enumerate(scored) if row[1] is not None]
     lexical.sort(key=lambda i: (-(scored[i][0] or 0.0), -scored[i][2]))
     semantic.sort(key=lambda i: (-(scored[i][1] or 0.0), -scored[i][2]))
