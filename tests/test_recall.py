@@ -925,3 +925,20 @@ def test_a_piece_both_searches_found_keeps_its_repeats() -> None:
     other = Candidate(4, "user", "The kayak is at pier 9.", 8, 0.0, (), terms("The kayak is at pier 9."), 0.3)
     merged = store_load._merged([lexical], [near, other])
     assert merged == (lexical._replace(similarity=0.4, repeats=3), other)
+
+
+def test_the_recent_windows_calls_are_not_recalled_past_the_archive_horizon(managers: ManagerFactory, tmp_path: Path) -> None:
+    """Found in review: the load script took the recent window's calls and results without
+    the archive's horizon, so with memory.archive_turns lowered below the window, a result
+    the archive no longer keeps was still recalled until the next write removed it."""
+    mgr = managers(auto(tmp_path, archive_turns=20).with_overrides(recent={"messages": 4}))
+    say(mgr, "s", *([FILLER] * 3))
+    asked = "Show the assignee of the login ticket"
+    mgr.build_messages("s", asked)
+    mgr.record_turn("s", user=asked, assistant="Shown above.",
+                    tool_calls=[ToolCall(name="get_ticket", arguments={"title": "login"}, result={"due": "2026-12-20"})])  # fmt: skip
+    say(mgr, "s", FILLER)  # the window (four messages) holds the call's turn and this one
+    assert any("2026-12-20" in r.text for r in mgr.prepare("s", "When is the ticket due?").recalled)
+    shorter = auto(tmp_path, archive_turns=1).with_overrides(recent={"messages": 4})  # the archive: this turn only
+    prompt = managers(shorter).prepare("s", "When is the ticket due?")
+    assert not prompt.recalled and not any("2026-12-20" in m["content"] for m in prompt.messages)

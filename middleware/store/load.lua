@@ -34,6 +34,8 @@ if lists.err or type(size) ~= 'number' then return out end
 -- and a table.sort over every piece (most of a recall's time in Lua) is not needed.
 -- The recent window's turns (`fresh`) are shown but for their calls and results: their ids
 -- are kept apart, not counted in the idf, so older pieces score as they would without them.
+-- The archive's horizon (`oldest`) holds for them too: a window longer than the archive
+-- recalls nothing the archive no longer keeps.
 local mask, order, idf, upper, last = {}, {}, {}, newest + 1, turns + 1
 local fresh, fresh_order = {}, {}
 scan, common = tonumber(scan), tonumber(common)
@@ -57,7 +59,7 @@ for j = 1, n_terms do
           mask[id], n = bit, n + 1
         else
           mask[id] = false  -- out of range: not read again
-          if t and t >= upper and t < last then fresh[id], fresh_order[#fresh_order + 1] = bit, id end
+          if t and t >= upper and t >= oldest and t < last then fresh[id], fresh_order[#fresh_order + 1] = bit, id end
         end
       elseif m then
         if m % above < bit then mask[id], n = m + bit, n + 1 end  -- once per term
