@@ -1,9 +1,11 @@
 """The rolling summary: one line per turn, ``• {user brief} → {action}``.
 
 The action is, in order of preference: the configured template of each
-successful tool call (``Navigated to 'shop' on google_tv``), ``Used {tool}`` for
-successful calls without a template, ``Tried {tool} (failed)`` when every call
-failed, else a brief of the assistant's reply.
+successful tool call (``Navigated to 'shop' on google_tv``), the tool's own
+observation of its result, the result's values when they fit whole in
+``summary.result_chars`` (``get_watchlist: NVDA, OMEG``), ``Used {tool}`` for
+other successful calls, ``Tried {tool} (failed)`` when every call failed, else a
+brief of the assistant's reply.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config.sections import SummaryConfig
+from .archive import leaves
 from .context import sanitize_value
 from .state import ToolCall, Turn
 from .text import one_line
@@ -44,7 +47,30 @@ def _call_action(call: ToolCall, config: SummaryConfig) -> str:
     name = one_line(call.name, 64)
     template = config.templates.get(call.name)
     rendered = _render_template(template, call.args) if template else None
-    return rendered or (one_line(call.observation) if call.observation else "") or f"Used {name}"
+    observed = one_line(call.observation) if call.observation else ""
+    return rendered or observed or _result_values(call, name, config.result_chars) or f"Used {name}"
+
+
+def _result_values(call: ToolCall, name: str, limit: int) -> str:
+    """``{tool}: {value}, {value}``: a short result's values, when all of them fit whole in
+    ``limit`` characters (a value a later turn needs is then in the summary, where ``Used
+    {tool}`` said nothing of it); "" for a longer result, which only the archive keeps."""
+    if limit <= 0 or call.result is None:
+        return ""
+    found = [("", call.result)] if isinstance(call.result, str) else leaves(call.result)
+    values: list[str] = []
+    room = limit
+    try:
+        for _, value in found:
+            text = one_line(value)
+            if text:
+                room -= len(text) + 2 * bool(values)  # ", " between two
+                if room < 0:
+                    return ""
+                values.append(text)
+    except Exception:  # str() of a value runs the tool's own __str__, which may raise anything
+        return ""
+    return f"{name}: {', '.join(values)}" if values else ""
 
 
 def action_of(turn: Turn, config: SummaryConfig) -> str:
