@@ -47,7 +47,7 @@ def test_a_run_records_its_turn_and_the_next_run_gets_the_composed_memory(manage
     final, state, items = asyncio.run(scenario())
     assert final == "clear in Paris"
     assert state.turns == 3 and state.context == {"city": "Paris"}
-    assert state.summary == ["• weather in Paris? → get_weather: Paris, clear", "• thanks → ok: thanks"]
+    assert state.summary == ['• weather in Paris? → get_weather: "Paris", "clear"', "• thanks → ok: thanks"]
     sent = SEEN[-1]
     assert sent[0] == {"role": "system", "content": "Be brief."}
     assert sent[1]["role"] == "system" and "- city: Paris" in sent[1]["content"]

@@ -50,7 +50,7 @@ def test_the_agent_is_sent_the_composed_memory_and_its_turns_are_recorded(config
         state = mgr.get_state("t1")
     assert first["messages"][-1].content == "clear in Paris" and out["messages"][-1].content == "ok: and now?"
     assert state.turns == 3 and state.context == {"city": "Paris"}
-    assert state.summary == ["• weather in Paris? → get_weather: Paris, clear", "• thanks → ok: thanks"]
+    assert state.summary == ['• weather in Paris? → get_weather: "Paris", "clear"', "• thanks → ok: thanks"]
     sent = SEEN[-1]
     assert sent[0] == {"role": "system", "content": "Be brief."} and "- city: Paris" in sent[1]["content"]
     assert [m["content"] for m in sent[-3:]] == ["thanks", "ok: thanks", "and now?"]

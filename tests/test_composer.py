@@ -129,6 +129,16 @@ def test_apply_turn_is_derived_from_the_turn_alone(atlas: Config) -> None:
     assert update.full_tokens > sum(m.tokens for m in update.recent) + 10
 
 
+def test_the_recent_windows_stand_in_reply_shows_no_tool_result(atlas: Config) -> None:
+    """A turn without final text is remembered in the recent window as what was done, never
+    as what a tool returned (the window shows no tool result); the summary line, which a
+    later turn shows, holds the short result's values."""
+    turn = Turn(user="show my watchlist", assistant="", tool_calls=(ToolCall(name="get_watchlist", result=["NVDA", "OMEG"]),))
+    update = apply_turn(turn, atlas)
+    assert update.recent[1].content == "Used get_watchlist"
+    assert update.summary_line == '• show my watchlist → get_watchlist: "NVDA", "OMEG"'
+
+
 def test_huge_replies_are_cut_in_the_middle_when_recorded(atlas: Config) -> None:
     """An oversized assistant reply is kept with its ends and a cut marker, not refused."""
     update = apply_turn(Turn(user="dump", assistant="A" + "x" * 300_000 + "Z"), atlas)

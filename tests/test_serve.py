@@ -203,7 +203,7 @@ def test_a_tool_round_trip_records_the_call_as_chat_does(client: openai.OpenAI, 
     )
     state = state_of(config, "t")
     assert state.turns == 2 and state.context == {"city": "Paris"}
-    assert state.summary == ["• weather in Paris? → get_weather: Paris, clear"]
+    assert state.summary == ['• weather in Paris? → get_weather: "Paris", "clear"']
     assert "- city: Paris" in SEEN[-1][0]["content"]  # the next prompt carries it
     with SessionManager(config) as mgr:
         traces = mgr.inspect("t").traces

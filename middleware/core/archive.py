@@ -121,16 +121,16 @@ _NOISE = frozenset({"success", "ok", "status", "error", "errors", "message", "de
 _DEPTH = 6  # deeper parts of a result are shown as text (and a cycle cannot recurse forever)
 
 
-def leaves(value: Any, path: str = "", depth: int = 0) -> Iterable[tuple[str, str]]:
+def _leaves(value: Any, path: str = "", depth: int = 0) -> Iterable[tuple[str, str]]:
     """(path, value) for every scalar inside a JSON-like result, in order."""
     if depth >= _DEPTH and isinstance(value, (Mapping, list, tuple)):
         yield path, one_line(to_text(value), 80)
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            yield from leaves(item, f"{path}.{key}" if path else str(key), depth + 1)
+            yield from _leaves(item, f"{path}.{key}" if path else str(key), depth + 1)
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            yield from leaves(item, f"{path}[{index}]", depth + 1)
+            yield from _leaves(item, f"{path}[{index}]", depth + 1)
     elif value is not None and not isinstance(value, bool) and path.rpartition(".")[2] not in _NOISE:
         yield path, str(value)
 
@@ -146,13 +146,13 @@ def _observations(call: ToolCall) -> list[tuple[str, str, str]]:
         return []
     result = call.result
     # A text result: its first lines or sentences (its start usually says what it is).
-    found = (
-        leaves(result) if isinstance(result, (Mapping, list, tuple)) else (("", t) for t in _sentences(call.result_text[:4_000]))
+    leaves = (
+        _leaves(result) if isinstance(result, (Mapping, list, tuple)) else (("", t) for t in _sentences(call.result_text[:4_000]))
     )
     prefix = f"{call.name} → "
     chunks: list[tuple[str, str]] = []
     text, indexed = "", ""
-    for path, value in found:
+    for path, value in leaves:
         leaf = one_line(f"{path}: {value}" if path else value, _PIECE_CHARS)
         if text and len(prefix) + len(text) + len(leaf) + 2 > _PIECE_CHARS:
             chunks.append((prefix + text, indexed))

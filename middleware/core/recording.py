@@ -37,7 +37,8 @@ def turn_update(
     # An empty reply (tool calls only) is remembered as what was done; a huge one is
     # cut in the middle so one reply cannot bloat the session.
     action = action_of(turn, config.summary)
-    final = turn.assistant if turn.assistant.strip() else action
+    # (The recent window shows no tool result: a stand-in reply says what was done, not what it returned.)
+    final = turn.assistant if turn.assistant.strip() else action_of(turn, config.summary, values=False)
     final = cut_middle(final, config.tokens.max_message_chars)
     pair = (
         StoredMessage("user", turn.user, tokenizer.count_chat("user", turn.user)),

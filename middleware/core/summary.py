@@ -2,8 +2,8 @@
 
 The action is, in order of preference: the configured template of each
 successful tool call (``Navigated to 'shop' on google_tv``), the tool's own
-observation of its result, the result's values when they fit whole in
-``summary.result_chars`` (``get_watchlist: NVDA, OMEG``), ``Used {tool}`` for
+observation of its result, the result's values quoted as JSON when they fit
+whole in ``summary.result_chars`` (``get_watchlist: "NVDA", "OMEG"``), ``Used {tool}`` for
 other successful calls, ``Tried {tool} (failed)`` when every call failed, else a
 brief of the assistant's reply.
 """
@@ -11,13 +11,14 @@ brief of the assistant's reply.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..config.sections import SummaryConfig
-from .archive import leaves
+from .archive import _DEPTH, _NOISE
 from .context import sanitize_value
 from .state import ToolCall, Turn
 from .text import one_line
@@ -43,42 +44,76 @@ def _render_template(template: str, args: Mapping[str, Any] | None) -> str | Non
         return None  # a field the call did not pass: fall back to "Used {tool}"
 
 
-def _call_action(call: ToolCall, config: SummaryConfig) -> str:
+def _call_action(call: ToolCall, config: SummaryConfig, values: bool) -> tuple[str, str]:
+    """The call's action without its result's values, and with them (when ``values``)."""
     name = one_line(call.name, 64)
     template = config.templates.get(call.name)
     rendered = _render_template(template, call.args) if template else None
-    observed = one_line(call.observation) if call.observation else ""
-    return rendered or observed or _result_values(call, name, config.result_chars) or f"Used {name}"
+    plain = rendered or (one_line(call.observation) if call.observation else "") or f"Used {name}"
+    shown = _result_values(call, name, config) if values and not (rendered or call.observation) else ""
+    return plain, shown or plain
 
 
-def _result_values(call: ToolCall, name: str, limit: int) -> str:
-    """``{tool}: {value}, {value}``: a short result's values, when all of them fit whole in
-    ``limit`` characters (a value a later turn needs is then in the summary, where ``Used
+# A result field whose name says it holds a credential: its result is never shown.
+_SECRET_FIELD = re.compile(r"(?i)key|token|secret|passw|credential|auth(?!or)|otp")
+
+
+def _scalars(value: Any, key: str = "", depth: int = 0) -> Iterator[Any]:
+    """The scalars of a JSON-like result in order, without fields that only say how the call
+    went (``success``, ``status``...) or booleans; a secret-named field or one nested past
+    ``_DEPTH`` raises ``_Unshown``."""
+    if depth > _DEPTH or _SECRET_FIELD.search(key):
+        raise _Unshown
+    if isinstance(value, Mapping):
+        for field, item in value.items():
+            yield from _scalars(item, str(field), depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _scalars(item, "", depth + 1)
+    elif value is not None and not isinstance(value, bool) and key not in _NOISE:
+        yield value
+
+
+class _Unshown(Exception):
+    """A result the summary does not show."""
+
+
+def _result_values(call: ToolCall, name: str, config: SummaryConfig) -> str:
+    """``{tool}: {value}, {value}``, each value quoted as JSON (``"NVDA"``, ``23.5``): a short
+    result's values, when all of them fit whole in ``summary.result_chars`` and the action in
+    ``action_brief_chars`` (a value a later turn needs is then in the summary, where ``Used
     {tool}`` said nothing of it); "" for a longer result, which only the archive keeps."""
+    limit = config.result_chars
     if limit <= 0 or call.result is None:
         return ""
-    found = [("", call.result)] if isinstance(call.result, str) else leaves(call.result)
     values: list[str] = []
-    room = limit
+    room = min(limit, config.action_brief_chars - len(name) - 2)
     try:
-        for _, value in found:
-            text = one_line(value)
-            if text:
-                room -= len(text) + 2 * bool(values)  # ", " between two
+        for seen, value in enumerate(_scalars(call.result)):
+            if seen > limit or (isinstance(value, str) and len(value) > 4 * limit):
+                return ""  # more values than could fit, or one far too long: not walked on
+            text = str(value) if isinstance(value, (int, float)) else json.dumps(one_line(str(value)), ensure_ascii=False)
+            if text != '""':
+                room -= len(text.translate(_LOOKALIKES)) + 2 * bool(values)  # as the line shows it; ", " between two
                 if room < 0:
                     return ""
                 values.append(text)
-    except Exception:  # str() of a value runs the tool's own __str__, which may raise anything
+    except Exception:  # _Unshown, or str() of a value running the tool's own __str__, which may raise anything
         return ""
     return f"{name}: {', '.join(values)}" if values else ""
 
 
-def action_of(turn: Turn, config: SummaryConfig) -> str:
-    """The action part of a turn's summary line, at most ``action_brief_chars`` long."""
+def action_of(turn: Turn, config: SummaryConfig, *, values: bool = True) -> str:
+    """The action part of a turn's summary line, at most ``action_brief_chars`` long.
+    ``values``: whether a short result's values may stand for its call."""
     succeeded = [call for call in turn.tool_calls if call.ok]
     if succeeded:
-        actions = dict.fromkeys(_call_action(call, config) for call in succeeded)
-        text = "; ".join(actions)
+        plain, shown = (list(actions) for actions in zip(*(_call_action(call, config, values) for call in succeeded)))
+        text = "; ".join(dict.fromkeys(shown))
+        while len(text) > config.action_brief_chars and shown != plain:  # values whole or not at all: the longest go
+            longest = max((i for i in range(len(shown)) if shown[i] != plain[i]), key=lambda i: len(shown[i]))
+            shown[longest] = plain[longest]
+            text = "; ".join(dict.fromkeys(shown))
     elif turn.tool_calls:
         names = dict.fromkeys(one_line(call.name, 64) for call in turn.tool_calls)
         text = f"Tried {', '.join(names)} (failed)"
