@@ -128,9 +128,9 @@ class SummaryConfig(Section):
     lines: int = Field(default=3, ge=0, le=50)
     user_brief_chars: int = Field(default=40, ge=8, le=1000)
     action_brief_chars: int = Field(default=80, ge=8, le=1000)
-    # A call with neither template nor observation shows its result's values when they fit
-    # whole in this many characters, else "Used <tool>"; 0: never. 40 was chosen on BFCL
-    # categories the benchmark report does not measure (python -m benchmarks.tuning).
+    # A call with neither template nor observation shows its result's values, quoted as JSON,
+    # when they fit whole in this many characters, else "Used <tool>"; 0: never. 40 was chosen
+    # on BFCL categories the benchmark report does not measure (python -m benchmarks.tuning).
     result_chars: int = Field(default=40, ge=0, le=1000)
     # Per-tool action templates, e.g. navigate_to_node: "Navigated to '{node}' on {userinterface_name}".
     templates: dict[str, str] = Field(default_factory=dict)

@@ -21,7 +21,7 @@ from ..config.sections import SummaryConfig
 from .archive import _DEPTH, _NOISE
 from .context import sanitize_value
 from .state import ToolCall, Turn
-from .text import one_line
+from .text import one_line, redact_secrets
 
 __all__ = ["action_of", "summary_line"]
 
@@ -54,24 +54,30 @@ def _call_action(call: ToolCall, config: SummaryConfig, values: bool) -> tuple[s
     return plain, shown or plain
 
 
-# A result field whose name says it holds a credential: its result is never shown.
-_SECRET_FIELD = re.compile(r"(?i)key|token|secret|passw|credential|auth(?!or)|otp")
+# A result field whose name says it holds a credential: its result is never shown (nor one
+# with a value redact_secrets would hide: a provider key, a bearer token, a password pair).
+_SECRET_FIELD = re.compile(
+    r"(?i)key|token|secret|pass(?:w|code|phrase)|pwd|credential|auth(?!or)|otp|cookie|session_?id|jwt|bearer|cvv|ssn"
+    r"|(?:^|_)pin(?:$|_|code)"
+)
 
 
 def _scalars(value: Any, key: str = "", depth: int = 0) -> Iterator[Any]:
-    """The scalars of a JSON-like result in order, without fields that only say how the call
-    went (``success``, ``status``...) or booleans; a secret-named field or one nested past
-    ``_DEPTH`` raises ``_Unshown``."""
+    """The scalars of a JSON-like result in order, and None for every other part walked (a
+    container, a boolean, a field that only says how the call went: ``success``, ``status``...);
+    a secret-named field or one nested past ``_DEPTH`` raises ``_Unshown``."""
     if depth > _DEPTH or _SECRET_FIELD.search(key):
         raise _Unshown
     if isinstance(value, Mapping):
+        yield None
         for field, item in value.items():
             yield from _scalars(item, str(field), depth + 1)
     elif isinstance(value, (list, tuple)):
+        yield None
         for item in value:
             yield from _scalars(item, "", depth + 1)
-    elif value is not None and not isinstance(value, bool) and key not in _NOISE:
-        yield value
+    else:
+        yield value if value is not None and not isinstance(value, bool) and key not in _NOISE else None
 
 
 class _Unshown(Exception):
@@ -90,11 +96,19 @@ def _result_values(call: ToolCall, name: str, config: SummaryConfig) -> str:
     room = min(limit, config.action_brief_chars - len(name) - 2)
     try:
         for seen, value in enumerate(_scalars(call.result)):
-            if seen > limit or (isinstance(value, str) and len(value) > 4 * limit):
-                return ""  # more values than could fit, or one far too long: not walked on
-            text = str(value) if isinstance(value, (int, float)) else json.dumps(one_line(str(value)), ensure_ascii=False)
+            if seen > 4 * limit or (isinstance(value, str) and len(value) > 4 * limit):
+                return ""  # more parts than could fit, or a value far too long: not walked on
+            if value is None:
+                continue
+            if isinstance(value, (int, float)):  # as JSON writes it, whatever a subclass's __str__ says
+                text = (int.__repr__ if isinstance(value, int) else float.__repr__)(value)
+            else:  # the line's neutral form (no bullet, arrow or header) before it is quoted: it stays whole
+                plain = one_line(str(value))
+                if redact_secrets(plain) != plain or _names_header(plain, config):
+                    return ""
+                text = json.dumps(plain.translate(_LOOKALIKES), ensure_ascii=False)
             if text != '""':
-                room -= len(text.translate(_LOOKALIKES)) + 2 * bool(values)  # as the line shows it; ", " between two
+                room -= len(text) + 2 * bool(values)  # ", " between two
                 if room < 0:
                     return ""
                 values.append(text)
@@ -108,9 +122,12 @@ def action_of(turn: Turn, config: SummaryConfig, *, values: bool = True) -> str:
     ``values``: whether a short result's values may stand for its call."""
     succeeded = [call for call in turn.tool_calls if call.ok]
     if succeeded:
-        plain, shown = (list(actions) for actions in zip(*(_call_action(call, config, values) for call in succeeded)))
+        plain, shown = (
+            list(actions) for actions in zip(*(_call_action(call, config, values) for call in succeeded), strict=True)
+        )
         text = "; ".join(dict.fromkeys(shown))
-        while len(text) > config.action_brief_chars and shown != plain:  # values whole or not at all: the longest go
+        # Values whole or not at all: the longest give way while the line's form of the action is too long.
+        while len(_plain(text, config)) > config.action_brief_chars and shown != plain:
             longest = max((i for i in range(len(shown)) if shown[i] != plain[i]), key=lambda i: len(shown[i]))
             shown[longest] = plain[longest]
             text = "; ".join(dict.fromkeys(shown))
@@ -171,11 +188,25 @@ def _neutral(text: str, config: SummaryConfig, limit: int) -> str:
     structure: no bullet or arrow (or a look-alike) of a line of its own, no copy of the
     summary's header (a user could otherwise write a fake earlier turn). It is checked
     after the text is made one line, so a line break or an invisible character cannot hide a copy."""
+    return one_line(_plain(text, config), limit)
+
+
+def _names_header(text: str, config: SummaryConfig) -> bool:
+    """Whether ``text`` holds the summary header's words (any case, spacing or punctuation)."""
+    words = _NOT_WORD.sub("", config.header).casefold()
+    return bool(words) and words in _NOT_WORD.sub("", text).casefold()
+
+
+_NOT_WORD = re.compile(r"[\W_]+")
+
+
+def _plain(text: str, config: SummaryConfig) -> str:
+    """``_neutral`` without the cut to a limit."""
     text = one_line(text).translate(_LOOKALIKES)
     if config.header.strip():
         pattern, neutral = _header_pattern(config.header)
         text = pattern.sub(neutral, text)
-    return one_line(text, limit)
+    return text
 
 
 def summary_line(turn: Turn, config: SummaryConfig, *, action: str | None = None) -> str:
