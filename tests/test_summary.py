@@ -147,7 +147,7 @@ def test_neutralising_keeps_each_brief_within_its_limit() -> None:
         ("Three stocks.", 'get_watchlist: "Three stocks."'),
         ({"watchlist": ["NVDA", "OMEG", "ZETA", "AAPL", "MSFT", "GOOG"]}, "Used get_watchlist"),
         ({"notes": "x" * 39}, "Used get_watchlist"),  # 41 with its quotes: none of them, never a cut value
-        ({"notes": None, "done": True}, "Used get_watchlist"),
+        ({"available": False, "room": "B2", "note": None}, 'get_watchlist: false, "B2", null'),
         (None, "Used get_watchlist"),
         ({"symbol": "NVDA", "api_token": "t0k3n"}, "Used get_watchlist"),  # a credential's field: nothing shown
         ({"author": "Ann Lee"}, 'get_watchlist: "Ann Lee"'),
@@ -159,6 +159,8 @@ def test_neutralising_keeps_each_brief_within_its_limit() -> None:
         ({"id": "sk-" + "a1" * 12}, "Used get_watchlist"),  # a provider key, whatever its field is called
         ([None] * 100_000 + ["NVDA"], "Used get_watchlist"),  # parts walked count, shown or not
         ({"level": Level.HIGH}, "get_watchlist: 2"),  # as JSON writes it, not the subclass's str()
+        ({"raw": b"NVDA"}, "Used get_watchlist"),  # no JSON form: bytes, sets, objects
+        ({"ratio": float("nan")}, "Used get_watchlist"),
     ],
     ids=[
         "list",
@@ -178,6 +180,8 @@ def test_neutralising_keeps_each_brief_within_its_limit() -> None:
         "key-like",
         "nones",
         "int-subclass",
+        "bytes",
+        "nan",
     ],
 )
 def test_a_short_results_values_are_the_action_whole_or_not_at_all(result: object, action: str) -> None:
@@ -198,6 +202,17 @@ def test_a_results_values_read_as_quoted_data_and_cannot_forge_a_summary_line() 
     for copy in ("Previous conversation summary\\", "[previous_conversation_summary]"):
         header = ToolCall(name="get_note", result=[copy, "b"])
         assert summary_line(Turn(user="note", tool_calls=(header,)), CONFIG) == "• note → Used get_note"
+
+
+def test_values_give_way_where_the_headers_neutral_form_would_change_the_action() -> None:
+    """Found in review: with a header of other words or of punctuation only, the line's
+    neutral form could take a copy of it made of a value's quote, a separator and the next
+    tool's name. The values then give way."""
+    calls = (ToolCall(name="get_watchlist", result=["NVDA", "OMEG"]), ToolCall(name="history", result={"n": 3}))
+    for header in ("## History", "---"):
+        config = SummaryConfig(header=header)
+        line = summary_line(Turn(user="go", tool_calls=calls), config)
+        assert '"NVDA"' not in line and line.startswith("• go → Used get_watchlist"), line
 
 
 def test_values_widened_by_the_lines_neutral_form_are_counted_as_shown() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping
@@ -62,22 +63,35 @@ _SECRET_FIELD = re.compile(
 )
 
 
-def _scalars(value: Any, key: str = "", depth: int = 0) -> Iterator[Any]:
-    """The scalars of a JSON-like result in order, and None for every other part walked (a
-    container, a boolean, a field that only says how the call went: ``success``, ``status``...);
-    a secret-named field or one nested past ``_DEPTH`` raises ``_Unshown``."""
+def _scalars(value: Any, key: str = "", depth: int = 0) -> Iterator[tuple[bool, str]]:
+    """The values of a JSON-like result in order: (True, its JSON) for a number, boolean or
+    null, (False, the text) for a string, and (True, "") for every other part walked (a
+    container, a field that only says how the call went: ``success``, ``status``...). A
+    secret-named field, a part nested past ``_DEPTH`` or one JSON has no form for (bytes, a
+    set, an object) raises ``_Unshown``."""
     if depth > _DEPTH or _SECRET_FIELD.search(key):
         raise _Unshown
     if isinstance(value, Mapping):
-        yield None
+        yield True, ""
         for field, item in value.items():
             yield from _scalars(item, str(field), depth + 1)
     elif isinstance(value, (list, tuple)):
-        yield None
+        yield True, ""
         for item in value:
             yield from _scalars(item, "", depth + 1)
+    elif key in _NOISE:
+        yield True, ""
+    elif value is None or isinstance(value, bool):
+        yield True, json.dumps(value)
+    elif isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+        yield True, (int.__repr__ if isinstance(value, int) else float.__repr__)(value)  # not a subclass's __str__
+    elif isinstance(value, str):
+        yield False, value
     else:
-        yield value if value is not None and not isinstance(value, bool) and key not in _NOISE else None
+        raise _Unshown
+
+
+_MAX_SHOWN_CALLS = 16  # a turn of more calls shows no values (the action has room for few)
 
 
 class _Unshown(Exception):
@@ -85,34 +99,31 @@ class _Unshown(Exception):
 
 
 def _result_values(call: ToolCall, name: str, config: SummaryConfig) -> str:
-    """``{tool}: {value}, {value}``, each value quoted as JSON (``"NVDA"``, ``23.5``): a short
-    result's values, when all of them fit whole in ``summary.result_chars`` and the action in
-    ``action_brief_chars`` (a value a later turn needs is then in the summary, where ``Used
-    {tool}`` said nothing of it); "" for a longer result, which only the archive keeps."""
-    limit = config.result_chars
-    if limit <= 0 or call.result is None:
+    """``{tool}: {value}, {value}``, each value as JSON (``"NVDA"``, ``23.5``, ``false``): a
+    short result's values, when all of them fit whole in ``summary.result_chars`` and the
+    action in ``action_brief_chars`` (a value a later turn needs is then in the summary, where
+    ``Used {tool}`` said nothing of it); "" for a longer result, which only the archive keeps."""
+    limit, result = config.result_chars, call.result
+    if limit <= 0 or result is None:
         return ""
     values: list[str] = []
     room = min(limit, config.action_brief_chars - len(name) - 2)
     try:
-        for seen, value in enumerate(_scalars(call.result)):
-            if seen > 4 * limit or (isinstance(value, str) and len(value) > 4 * limit):
+        for seen, (literal, value) in enumerate([(False, result)] if isinstance(result, str) else _scalars(result)):
+            if seen > 4 * limit or len(value) > 4 * limit:
                 return ""  # more parts than could fit, or a value far too long: not walked on
-            if value is None:
-                continue
-            if isinstance(value, (int, float)):  # as JSON writes it, whatever a subclass's __str__ says
-                text = (int.__repr__ if isinstance(value, int) else float.__repr__)(value)
-            else:  # the line's neutral form (no bullet, arrow or header) before it is quoted: it stays whole
-                plain = one_line(str(value))
+            text = value
+            if not literal:  # the line's neutral form (no bullet, arrow or header) before it is quoted: it stays whole
+                plain = one_line(value)
                 if redact_secrets(plain) != plain or _names_header(plain, config):
                     return ""
-                text = json.dumps(plain.translate(_LOOKALIKES), ensure_ascii=False)
-            if text != '""':
+                text = json.dumps(plain.translate(_LOOKALIKES), ensure_ascii=False) if plain else ""
+            if text:
                 room -= len(text) + 2 * bool(values)  # ", " between two
                 if room < 0:
                     return ""
                 values.append(text)
-    except Exception:  # _Unshown, or str() of a value running the tool's own __str__, which may raise anything
+    except Exception:  # _Unshown, an int too long to write, a key's own __str__ raising
         return ""
     return f"{name}: {', '.join(values)}" if values else ""
 
@@ -121,13 +132,15 @@ def action_of(turn: Turn, config: SummaryConfig, *, values: bool = True) -> str:
     """The action part of a turn's summary line, at most ``action_brief_chars`` long.
     ``values``: whether a short result's values may stand for its call."""
     succeeded = [call for call in turn.tool_calls if call.ok]
+    values = values and len(succeeded) <= _MAX_SHOWN_CALLS
     if succeeded:
         plain, shown = (
             list(actions) for actions in zip(*(_call_action(call, config, values) for call in succeeded), strict=True)
         )
         text = "; ".join(dict.fromkeys(shown))
-        # Values whole or not at all: the longest give way while the line's form of the action is too long.
-        while len(_plain(text, config)) > config.action_brief_chars and shown != plain:
+        # Values whole or not at all: the longest give way while the action is too long, or
+        # the line's neutral form would change it (a header's copy made of its parts).
+        while shown != plain and (len(text) > config.action_brief_chars or _plain(text, config) != text):
             longest = max((i for i in range(len(shown)) if shown[i] != plain[i]), key=lambda i: len(shown[i]))
             shown[longest] = plain[longest]
             text = "; ".join(dict.fromkeys(shown))
