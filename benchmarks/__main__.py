@@ -311,6 +311,7 @@ def _overhead_row(history: int, system: str, group: list[Any], ratio: str) -> st
 def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
     from benchmarks import attacks, billing, recall, reliability
     from middleware.config import SummaryConfig
+    from middleware.core.disclosure import catalog
 
     savings, overhead, faults, example, facts = (
         data["savings"],
@@ -353,8 +354,10 @@ def write_report(data: dict[str, Any], command: str, seconds: float) -> str:
         "(`Candidate.repeats`, and that a repeat holds its words both ways), and rejected a variant. "
         "The unseen wordings of 5.4 (`benchmarks/facts_unseen.py`), frozen before any measurement on them, chose "
         "nothing, and are the headline for recall. "
-        f"`summary.result_chars` ({SummaryConfig().result_chars}) was chosen on BFCL's `multi_turn_miss_param` and "
-        "`multi_turn_miss_func` conversations, which no section measures (`python -m benchmarks.tuning`).",
+        f"`summary.result_chars` ({SummaryConfig().result_chars}) and how many matches a turn's second loader call brings "
+        f"({catalog.SEARCH_MATCHES} times `disclosure.match_tools`, `catalog.SEARCH_MATCHES`) were chosen on BFCL's "
+        "`multi_turn_miss_param` and `multi_turn_miss_func` conversations, which no section measures "
+        "(`python -m benchmarks.tuning`).",
         "",
         "| machine | |",
         "|---|---|",

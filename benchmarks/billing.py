@@ -47,6 +47,7 @@ from benchmarks import write_section
 from benchmarks.stamps import at_commit
 from middleware import Config, SessionManager, Tool, llm
 from middleware.core.caching import CacheState, Rules, blocks, request_parts, split, with_breakpoints
+from middleware.core.disclosure import catalog
 from middleware.testing.scripted import register, register_embedder
 from middleware.tokens import get_tokenizer
 
@@ -808,9 +809,12 @@ def section(data: dict[str, Any], command: str = COMMAND) -> str:
         "all-MiniLM-L6-v2 (not the middleware's matcher), wrong ones included, for at most "
         f"{ReadingModel.ROUNDS} loader rounds; a turn whose needed tools are still missing then is not covered, and the model "
         "makes only the calls it can. A turn's second loader call also brings the middleware's next best matches for the "
-        "message not sent yet (`match_tools` of them; the rule has no setting of its own, and was adopted on 2026-12-02 "
-        "after a side run on the first 40 of these conversations, which it moved from 75.4% to 84.6% covered for the "
-        "pessimistic model and left unchanged for the optimistic one, which never loads twice). "
+        f"message not sent yet ({catalog.SEARCH_MATCHES} times `match_tools` of them, then the tools usually called with "
+        "those or with the turn's own; the rule has no setting of its own: it was adopted on 2026-12-02 with `match_tools` "
+        "of them after a side run on the first 40 of these conversations, which it moved from 75.4% to 84.6% covered for "
+        "the pessimistic model and left unchanged for the optimistic one, which never loads twice; the companions and the "
+        "count were added on 2026-12-06, the count chosen on BFCL's `multi_turn_miss_param` and `multi_turn_miss_func` "
+        "conversations, which no section measures, by `python -m benchmarks.tuning`). "
         "Every call is counted as the provider bills it, "
         "**tool schemas included** (BFCL's schemas converted as BFCL converts them for OpenAI-style models: median "
         f"{single['schema_tokens']:,.0f} tokens per conversation's classes, {chained['schema_tokens']:,.0f} per long session), "

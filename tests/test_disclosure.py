@@ -17,6 +17,7 @@ from openai.types.chat import ChatCompletionMessageToolCall
 from middleware import Config, InvalidToolCallError, Tool, llm
 from middleware.config import DisclosureConfig
 from middleware.core.disclosure import LOADER_DESCRIPTION, Catalog, DisclosedTools, auto_groups, baseline_messages, entry_of
+from middleware.core.disclosure import catalog as catalog_module
 from middleware.session.tools import SchemaCount
 from middleware.testing.scripted import register
 from tests.conftest import ManagerFactory
@@ -1287,10 +1288,12 @@ def test_a_load_brings_the_tools_usually_called_with_what_it_loads(managers: Man
     assert [tool["function"]["name"] for tool in handed] == ["load_tools", "touch", "ls"]
 
 
-def test_a_second_load_of_a_turn_adds_the_next_best_matches_for_the_message() -> None:
+def test_a_second_load_of_a_turn_adds_the_next_best_matches_for_the_message(monkeypatch: pytest.MonkeyPatch) -> None:
     """A turn's first load is the model's own choice. A load after one that loaded tools
     also brings the best matches for the message after those sent up front (match_tools of
-    them at most), not sent yet, and says so; a plan saved between requests keeps them."""
+    them at most here, with SEARCH_MATCHES at 1), not sent yet, and says so; a plan saved
+    between requests keeps them."""
+    monkeypatch.setattr(catalog_module, "SEARCH_MATCHES", 1)
     chosen = CATALOG.select({}, 1, "list files and send a message", policy(match_tools=1))
     assert chosen.names == ["send_message"] and chosen.following == ["ls"]
     assert chosen.load({"names": ["cat"]}) == "Loaded cat: call them in your next step."
@@ -1340,6 +1343,39 @@ def test_a_second_load_of_a_turn_adds_the_next_best_matches_for_the_message() ->
     assert short.names == ["send_message", "cat", "mv"] and "Not loaded" in answer and "next best" not in answer
 
 
+def test_a_search_brings_search_matches_times_match_tools_and_what_goes_with_them() -> None:
+    """By default a second load brings up to SEARCH_MATCHES times match_tools of the next
+    best matches, then the tools usually called with them or with the turn's own tools (those
+    it loaded, and the matches sent up front), within the room left; a first load brings only
+    the companions of what it loaded."""
+    assert catalog_module.SEARCH_MATCHES == 3
+    chosen = CATALOG.select({}, 1, "list files and send a message", policy(match_tools=1))
+    assert chosen.names == ["send_message"] and chosen.following == ["ls", "view_inbox", "cat"]
+    asked: list[list[str]] = []
+
+    def companions(names: Sequence[str]) -> list[str]:
+        asked.append(list(names))
+        return ["touch"] if "view_inbox" in names else []
+
+    assert chosen.load({"names": ["mv"]}, companions=companions) == "Loaded mv: call them in your next step."
+    assert asked == [["mv"]]
+    answer = chosen.load({"names": ["cat"]}, companions=companions)
+    assert answer == (
+        "Loaded cat: call them in your next step. Also loaded, as often called with these: touch. "
+        "Also loaded, as the next best matches for the user's message: ls, view_inbox."
+    )
+    assert asked[1:] == [["cat"], ["ls", "view_inbox", "cat", "send_message"]]
+    assert chosen.names == ["send_message", "mv", "cat", "ls", "view_inbox", "touch"]
+    # No room for the matches' companions: the matches stay, the companion does not come.
+    counter = SchemaCount("gpt-4o-mini").tokens
+    tight = CATALOG.select({}, 1, "list files and send a message", policy(match_tools=1))
+    tight.load({"names": ["mv"]})
+    start = counter(tight.schemas())
+    wanted = [CATALOG.entries[name].schema for name in ("cat", "ls", "view_inbox")]
+    tight.load({"names": ["cat"]}, counter([*tight.schemas(), *wanted]) - start, counter, companions=companions)
+    assert tight.names == ["send_message", "mv", "cat", "ls", "view_inbox"]
+
+
 class Guesses(Needs):
     """A model that, while a tool it needs is missing, loads names of its own guessing
     (``guesses``, one a round, wrong ones included) and gives up when it has none left."""
@@ -1360,7 +1396,8 @@ class Guesses(Needs):
 
 def test_a_model_that_guesses_wrong_twice_gets_the_tool_its_message_matches(managers: ManagerFactory, log_path: Path) -> None:
     """Sent the best match up front (send_message), a model that needs ls loads cat, then
-    touch: its second load brings ls, the next best match for its message, and it calls ls.
+    touch: its second load brings ls and view_inbox, the next best matches for its message,
+    and it calls ls.
     With nothing matched beyond what was sent up front, the same guesses find nothing."""
     for match_tools, found in ((1, ["ls"]), (0, [])):
         model = Guesses({"list files and send a message": [("ls", {})]}, guesses=["cat", "touch"])
@@ -1369,7 +1406,7 @@ def test_a_model_that_guesses_wrong_twice_gets_the_tool_its_message_matches(mana
         assert [call.name for call in result.tool_calls] == found, model.requests
         answers = [_text(sent[-1]["content"]) for sent in model.sent[1:] if sent[-1]["role"] == "tool"]
         assert answers[0] == "Loaded cat: call them in your next step."
-        assert ("next best matches for the user's message: ls." in answers[1]) is bool(found), answers
+        assert ("next best matches for the user's message: ls, view_inbox." in answers[1]) is bool(found), answers
 
 
 def test_a_turn_that_loads_counts_as_one_its_first_call_did_not_carry(managers: ManagerFactory, log_path: Path) -> None:

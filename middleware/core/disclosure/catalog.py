@@ -3,6 +3,7 @@ turn discloses from it (``DisclosedTools``). No I/O."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import math
@@ -31,6 +32,9 @@ MEANING_WEIGHT = 2.0
 # stands out: this many standard deviations above the mean over the tool set. Embedding
 # models give unrelated texts small positive cosines, so "thanks!" matches little or nothing.
 MEANING_STANDOUT = 1.5
+# How many matches, times ``disclosure.match_tools``, a turn's second loader call adds at
+# most (DisclosedTools.following): chosen on data the report does not measure (benchmarks.tuning).
+SEARCH_MATCHES = 3
 _MEANING_CHARS = 1_000  # of a tool's name and description, embedded
 _INDEX_CHARS = 12_000  # the index in the loader's description, at most (names are cut past it)
 
@@ -180,10 +184,11 @@ class Catalog:
         # The best matches overall: those already sent add nothing, and the list stays put.
         # The next ones after them wait for a turn whose loads did not find what it needed.
         # A growing turn ranks every tool once: the fill takes the next best after them.
-        every = self.match(message, len(self.entries) if growing else 2 * policy.match_tools + len(stable), vector)
-        best = every[: 2 * policy.match_tools + len(stable)]
+        reach = (1 + SEARCH_MATCHES) * policy.match_tools + len(stable)
+        every = self.match(message, len(self.entries) if growing else reach, vector)
+        best = every[:reach]
         ranked = [name for name in best[: policy.match_tools] if name not in stable]
-        following = [name for name in best[policy.match_tools :] if name not in stable][: policy.match_tools]
+        following = [name for name in best[policy.match_tools :] if name not in stable][: SEARCH_MATCHES * policy.match_tools]
         companions: list[str] = []
         if co_use is not None and policy.co_use_tools:
             learned = [name for name in co_use.companions([*stable, *ranked]) if name in self.entries]
@@ -239,21 +244,9 @@ class Catalog:
 
 
 def _first(limit: int, reached: Callable[[int], bool]) -> int:
-    """The least count from 1 to ``limit`` that is ``reached`` (every larger count is too;
-    0 is not), or ``limit`` + 1 when none is: doubling from 1, then halving the gap."""
-    low, high = 0, 1  # low: the last count found not reached (0 is not)
-    while high < limit and not reached(high):
-        low, high = high, high * 2
-    high = min(high, limit)
-    if not reached(high):
-        return limit + 1
-    while high - low > 1:
-        middle = (low + high) // 2
-        if reached(middle):
-            high = middle
-        else:
-            low = middle
-    return high
+    """The least count from 1 to ``limit`` that is ``reached`` (every larger count is too),
+    or ``limit`` + 1 when none is: a binary search."""
+    return bisect.bisect_left(range(1, limit + 1), True, key=reached) + 1
 
 
 _MAX_ECHO = 20  # names echoed back in a loader answer
@@ -282,9 +275,9 @@ class DisclosedTools:
     ranked: list[str] = field(default_factory=list)
     companions: list[str] = field(default_factory=list)  # then the tools sent with them (CoUse)
     settled: bool = False  # tools used earlier stay (beyond the pinned ones)
-    # The matches for the message after those ranked (as many at most): what a second loader
-    # call of the turn adds, with any ranked match left out, the first having not found what
-    # the model needed.
+    # The matches for the message after those ranked (SEARCH_MATCHES times as many at most):
+    # what a second loader call of the turn adds, with any ranked match left out, the first
+    # having not found what the model needed.
     following: list[str] = field(default_factory=list)
     loads: int = 0  # the loader calls this turn that named tools (a call of the wrong shape is not counted)
     referenced: list[str] = field(default_factory=list)  # what the loader's answers referenced (load_referenced)
@@ -395,8 +388,10 @@ class DisclosedTools:
         any after it (calls that asked for names: ``loads``), also adds the best matches for
         the message not sent yet (those matched up front that the policy left out, then
         ``following``), within what is left: the model's own choice did not find what it
-        needed the first time. A load that left a tool it asked for out (no room) adds
-        neither companions nor matches: what room is left goes to none of them."""
+        needed the first time; and then the tools usually called with those matches or with
+        the turn's other tools (those it loads, the matches sent up front). A load that left
+        a tool it asked for out (no room) adds neither companions nor matches: what room is
+        left goes to none of them."""
         return self._load(arguments, room, count, companions)[0]
 
     def load_referenced(
@@ -428,19 +423,24 @@ class DisclosedTools:
         searching = self.loads > 0  # this turn called the loader before, and asks again
         self.loads += 1
         new, over, used = self.add_within([name for name in found if name not in already], room, count)
-        extra: list[str] = []
-        if new and not over and companions is not None:
-            # add_within passes over what is sent already or not in the catalog
-            extra, _, grown = self.add_within(list(companions(new)), room - used if room is not None else None, count)
+        extra, matched = list[str](), list[str]()
+
+        def within(names: Sequence[str]) -> list[str]:  # add_within passes over what is sent already or not in the catalog
+            nonlocal used
+            added, _, grown = self.add_within(names, room - used if room is not None else None, count)
             used += grown
-        matched: list[str] = []
+            return added
+
+        if new and not over and companions is not None:
+            extra = within(list(companions(new)))
         if searching and not over:
             best = dict.fromkeys([*self.ranked, *self.following])  # a match the policy left out comes first
             # A name this request's catalog lacks (a plan restored against a newer list) takes no place.
-            left = [name for name in best if name in self.catalog and name not in self.names][
-                : max(len(self.ranked), len(self.following))
-            ]
-            matched, _, _ = self.add_within(left, room - used if room is not None else None, count)
+            matched = within([name for name in best if name in self.catalog and name not in self.names][
+                : max(len(self.ranked), len(self.following))])  # fmt: skip
+            if matched and companions is not None:  # and with the turn's other tools: what it loads, what it was sent
+                turn = [*new, *(name for name in [*self.ranked, *self.companions] if name in self.names)]
+                extra += within(list(companions([*matched, *turn])))
         parts = []
         if new:
             parts.append(f"Loaded {_names(new)}: call them in your next step.")
