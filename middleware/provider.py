@@ -12,15 +12,14 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .core.text import QuotedTexts, cut_middle, redact_quoted, redact_secrets
+from .core.text import SECRET_NAME, QuotedTexts, cut_middle, redact_quoted, redact_secrets
 from .exceptions import LLMError, RedactedError
 
 __all__ = ["ProviderOptions", "environment_secrets", "provider_error", "sent_texts", "status_code"]
 
 
-# Names of arguments (api_key, aws_secret_access_key, extra_headers' Authorization...) and of
-# environment variables (OPENAI_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY...) that hold credentials.
-_SECRET_ARGUMENT = re.compile(r"(?i)key|token|secret|passw|credential|authorization")
+# Names of environment variables (OPENAI_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY...) that
+# hold credentials (arguments' names: text.SECRET_NAME).
 _SECRET_VARIABLE = re.compile(r"(?i)(?:^|_)(?:API_?KEY|KEY|KEY_ID|TOKEN|SECRET|PASSWORD|CREDENTIALS?)$")
 # Exceptions of a provider's chain retold under an LLMError (litellm's wrapper, the SDK's, the HTTP one...).
 _CHAIN_KEPT = 8
@@ -42,7 +41,7 @@ def _secret_values(value: Any, named: bool) -> Iterator[str]:
             yield from value.split()[1:]  # "Bearer <token>": the token alone too
     elif isinstance(value, Mapping):
         for name, item in value.items():
-            yield from _secret_values(item, named or bool(_SECRET_ARGUMENT.search(str(name))))
+            yield from _secret_values(item, named or bool(SECRET_NAME.search(str(name))))
     elif isinstance(value, list | tuple):
         for item in value:
             yield from _secret_values(item, named)

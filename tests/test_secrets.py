@@ -371,3 +371,18 @@ def test_a_failing_tools_error_is_masked_of_the_credentials_given_to_chat(atlas:
     assert told.startswith('{"error":"PermissionError: upstream refused the request made with ')
     assert key not in told and key not in repr(result.tool_calls) and key not in stored
     assert "upstream refused the request" in stored  # what failed is still recorded
+
+
+def test_a_credential_in_a_cookie_or_session_header_given_to_chat_is_masked_too(atlas: Config) -> None:
+    """The names that mark a credential are one list (``text.SECRET_NAME``) for the summary's
+    values and for what chat() is given: a Cookie header (no key, token or password in its
+    name) was not masked in a tool's error before they were."""
+    cookie = "sid=Zq81opaque" + uuid.uuid4().hex[:12]
+
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        raise PermissionError(f"upstream refused the request made with {cookie}")
+
+    told, result, stored = _failing_tool_turn(atlas, fetch, extra_headers={"Cookie": cookie})
+    assert told.startswith('{"error":"PermissionError: upstream refused the request made with ')
+    assert cookie not in told and cookie not in repr(result.tool_calls) and cookie not in stored

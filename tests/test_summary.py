@@ -161,6 +161,8 @@ def test_neutralising_keeps_each_brief_within_its_limit() -> None:
         ({"level": Level.HIGH}, "get_watchlist: 2"),  # as JSON writes it, not the subclass's str()
         ({"raw": b"NVDA"}, "Used get_watchlist"),  # no JSON form: bytes, sets, objects
         ({"ratio": float("nan")}, "Used get_watchlist"),
+        ({"Authorization": "x9f2"}, "Used get_watchlist"),  # a header that holds a credential
+        ({"session_id": "a1b2c3"}, "Used get_watchlist"),
     ],
     ids=[
         "list",
@@ -182,6 +184,8 @@ def test_neutralising_keeps_each_brief_within_its_limit() -> None:
         "int-subclass",
         "bytes",
         "nan",
+        "authorization",
+        "session-id",
     ],
 )
 def test_a_short_results_values_are_the_action_whole_or_not_at_all(result: object, action: str) -> None:

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, Protocol
 from .lexical import saturation, terms
 from .specific import specific, specific_terms
 from .state import Piece, ToolCall, Turn, compact_json, to_text
-from .text import brief, one_line
+from .text import RESULT_DEPTH, RESULT_NOISE, brief, one_line
 
 __all__ = ["MAX_PIECES", "Piece", "Recalled", "bare_question", "pieces_of", "query_terms", "rank", "recall_step", "render_recall"]
 
@@ -116,14 +116,9 @@ def _scalar(value: Any) -> str:
     return value if isinstance(value, str) else one_line(to_text(value), 80)
 
 
-# Result fields that say how the call went rather than what it found: not worth recalling.
-_NOISE = frozenset({"success", "ok", "status", "error", "errors", "message", "detail", "details"})
-_DEPTH = 6  # deeper parts of a result are shown as text (and a cycle cannot recurse forever)
-
-
 def _leaves(value: Any, path: str = "", depth: int = 0) -> Iterable[tuple[str, str]]:
     """(path, value) for every scalar inside a JSON-like result, in order."""
-    if depth >= _DEPTH and isinstance(value, (Mapping, list, tuple)):
+    if depth >= RESULT_DEPTH and isinstance(value, (Mapping, list, tuple)):
         yield path, one_line(to_text(value), 80)
     elif isinstance(value, Mapping):
         for key, item in value.items():
@@ -131,7 +126,7 @@ def _leaves(value: Any, path: str = "", depth: int = 0) -> Iterable[tuple[str, s
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             yield from _leaves(item, f"{path}[{index}]", depth + 1)
-    elif value is not None and not isinstance(value, bool) and path.rpartition(".")[2] not in _NOISE:
+    elif value is not None and not isinstance(value, bool) and path.rpartition(".")[2] not in RESULT_NOISE:
         yield path, str(value)
 
 

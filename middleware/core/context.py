@@ -14,7 +14,7 @@ from typing import Any
 
 from ..config.sections import KEY_NAME, ContextConfig
 from .state import ToolCall, compact_json
-from .text import one_line
+from .text import RESULT_NOISE, one_line
 
 __all__ = ["extract_context", "render_context", "render_earlier", "sanitize_key", "sanitize_value"]
 
@@ -42,8 +42,6 @@ def sanitize_value(value: Any, limit: int) -> str | None:
     return one_line(text, limit) or None
 
 
-# Result fields that describe the call itself rather than the state it produced.
-_RESULT_NOISE = frozenset({"success", "ok", "error", "errors", "status", "message", "detail", "details"})
 _LIST_ITEMS = 8
 
 
@@ -65,7 +63,7 @@ def _candidates(call: ToolCall, config: ContextConfig) -> Iterable[tuple[Any, An
     assert call.args is not None
     sources: list[Mapping[Any, Any]] = [call.args]
     if config.from_results and isinstance(call.result, Mapping):
-        sources.append({k: v for k, v in call.result.items() if k not in _RESULT_NOISE and not isinstance(v, bool)})
+        sources.append({k: v for k, v in call.result.items() if k not in RESULT_NOISE and not isinstance(v, bool)})
     for source in sources:
         if config.auto:
             yield from ((k, v) for k, v in ((k, _auto_value(v)) for k, v in source.items()) if v is not None)

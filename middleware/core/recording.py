@@ -10,7 +10,7 @@ from ..config.schema import Config
 from .archive import pieces_of
 from .context import extract_context
 from .state import StoredMessage, Turn, TurnUpdate, built
-from .summary import action_of, summary_line
+from .summary import actions_of, summary_line
 from .text import cut_middle
 
 __all__ = ["MAX_TOOLS_RECORDED", "TOKENS_PER_MESSAGE", "turn_messages", "turn_update"]
@@ -36,9 +36,9 @@ def turn_update(
     (what connectors saw after the turn) joins the archive."""
     # An empty reply (tool calls only) is remembered as what was done; a huge one is
     # cut in the middle so one reply cannot bloat the session.
-    action = action_of(turn, config.summary)
     # (The recent window shows no tool result: a stand-in reply says what was done, not what it returned.)
-    final = turn.assistant if turn.assistant.strip() else action_of(turn, config.summary, values=False)
+    action, plain = actions_of(turn, config.summary)
+    final = turn.assistant if turn.assistant.strip() else plain
     final = cut_middle(final, config.tokens.max_message_chars)
     pair = (
         StoredMessage("user", turn.user, tokenizer.count_chat("user", turn.user)),

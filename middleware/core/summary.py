@@ -19,12 +19,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..config.sections import SummaryConfig
-from .archive import _DEPTH, _NOISE
 from .context import sanitize_value
 from .state import ToolCall, Turn
-from .text import one_line, redact_secrets
+from .text import RESULT_DEPTH, RESULT_NOISE, SECRET_NAME, one_line, redact_secrets
 
-__all__ = ["action_of", "summary_line"]
+__all__ = ["action_of", "actions_of", "summary_line"]
 
 BULLET = "•"
 ARROW = "→"
@@ -55,21 +54,13 @@ def _call_action(call: ToolCall, config: SummaryConfig, values: bool) -> tuple[s
     return plain, shown or plain
 
 
-# A result field whose name says it holds a credential: its result is never shown (nor one
-# with a value redact_secrets would hide: a provider key, a bearer token, a password pair).
-_SECRET_FIELD = re.compile(
-    r"(?i)key|token|secret|pass(?:w|code|phrase)|pwd|credential|auth(?!or)|otp|cookie|session_?id|jwt|bearer|cvv|ssn"
-    r"|(?:^|_)pin(?:$|_|code)"
-)
-
-
 def _scalars(value: Any, key: str = "", depth: int = 0) -> Iterator[tuple[bool, str]]:
     """The values of a JSON-like result in order: (True, its JSON) for a number, boolean or
     null, (False, the text) for a string, and (True, "") for every other part walked (a
     container, a field that only says how the call went: ``success``, ``status``...). A
-    secret-named field, a part nested past ``_DEPTH`` or one JSON has no form for (bytes, a
+    secret-named field, a part nested past ``RESULT_DEPTH`` or one JSON has no form for (bytes, a
     set, an object) raises ``_Unshown``."""
-    if depth > _DEPTH or _SECRET_FIELD.search(key):
+    if depth > RESULT_DEPTH or SECRET_NAME.search(key):
         raise _Unshown
     if isinstance(value, Mapping):
         yield True, ""
@@ -79,7 +70,7 @@ def _scalars(value: Any, key: str = "", depth: int = 0) -> Iterator[tuple[bool, 
         yield True, ""
         for item in value:
             yield from _scalars(item, "", depth + 1)
-    elif key in _NOISE:
+    elif key in RESULT_NOISE:
         yield True, ""
     elif value is None or isinstance(value, bool):
         yield True, json.dumps(value)
@@ -131,12 +122,19 @@ def _result_values(call: ToolCall, name: str, config: SummaryConfig) -> str:
 def action_of(turn: Turn, config: SummaryConfig, *, values: bool = True) -> str:
     """The action part of a turn's summary line, at most ``action_brief_chars`` long.
     ``values``: whether a short result's values may stand for its call."""
+    shown, plain = actions_of(turn, config)
+    return shown if values else plain
+
+
+def actions_of(turn: Turn, config: SummaryConfig) -> tuple[str, str]:
+    """``action_of`` the turn with values and without (one walk of its results)."""
     succeeded = [call for call in turn.tool_calls if call.ok]
-    values = values and len(succeeded) <= _MAX_SHOWN_CALLS
+    values = len(succeeded) <= _MAX_SHOWN_CALLS
     if succeeded:
         plain, shown = (
             list(actions) for actions in zip(*(_call_action(call, config, values) for call in succeeded), strict=True)
         )
+        bare = "; ".join(dict.fromkeys(plain))
         text = "; ".join(dict.fromkeys(shown))
         # Values whole or not at all: the longest give way while the action is too long, or
         # the line's neutral form would change it (a header's copy made of its parts).
@@ -146,10 +144,11 @@ def action_of(turn: Turn, config: SummaryConfig, *, values: bool = True) -> str:
             text = "; ".join(dict.fromkeys(shown))
     elif turn.tool_calls:
         names = dict.fromkeys(one_line(call.name, 64) for call in turn.tool_calls)
-        text = f"Tried {', '.join(names)} (failed)"
+        text = bare = f"Tried {', '.join(names)} (failed)"
     else:
-        text = turn.assistant or "(no reply)"
-    return one_line(text, config.action_brief_chars) or "(no reply)"
+        text = bare = turn.assistant or "(no reply)"
+    limit = config.action_brief_chars
+    return one_line(text, limit) or "(no reply)", one_line(bare, limit) or "(no reply)"
 
 
 def _lookalikes() -> dict[int, str]:

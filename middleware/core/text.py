@@ -18,6 +18,17 @@ import orjson
 
 ELLIPSIS = "…"
 
+# Fields of a tool result that say how the call went rather than what it found: the archive
+# does not recall them, the summary does not show them, context keys are not drawn from them.
+RESULT_NOISE = frozenset({"success", "ok", "status", "error", "errors", "message", "detail", "details"})
+RESULT_DEPTH = 6  # a result's parts nested deeper are not walked (and a cycle cannot recurse forever)
+# A field or argument name that says it holds a credential (api_key, aws_secret_access_key, an
+# Authorization header, a password, PIN, cookie or session id...): its value is never shown.
+SECRET_NAME = re.compile(
+    r"(?i)key|token|secret|pass(?:w|code|phrase)|pwd|credential|auth(?!or)|authoriz|otp|cookie|session_?id|jwt|bearer"
+    r"|cvv|ssn|(?:^|_)pin(?:$|_|code)"
+)
+
 # Line breaks of every kind, tabs and other whitespace runs become one space.
 _WHITESPACE = re.compile(r"\s+", re.UNICODE)
 # Categories dropped outright: controls, format characters (zero-width, bidi

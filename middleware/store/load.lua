@@ -33,7 +33,8 @@ if lists.err or type(size) ~= 'number' then return out end
 -- follows from which terms those are (its mask): the masks are ranked, not the pieces,
 -- and a table.sort over every piece (most of a recall's time in Lua) is not needed.
 -- The recent window's turns (`fresh`) are shown but for their calls and results: their ids
--- are kept apart, not counted in the idf, so older pieces score as they would without them.
+-- are kept apart, not counted among a term's pieces (`n`; the archive's size, HLEN, holds
+-- them), so older pieces score much as they would without them.
 -- The archive's horizon (`oldest`) holds for them too: a window longer than the archive
 -- recalls nothing the archive no longer keeps.
 local mask, order, idf, upper, last = {}, {}, {}, newest + 1, turns + 1
