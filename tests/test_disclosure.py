@@ -1864,3 +1864,21 @@ def test_a_referenced_tool_opens_no_group_of_the_prefix() -> None:
     prefix = [s["function"]["description"] for s in disclosed.schemas() if not s.get("defer_loading")][1:]
     deferred = [s["function"]["description"] for s in disclosed.schemas() if s.get("defer_loading")]
     assert prefix == [_PREAMBLE + "Remove a file."] and deferred == [_PREAMBLE + "Show a file."]
+
+
+def test_companions_go_with_the_messages_best_matches_not_with_every_tool_that_stays() -> None:
+    """The companions sent up front are those of the best matches for the message, a match
+    that stays (used earlier) included: a session whose used tools stay sends cat with a
+    request for ls, not view_inbox, the companion of another tool that stays."""
+    from middleware.core.disclosure import CoUse
+
+    co_use = CoUse(min_turns=3, min_share=0.5)
+    for _ in range(3):
+        co_use.learn(["send_message", "view_inbox"])
+        co_use.learn(["ls", "cat"])
+    uses = {"send_message": (0, 1), "ls": (1, 1)}  # both used in turn 1: they stay
+    chosen = CATALOG.select(uses, 2, "list the files", policy(match_tools=1, co_use_tools=3), co_use=co_use)
+    assert chosen.names[:2] == ["send_message", "ls"] and chosen.ranked == [] and chosen.companions == ["cat"]
+    # A match that does not stay brings its companions as before.
+    fresh = CATALOG.select({}, 1, "list the files", policy(match_tools=1, co_use_tools=3), co_use=co_use)
+    assert fresh.ranked == ["ls"] and fresh.companions == ["cat"]

@@ -152,9 +152,10 @@ class Catalog:
         fits: Callable[[Sequence[Mapping[str, Any]]], bool] | None = None,
     ) -> DisclosedTools:
         """What turn number ``turn`` sends up front: pinned, then recently used, then matched
-        tools (by meaning too, given the message's embedding ``vector``) and their companions
-        (``co_use``). ``exact``: the schemas as given (for a chatbot handed the tools
-        themselves), even with ``policy.share_preambles`` on. ``cached``: given the schemas
+        tools (by meaning too, given the message's embedding ``vector``) and the companions
+        (``co_use``) of the best matches, staying ones included (not of every tool that
+        stays). ``exact``: the schemas as given (for a chatbot handed the tools themselves),
+        even with ``policy.share_preambles`` on. ``cached``: given the schemas
         that would stay from turn to turn (the loader, pinned and recent tools), whether they
         are worth keeping with the model's prompt caching; when not, recently used tools do
         not stay, and come back when matched, loaded or called. ``grows``: given the same
@@ -189,10 +190,8 @@ class Catalog:
         best = every[:reach]
         ranked = [name for name in best[: policy.match_tools] if name not in stable]
         following = [name for name in best[policy.match_tools :] if name not in stable][: SEARCH_MATCHES * policy.match_tools]
-        companions: list[str] = []
-        if co_use is not None and policy.co_use_tools:
-            learned = [name for name in co_use.companions([*stable, *ranked]) if name in self.entries]
-            companions = [name for name in learned if name not in stable][: policy.co_use_tools]
+        learned = co_use.companions(best[: policy.match_tools]) if co_use is not None and policy.co_use_tools else []
+        companions = [name for name in learned if name in self.entries and name not in stable][: policy.co_use_tools]
         filling: list[str] = []
         if growing and grows is not None:
             filling = self._filling(stable, [*ranked, *companions], every, share, grows, fits)
