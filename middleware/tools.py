@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from .core.disclosure import DisclosedTools
+from .core.disclosure import Companions, DisclosedTools
 from .core.effects import Inline, Io, Program
 from .core.replies import decoded, succeeded
 from .core.state import ToolCall, check_tool_name, recorded_name, to_text
@@ -317,7 +317,7 @@ class ToolList(list):  # type: ignore[type-arg]
 
     def __init__(
         self, disclosed: DisclosedTools, originals: Mapping[str, Any], *, callables: bool,
-        schemas: Sequence[Mapping[str, Any]] | None = None, companions: Callable[[Sequence[str]], Sequence[str]] | None = None,
+        schemas: Sequence[Mapping[str, Any]] | None = None, companions: Companions | None = None,
     ) -> None:  # fmt: skip
         self.disclosed, self.originals, self.callables = disclosed, originals, callables
         self.companions = companions  # given tools, those usually called with them (a load adds the loaded ones')

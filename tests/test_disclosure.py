@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -1248,7 +1248,7 @@ def test_a_load_brings_the_tools_usually_called_with_what_it_loads(managers: Man
         assert ("Also loaded, as often called with these: ls." in answer) is (co_use_tools > 0), answer
     asked: list[list[str]] = []
 
-    def companions(names: Sequence[str]) -> list[str]:
+    def companions(names: Sequence[str], sent: Collection[str]) -> list[str]:
         asked.append(list(names))
         return ["ls", "cat"]
 
@@ -1283,7 +1283,7 @@ def test_a_load_brings_the_tools_usually_called_with_what_it_loads(managers: Man
     from middleware.tools import ToolList
 
     handed = ToolList(_bare(), {}, callables=False,
-                      companions=lambda names: ["ls"] if names == ["touch"] else [])  # fmt: skip
+                      companions=lambda names, sent: ["ls"] if names == ["touch"] else [])  # fmt: skip
     assert handed.load('{"names": ["touch"]}').endswith("with these: ls.")  # wrap(): the list a chatbot is handed
     assert [tool["function"]["name"] for tool in handed] == ["load_tools", "touch", "ls"]
 
@@ -1352,19 +1352,22 @@ def test_a_search_brings_search_matches_times_match_tools_and_what_goes_with_the
     chosen = CATALOG.select({}, 1, "list files and send a message", policy(match_tools=1))
     assert chosen.names == ["send_message"] and chosen.following == ["ls", "view_inbox", "cat"]
     asked: list[list[str]] = []
+    sents: list[list[str]] = []
 
-    def companions(names: Sequence[str]) -> list[str]:
+    def companions(names: Sequence[str], sent: Collection[str]) -> list[str]:
         asked.append(list(names))
+        sents.append(list(sent))  # what the turn has sent: left out before the cap
         return ["touch"] if "view_inbox" in names else []
 
     assert chosen.load({"names": ["mv"]}, companions=companions) == "Loaded mv: call them in your next step."
     assert asked == [["mv"]]
     answer = chosen.load({"names": ["cat"]}, companions=companions)
     assert answer == (
-        "Loaded cat: call them in your next step. Also loaded, as often called with these: touch. "
-        "Also loaded, as the next best matches for the user's message: ls, view_inbox."
+        "Loaded cat: call them in your next step. Also loaded, as the next best matches for the user's message: "
+        "ls, view_inbox; and as often called with them: touch."
     )
     assert asked[1:] == [["cat"], ["ls", "view_inbox", "cat", "send_message"]]
+    assert sents[1:] == [["send_message", "mv", "cat"], ["send_message", "mv", "cat", "ls", "view_inbox"]]
     assert chosen.names == ["send_message", "mv", "cat", "ls", "view_inbox", "touch"]
     # No room for the matches' companions: the matches stay, the companion does not come.
     counter = SchemaCount("gpt-4o-mini").tokens
@@ -1739,7 +1742,7 @@ def test_a_load_that_refers_answers_with_tool_references_and_sends_them_deferred
     prefix still holds."""
     chosen = CATALOG.select({}, 1, "list files", policy(match_tools=1))
     before = chosen.schemas()
-    answer = chosen.load_referenced({"names": ["send_message"]}, companions=lambda names: ["view_inbox"])
+    answer = chosen.load_referenced({"names": ["send_message"]}, companions=lambda names, sent: ["view_inbox"])
     assert answer == [{"type": "tool_reference", "tool_name": "send_message"},
                       {"type": "tool_reference", "tool_name": "view_inbox"}]  # fmt: skip
     assert chosen.names[-2:] == ["send_message", "view_inbox"] and chosen.referenced == ["send_message", "view_inbox"]
@@ -1882,3 +1885,22 @@ def test_companions_go_with_the_messages_best_matches_not_with_every_tool_that_s
     # A match that does not stay brings its companions as before.
     fresh = CATALOG.select({}, 1, "list the files", policy(match_tools=1, co_use_tools=3), co_use=co_use)
     assert fresh.ranked == ["ls"] and fresh.companions == ["cat"]
+
+
+def test_a_loads_companions_leave_out_what_is_sent_before_the_cap() -> None:
+    """``disclosure.co_use_tools`` caps the companions a load adds, counted after those the
+    turn has sent already are left out: with a cap of one, a companion already sent does not
+    take the only place of one that is not."""
+    from middleware.core.state import ToolCall, Turn
+    from middleware.session.tools import ToolPlanner
+
+    planner = ToolPlanner(Config().with_overrides(disclosure={"co_use_tools": 1}), rules=lambda model: llm.cache_rules(model),
+                          static_tokens=0)  # fmt: skip
+    for _ in range(3):
+        planner.learn(Turn(user="u", tool_calls=(ToolCall(name="grep"), ToolCall(name="cd"), ToolCall(name="cat"))))
+    for _ in range(2):
+        planner.learn(Turn(user="u", tool_calls=(ToolCall(name="grep"), ToolCall(name="cd"))))
+    catalog = Catalog([entry_of({"type": "function", "function": {"name": n, "parameters": {}}}, "Files")
+                        for n in ("grep", "cd", "cat")])  # fmt: skip
+    assert planner.companions(catalog, ["grep"]) == ["cd"]  # the most often called with it
+    assert planner.companions(catalog, ["grep"], sent=["grep", "cd"]) == ["cat"]

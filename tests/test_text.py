@@ -226,3 +226,19 @@ def test_invisible_covers_the_characters_ids_refuse() -> None:
 
     assert state._INVISIBLE <= INVISIBLE
     assert {"\u200b", "\u2060", "\ufeff", "\u00ad", "\u034f", "\ufe0f", "\U000e0100", "\U000e01ef", "\U000e0041"} <= INVISIBLE
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [("api_key", True), ("Authorization", True), ("Cookie", True), ("session_id", True), ("sessionId", True),
+     ("user_otp", True), ("cardCvv", True), ("userPIN", True), ("pin", True), ("pin_code", True), ("db_pwd", True),
+     ("author", False), ("footprint", False), ("classname", False), ("spinner", False), ("pinned", False),
+     ("top_p", False), ("metadata", False)],
+)  # fmt: skip
+def test_credential_names_and_words_that_only_contain_a_short_one(name: str, secret: bool) -> None:
+    """SECRET_NAME marks the names of credentials, the short ones (otp, ssn, cvv, pin...)
+    only as a word of the name (snake_case or camelCase), so a JSON schema's "footprint" or
+    "classname" does not mark its values as secrets to mask in an error."""
+    from middleware.core.text import SECRET_NAME
+
+    assert bool(SECRET_NAME.search(name)) is secret

@@ -319,9 +319,10 @@ class DisclosureConfig(Section):
     # recall on the same model, one embedding of the message serves both). None: by words only.
     # local/all-MiniLM-L6-v2 runs on this machine (see memory.embedding_model).
     embedding_model: EmbeddingModel = None
-    # Tools the model called in at least half the turns that called a tool sent up front
-    # (learned from the turns recorded by this process), sent with it; a load that adds tools
-    # adds as many of those usually called with them (0: none).
+    # Tools the model called in at least half the turns that called one of the message's best
+    # matches (learned from the turns recorded by this process), sent with them; a load that
+    # adds tools adds as many of those usually called with them, and a turn's second load as
+    # many again with the matches it adds (0: none).
     co_use_tools: int = Field(default=3, ge=0, le=1000)
     # Tool or skill names sent on every call.
     always: tuple[str, ...] = ()

@@ -24,9 +24,11 @@ RESULT_NOISE = frozenset({"success", "ok", "status", "error", "errors", "message
 RESULT_DEPTH = 6  # a result's parts nested deeper are not walked (and a cycle cannot recurse forever)
 # A field or argument name that says it holds a credential (api_key, aws_secret_access_key, an
 # Authorization header, a password, PIN, cookie or session id...): its value is never shown.
+# Short ones (otp, ssn, pin...) only as a word of the name: "user_otp", "cardCvv", not "footprint".
 SECRET_NAME = re.compile(
-    r"(?i)key|token|secret|pass(?:w|code|phrase)|pwd|credential|auth(?!or)|authoriz|otp|cookie|session_?id|jwt|bearer"
-    r"|cvv|ssn|(?:^|_)pin(?:$|_|code)"
+    r"(?i)key|token|secret|pass(?:w|code|phrase)|credential|auth(?!or)|authoriz|cookie|session_?id|bearer"
+    r"|(?<![a-z])(?:otp|ssn|cvv|jwt|pwd|pin)(?![a-z])|(?<![a-z])pin_?code|(?-i:(?<=[a-z0-9])(?:Otp|Ssn|Cvv|Jwt|Pwd|Pin)(?![a-z]))"
+    r"|(?-i:(?<=[a-z0-9])(?:OTP|SSN|CVV|JWT|PWD|PIN)(?![a-z]))"
 )
 
 # Line breaks of every kind, tabs and other whitespace runs become one space.
@@ -398,3 +400,8 @@ def quoted(value: object, limit: int = 200) -> str:
     except Exception:  # a broken or refusing __repr__
         text = f"<{type(value).__name__}>"
     return cut_middle(text, limit, " … ")
+
+
+def capped_count(count: int) -> str:
+    """A count as an error message shows it: past a million, only its sign and size."""
+    return str(count) if abs(count) < 1_000_000 else f"{'-' if count < 0 else ''}>1e6"

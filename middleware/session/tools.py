@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import orjson
@@ -209,13 +209,15 @@ class ToolPlanner:
         if sent is not None and names and self.settings.co_use_tools:
             self._co_use.out_of_reach(names, (name for name in sent.catalog.entries if name not in sent))
 
-    def companions(self, catalog: Catalog, names: Sequence[str]) -> list[str]:
+    def companions(self, catalog: Catalog, names: Sequence[str], sent: Collection[str] = ()) -> list[str]:
         """The tools of ``catalog`` usually called with ``names`` (learned from the turns
-        this engine recorded), most often first: ``disclosure.co_use_tools`` of them at most
-        (a turn's load asks with the tools it loaded)."""
+        this engine recorded), most often first, none of ``sent`` (those the turn has sent
+        already): ``disclosure.co_use_tools`` of them at most (a turn's load asks with the
+        tools it loaded, a searching load with its matches and the turn's own tools too)."""
         if not self.settings.co_use_tools:
             return []
-        return [name for name in self._co_use.companions(names) if name in catalog][: self.settings.co_use_tools]
+        learned = self._co_use.companions(names)
+        return [name for name in learned if name in catalog and name not in sent][: self.settings.co_use_tools]
 
     def learn(self, turn: Turn) -> None:
         """Learn which tools the turn called together, for disclosure's companions."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.caching import referenced_tools, with_breakpoints
-from ..core.disclosure import DisclosedTools, baseline_messages
+from ..core.disclosure import Companions, DisclosedTools, baseline_messages
 from ..core.policy import LoopOdds, ToolPolicy
 from ..core.state import Prompt
 from ..core.text import parse_json
@@ -72,7 +72,7 @@ class TurnPlan:
     # The loader's answers reference what they load, sent deferred (caching.tool_references).
     refers: bool = False
     # Given tools, those usually called with them (disclosure.co_use_tools): a load adds the loaded ones'.
-    companions: Callable[[Sequence[str]], Sequence[str]] | None = None
+    companions: Companions | None = None
 
     @property
     def loader(self) -> str | None:

@@ -40,7 +40,7 @@ arguments do not fit, loaded with a one-line answer: never an opaque error.
 from __future__ import annotations
 
 from .baseline import baseline_messages
-from .catalog import LOADER_DESCRIPTION, Catalog, DisclosedTools, Uses
+from .catalog import LOADER_DESCRIPTION, Catalog, Companions, DisclosedTools, Uses
 from .groups import ToolEntry, auto_groups, entry_of, shared_preamble
 from .odds import CoUse, MatchOdds
 
@@ -48,6 +48,7 @@ __all__ = [
     "LOADER_DESCRIPTION",
     "Catalog",
     "CoUse",
+    "Companions",
     "DisclosedTools",
     "MatchOdds",
     "ToolEntry",

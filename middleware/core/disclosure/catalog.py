@@ -8,21 +8,23 @@ import dataclasses
 import functools
 import math
 import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...config.sections import DisclosureConfig
 from ..lexical import Bm25, tokens
 from ..state import is_tool_name
-from ..text import one_line, quoted
+from ..text import capped_count, one_line, quoted
 from .groups import ToolEntry, description_of, shared_preamble, without_preamble
 from .odds import CoUse
 
-__all__ = ["LOADER_DESCRIPTION", "Catalog", "DisclosedTools", "Uses"]
+__all__ = ["LOADER_DESCRIPTION", "Catalog", "Companions", "DisclosedTools", "Uses"]
 
 # Tool name -> (order key of when it was first sent in its current run of use, last turn used).
 Uses = Mapping[str, tuple[int, int]]
+# Given tools, and the names sent already: those usually called with them, not sent (CoUse).
+Companions = Callable[[Sequence[str], Collection[str]], Sequence[str]]
 
 LOADER_DESCRIPTION = "Load tools by tool or group name before calling them. Tools by group:"
 # In ranking by meaning, the weight of a tool's cosine with the message beside its word
@@ -244,16 +246,14 @@ class Catalog:
 
 def _first(limit: int, reached: Callable[[int], bool]) -> int:
     """The least count from 1 to ``limit`` that is ``reached`` (every larger count is too),
-    or ``limit`` + 1 when none is: a binary search."""
-    return bisect.bisect_left(range(1, limit + 1), True, key=reached) + 1
+    or ``limit`` + 1 when none is: doubling from 1, then a binary search in the last step."""
+    high = 1
+    while high < limit and not reached(high):
+        high *= 2
+    return bisect.bisect_left(range(high // 2 + 1, min(high, limit) + 1), True, key=reached) + high // 2 + 1
 
 
 _MAX_ECHO = 20  # names echoed back in a loader answer
-
-
-def _capped(count: int) -> str:
-    """A count as an error message shows it: past a million, only its sign and size."""
-    return str(count) if abs(count) < 1_000_000 else f"{'-' if count < 0 else ''}>1e6"
 
 
 @dataclass
@@ -343,7 +343,7 @@ class DisclosedTools:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a saved tool plan of the wrong shape: {type(exc).__name__}") from None
         if not (0 <= pinned <= stable <= len(names) and 0 <= grown <= stable - pinned and loads >= 0):
-            counts = ", ".join(f"{name} {_capped(value)}" for name, value in
+            counts = ", ".join(f"{name} {capped_count(value)}" for name, value in
                                (("pinned", pinned), ("stable", stable), ("grown", grown), ("loads", loads)))  # fmt: skip
             raise ValueError(
                 f"a saved tool plan whose counts do not fit its {len(names)} names: {counts} (expected 0 <= pinned"
@@ -374,7 +374,7 @@ class DisclosedTools:
 
     def load(
         self, arguments: Any, room: int | None = None, count: Callable[[list[dict[str, Any]]], int] | None = None,
-        companions: Callable[[Sequence[str]], Sequence[str]] | None = None,
+        companions: Companions | None = None,
     ) -> str:  # fmt: skip
         """Run the loader with the model's arguments; the answer it gets (one line). With
         ``room`` (the tokens the prompt's budget has left) and ``count`` (a schema counter),
@@ -387,15 +387,15 @@ class DisclosedTools:
         any after it (calls that asked for names: ``loads``), also adds the best matches for
         the message not sent yet (those matched up front that the policy left out, then
         ``following``), within what is left: the model's own choice did not find what it
-        needed the first time; and then the tools usually called with those matches or with
-        the turn's other tools (those it loads, the matches sent up front). A load that left
-        a tool it asked for out (no room) adds neither companions nor matches: what room is
-        left goes to none of them."""
+        needed the first time; and then as many again of the tools usually called with those
+        matches or with the turn's own (those it loads, the matches and companions sent up
+        front). A load that left a tool it asked for out (no room) adds neither companions
+        nor matches: what room is left goes to none of them."""
         return self._load(arguments, room, count, companions)[0]
 
     def load_referenced(
         self, arguments: Any, room: int | None = None, count: Callable[[list[dict[str, Any]]], int] | None = None,
-        companions: Callable[[Sequence[str]], Sequence[str]] | None = None,
+        companions: Companions | None = None,
     ) -> str | list[dict[str, str]]:  # fmt: skip
         """As ``load``, for a provider that expands a tool reference where an answer holds it
         (Anthropic's ``tool_reference``): where every name asked for was found and loaded,
@@ -408,7 +408,7 @@ class DisclosedTools:
 
     def _load(
         self, arguments: Any, room: int | None, count: Callable[[list[dict[str, Any]]], int] | None,
-        companions: Callable[[Sequence[str]], Sequence[str]] | None,
+        companions: Companions | None,
     ) -> tuple[str, list[str], bool]:  # fmt: skip
         """``load``'s answer, what it loaded, and whether it has nothing else to say."""
         requested = arguments.get("names") if isinstance(arguments, Mapping) else None
@@ -422,7 +422,7 @@ class DisclosedTools:
         searching = self.loads > 0  # this turn called the loader before, and asks again
         self.loads += 1
         new, over, used = self.add_within([name for name in found if name not in already], room, count)
-        extra, matched = list[str](), list[str]()
+        extra, matched, more = list[str](), list[str](), list[str]()  # more: what goes with the matches
 
         def within(names: Sequence[str]) -> list[str]:  # add_within passes over what is sent already or not in the catalog
             nonlocal used
@@ -431,29 +431,30 @@ class DisclosedTools:
             return added
 
         if new and not over and companions is not None:
-            extra = within(list(companions(new)))
+            extra = within(list(companions(new, self.names)))
         if searching and not over:
             best = dict.fromkeys([*self.ranked, *self.following])  # a match the policy left out comes first
             # A name this request's catalog lacks (a plan restored against a newer list) takes no place.
             matched = within([name for name in best if name in self.catalog and name not in self.names][
                 : max(len(self.ranked), len(self.following))])  # fmt: skip
-            if matched and companions is not None:  # and with the turn's other tools: what it loads, what it was sent
+            if matched and companions is not None:
                 turn = [*new, *(name for name in [*self.ranked, *self.companions] if name in self.names)]
-                extra += within(list(companions([*matched, *turn])))
+                more = within(list(companions([*matched, *turn], self.names)))
         parts = []
         if new:
             parts.append(f"Loaded {_names(new)}: call them in your next step.")
         if extra:
             parts.append(f"Also loaded, as often called with these: {_names(extra)}.")
         if matched:
-            parts.append(f"Also loaded, as the next best matches for the user's message: {_names(matched)}.")
+            parts.append(f"Also loaded, as the next best matches for the user's message: {_names(matched)}"
+                         + (f"; and as often called with them: {_names(more)}." if more else "."))  # fmt: skip
         if over:
             parts.append(f"Not loaded, the prompt's token budget has no room for them: {_names(over)}.")
         if already:
             parts.append(f"Already available: {_names(already)}.")
         if unknown:
             parts.append(f"Not found: {_names(unknown)}; the names are in {self.catalog.loader_name}'s description.")
-        return " ".join(parts) or "Nothing to load.", [*new, *extra, *matched], not (over or already or unknown)
+        return " ".join(parts) or "Nothing to load.", [*new, *extra, *matched, *more], not (over or already or unknown)
 
     def add_within(
         self, names: Sequence[str], room: int | None, count: Callable[[list[dict[str, Any]]], int] | None
