@@ -320,7 +320,8 @@ class ToolList(list):  # type: ignore[type-arg]
         schemas: Sequence[Mapping[str, Any]] | None = None, companions: Companions | None = None,
     ) -> None:  # fmt: skip
         self.disclosed, self.originals, self.callables = disclosed, originals, callables
-        self.companions = companions  # given tools, those usually called with them (a load adds the loaded ones')
+        # Given tools and the names sent, those usually called with them, not sent (a load adds the loaded ones').
+        self.companions = companions
         self.loader_name = disclosed.catalog.loader_name
         if callables:
             super().__init__([self._loader(), *(originals[name] for name in disclosed.names)])

@@ -119,11 +119,10 @@ def _result_values(call: ToolCall, name: str, config: SummaryConfig) -> str:
     return f"{name}: {', '.join(values)}" if values else ""
 
 
-def action_of(turn: Turn, config: SummaryConfig, *, values: bool = True) -> str:
-    """The action part of a turn's summary line, at most ``action_brief_chars`` long.
-    ``values``: whether a short result's values may stand for its call."""
-    shown, plain = actions_of(turn, config)
-    return shown if values else plain
+def action_of(turn: Turn, config: SummaryConfig) -> str:
+    """The action part of a turn's summary line, at most ``action_brief_chars`` long (a
+    short result's values may stand for its call: ``actions_of`` gives it without them too)."""
+    return actions_of(turn, config)[0]
 
 
 def actions_of(turn: Turn, config: SummaryConfig) -> tuple[str, str]:

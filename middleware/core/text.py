@@ -27,8 +27,8 @@ RESULT_DEPTH = 6  # a result's parts nested deeper are not walked (and a cycle c
 # Short ones (otp, ssn, pin...) only as a word of the name: "user_otp", "cardCvv", not "footprint".
 SECRET_NAME = re.compile(
     r"(?i)key|token|secret|pass(?:w|code|phrase)|credential|auth(?!or)|authoriz|cookie|session_?id|bearer"
-    r"|(?<![a-z])(?:otp|ssn|cvv|jwt|pwd|pin)(?![a-z])|(?<![a-z])pin_?code|(?-i:(?<=[a-z0-9])(?:Otp|Ssn|Cvv|Jwt|Pwd|Pin)(?![a-z]))"
-    r"|(?-i:(?<=[a-z0-9])(?:OTP|SSN|CVV|JWT|PWD|PIN)(?![a-z]))"
+    r"|(?<![a-z])(?:otp|ssn|cvv|jwt|pwd|pin)(?![a-z])|(?<![a-z])pin_?code"
+    r"|(?-i:(?<=[a-z0-9])(?:Otp|Ssn|Cvv|Jwt|Pwd|Pin|OTP|SSN|CVV|JWT|PWD|PIN)(?![a-z]))"
 )
 
 # Line breaks of every kind, tabs and other whitespace runs become one space.

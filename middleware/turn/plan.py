@@ -71,7 +71,8 @@ class TurnPlan:
     loop_odds: LoopOdds = dataclasses.field(default_factory=LoopOdds)
     # The loader's answers reference what they load, sent deferred (caching.tool_references).
     refers: bool = False
-    # Given tools, those usually called with them (disclosure.co_use_tools): a load adds the loaded ones'.
+    # Given tools and the names sent already, those usually called with them and not sent
+    # (disclosure.co_use_tools): a load adds the loaded ones'.
     companions: Companions | None = None
 
     @property

@@ -92,18 +92,11 @@ class Catalog:
         return "\n".join(lines.values())
 
     def _loader_schema(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.loader_name,
-                "description": f"{LOADER_DESCRIPTION}\n{self.index()}",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"names": {"type": "array", "items": {"type": "string"}}},
-                    "required": ["names"],
-                },
-            },
-        }
+        return {"type": "function", "function": {
+            "name": self.loader_name, "description": f"{LOADER_DESCRIPTION}\n{self.index()}",
+            "parameters": {"type": "object", "properties": {"names": {"type": "array", "items": {"type": "string"}}},
+                           "required": ["names"]},
+        }}  # fmt: skip
 
     def resolve(self, names: Iterable[str]) -> tuple[list[str], list[str]]:
         """(tool names, in catalog order, that ``names`` denote: tools, or every tool of a
@@ -246,11 +239,12 @@ class Catalog:
 
 def _first(limit: int, reached: Callable[[int], bool]) -> int:
     """The least count from 1 to ``limit`` that is ``reached`` (every larger count is too),
-    or ``limit`` + 1 when none is: doubling from 1, then a binary search in the last step."""
+    or ``limit`` + 1 when none is: doubling from 1, then a binary search in the last step
+    (where the doubling stopped short of ``limit``, ``high`` is reached: not probed again)."""
     high = 1
     while high < limit and not reached(high):
         high *= 2
-    return bisect.bisect_left(range(high // 2 + 1, min(high, limit) + 1), True, key=reached) + high // 2 + 1
+    return bisect.bisect_left(range(high // 2 + 1, high if high < limit else limit + 1), True, key=reached) + high // 2 + 1
 
 
 _MAX_ECHO = 20  # names echoed back in a loader answer
