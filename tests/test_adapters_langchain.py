@@ -122,7 +122,7 @@ def test_the_chat_history_gives_older_chains_the_composed_memory(config: Config)
         history.clear()
         assert mgr.get_state("h").turns == 0
     assert state.turns == 3 and state.summary == ["• one → ok: one", "• two → ok: two"]
-    assert [m["content"] for m in SEEN[-1][1:]] == ["[Previous conversation summary]\n• one → ok: one", "Understood. I have the context.",
+    assert [m["content"] for m in SEEN[-1][1:]] == ["[Previous conversation summary]\n• one → ok: one", "Understood.",
                                                     "two", "ok: two", "three"]  # fmt: skip
     assert shown[-2:] == ["three", "ok: three"]
 

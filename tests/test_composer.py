@@ -42,7 +42,7 @@ def test_message_structure_is_system_summary_ack_recent_current(atlas: Config) -
     messages = build_messages(state(), "now show current node", atlas)
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert messages[1]["content"] == "[Previous conversation summary]\n" + "\n".join(OLDER)
-    assert messages[2]["content"] == "Understood. I have the context."
+    assert messages[2]["content"] == "Understood."
     assert messages[3:5] == RECENT
     assert messages[5] == {"role": "user", "content": "now show current node"}
 

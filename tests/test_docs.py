@@ -235,7 +235,7 @@ def test_the_agents_snippet_remembers_across_runs(run_snippet: Callable[[str], l
     the last turn), not the transcript."""
     assert run_snippet("MiddlewareSession(") == [
         "echo: my name is Ada", "echo: what is my name?",
-        "     user: • my name is Ada → echo: my name is Ada", "assistant: Understood. I have the context.",
+        "     user: • my name is Ada → echo: my name is Ada", "assistant: Understood.",
         "     user: what is my name?", "assistant: echo: what is my name?",
     ]  # fmt: skip
 

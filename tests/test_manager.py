@@ -77,7 +77,7 @@ def test_the_worked_example(manager: Manager) -> None:
         "• navigate to watchlist on google_tv → Navigated to 'watchlist' on google_tv\n"
         "• goto shop → Navigated to 'shop' on google_tv"
     )
-    assert final[2]["content"] == "Understood. I have the context."
+    assert final[2]["content"] == "Understood."
     assert final[3:] == [
         {"role": "user", "content": "check current node"},
         {"role": "assistant", "content": "You are on the Shop screen."},

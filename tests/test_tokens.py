@@ -90,7 +90,7 @@ def test_message_counts_agree_with_litellm_token_counter(model: str) -> None:
     messages = [
         {"role": "system", "content": "You are Atlas, AI Assistant.\n## Current Context\n- userinterface_name: google_tv"},
         {"role": "user", "content": "[Previous conversation summary]\n• goto shop → Navigated to 'shop' on google_tv"},
-        {"role": "assistant", "content": "Understood. I have the context."},
+        {"role": "assistant", "content": "Understood."},
         {"role": "user", "content": "now show current node 🙂 <|endoftext|>"},
         {
             "role": "assistant",

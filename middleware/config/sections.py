@@ -137,7 +137,7 @@ class SummaryConfig(Section):
     # False: the summary covers only turns no longer in the recent window (no turn paid twice).
     cover_recent: bool = False
     header: str = "[Previous conversation summary]"
-    acknowledgement: str = Field(default="Understood. I have the context.", min_length=1)
+    acknowledgement: str = Field(default="Understood.", min_length=1)
 
     @field_validator("templates")
     @classmethod

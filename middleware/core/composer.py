@@ -5,7 +5,7 @@ Message order::
     system     static instructions and skills first, then the notes, the keys set
                earlier, the Current Context section, and the volatile sections last
     user       "[Previous conversation summary]\\n• … → …"   } only when older turns exist
-    assistant  "Understood. I have the context."             }
+    assistant  "Understood."                                 }
     user       last user message                             } the recent window
     assistant  last assistant final text                     }
     user       the current message
