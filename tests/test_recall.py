@@ -372,6 +372,10 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
         raw.hset(keys.idx, mapping={term: " ".join(ids) for term, ids in postings.items()})
         raw.hset(keys.meta, "turns", turns)
         archive, recent, count = rng.randint(5, 80), rng.randint(0, 3), rng.randint(0, 6)
+        listed = rng.randint(0, 2 * recent + 1)  # the window's list, raised or lowered since written
+        raw.delete(keys.recent)
+        if listed:
+            raw.rpush(keys.recent, *(["{}"] * listed))
         query = [(term, rng.choice((1.0, 1.0, 0.5))) for term in rng.sample(vocabulary, rng.randint(1, 6))]
         floor, scan = rng.choice((0.0, 1.0, 3.0)), rng.choice((16, 40, 100, store_keys.POSTINGS, 1000))
         common = rng.choice((0, 1, 2, 6, 24))
@@ -382,7 +386,18 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
         rows = reply[4]
         got = [(rows[i].decode(), float(rows[i + 1]), float(rows[i + 2]), rows[i + 3].decode()) for i in range(0, len(rows), 5)]
         want = _ranked_by_definition(
-            postings, texts, len(texts), query, turns - archive + 1, turns - recent, floor, count, scan, common, turns, kinds
+            postings,
+            texts,
+            len(texts),
+            query,
+            turns - archive + 1,
+            turns - min(recent, listed // 2),
+            floor,
+            count,
+            scan,
+            common,
+            turns,
+            kinds,
         )
         assert [g[0] for g in got] == [w[0] for w in want], (case, query, floor)
         for (_, score, asked, names), (_, score_, asked_, names_) in zip(got, want, strict=True):
@@ -925,6 +940,42 @@ def test_a_piece_both_searches_found_keeps_its_repeats() -> None:
     other = Candidate(4, "user", "The kayak is at pier 9.", 8, 0.0, (), terms("The kayak is at pier 9."), 0.3)
     merged = store_load._merged([lexical], [near, other])
     assert merged == (lexical._replace(similarity=0.4, repeats=3), other)
+
+
+def test_a_turn_the_raised_recent_window_does_not_show_yet_is_recalled(managers: ManagerFactory, tmp_path: Path) -> None:
+    """Found in review: with ``recent.messages`` raised from 2 to 4, the stored window still
+    held one turn, yet the load script and the ranking left out the turn before it as
+    shown: for one turn it was neither in the window nor recallable."""
+    say(managers(auto(tmp_path)), "s", "The supplier gave me order number A-48213 for the tiles.", FILLER)
+    raised = managers(auto(tmp_path).with_overrides(recent={"messages": 4}))
+    prompt = raised.prepare("s", "What was the order number for the tiles?")
+    assert [r.turn for r in prompt.recalled if "A-48213" in r.text] == [1]
+    say(raised, "s", FILLER)  # the window holds two turns now: the order's turn is out of it and still recalled
+    assert any("A-48213" in r.text for r in raised.prepare("s", "What was the order number for the tiles?").recalled)
+    say(raised, "s", "The supplier gave me order number B-77125 for the grout.")
+    lowered = managers(auto(tmp_path))  # the window shows one turn of the two the list holds: the other is recalled
+    prompt = lowered.prepare("s", "What was the order number for the grout?")
+    assert "B-77125" in prompt.messages[-3]["content"] and not any("B-77125" in r.text for r in prompt.recalled)
+    assert any("A-48213" in r.text for r in lowered.prepare("s", "What was the order number for the tiles?").recalled)
+
+
+def test_semantic_recall_finds_a_turn_the_raised_recent_window_does_not_show_yet(
+    face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """The same on the vector search: the turn before the raised window's one is a candidate."""
+    search_server.client().flushall()
+    config = auto(tmp_path, recall="semantic", embedding_model="scripted/hashed").with_overrides(store={"url": search_server.url})
+    with open_manager(face, config, loop) as mgr:  # the kayak past the summary line's brief
+        say(
+            mgr,
+            "s",
+            "Hello. Nothing else to add today, the weather holds and so does the schedule. The blue kayak stays at pier 9.",
+            FILLER,
+        )
+    with open_manager(face, config.with_overrides(recent={"messages": 4}), loop) as mgr:
+        prompt = mgr.prepare("s", "where does the blue kayak stay?")
+    (item,) = [r for r in prompt.recalled if "pier 9" in r.text]
+    assert item.turn == 1 and "similar" in item.why
 
 
 def test_the_recent_windows_calls_are_not_recalled_past_the_archive_horizon(managers: ManagerFactory, tmp_path: Path) -> None:

@@ -358,7 +358,7 @@ class Composer:
             return []
         shown = [*state.summary, *(m["content"] for m in recent), current, *state.context.values(), *state.earlier.values()]
         return rank(candidates, state.facts, query=query_terms(current, recent), context=state.context, turns=state.turns,
-                    shown=shown, budget=budget, count=self.tokenizer, recent_turns=self.config.recent.messages // 2,
+                    shown=shown, budget=budget, count=self.tokenizer, recent_turns=len(recent) // 2,
                     asked_before={t for m in recent if m.get("role") == "user" for t in terms(m.get("content", ""))})  # fmt: skip
 
     def compose(

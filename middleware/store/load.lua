@@ -17,7 +17,10 @@ if traces > 0 and not composed and turns <= traces then out[6] = redis.pcall('LR
 -- part: entries (the query's index entries read)
 n_terms = tonumber(n_terms)
 if n_terms == 0 then return out end
-local oldest, newest = turns - tonumber(archive_turns) + 1, turns - tonumber(recent_turns)
+-- The recent window is what the list holds, up to its configured turns: raised, it fills
+-- one turn at a time, and a turn it does not show yet is still recalled.
+local window = math.min(tonumber(recent_turns), math.floor(#out[3] / 2))
+local oldest, newest = turns - tonumber(archive_turns) + 1, turns - window
 if turns < 1 then return out end
 local terms, weights = {}, {}
 for term, weight in string.gmatch(query, '(%S+) (%S+)') do
