@@ -37,9 +37,12 @@ LAST_K = 10
 INSTRUCTIONS = "Use the tools to carry out the user's requests, then say briefly what you did."
 
 
-def bench_config(*, auto: bool, memory: dict[str, Any] | None = None, **context: Any) -> Config:
+def bench_config(
+    *, auto: bool, memory: dict[str, Any] | None = None, summary: dict[str, Any] | None = None, **context: Any
+) -> Config:
     """The demo's Atlas config with a neutral system prompt (the same for every strategy);
-    ``auto`` drops its tracked keys so every scalar argument becomes context."""
+    ``auto`` drops its tracked keys so every scalar argument becomes context; ``memory`` and
+    ``summary`` override those sections."""
     base = load_config(ATLAS_PATH, env={})
     overrides: dict[str, Any] = {
         "assistant": {"name": "Assistant", "instructions": INSTRUCTIONS},
@@ -51,6 +54,8 @@ def bench_config(*, auto: bool, memory: dict[str, Any] | None = None, **context:
         overrides["context"] = {"keys": None, "tools": None, "labels": {}, **context}
     if memory is not None:
         overrides["memory"] = memory
+    if summary is not None:
+        overrides["summary"] = summary
     return base.with_overrides(**overrides)
 
 
@@ -176,11 +181,18 @@ class LangchainTrim(Strategy):
 
 class Middleware(Strategy):
     def __init__(
-        self, *, auto: bool, name: str = "", label: str = "", memory: dict[str, Any] | None = None, **context: Any
+        self,
+        *,
+        auto: bool,
+        name: str = "",
+        label: str = "",
+        memory: dict[str, Any] | None = None,
+        summary: dict[str, Any] | None = None,
+        **context: Any,
     ) -> None:
         self.name = name or ("middleware_auto" if auto else "middleware")
         self.label = label or ("middleware, auto context keys" if auto else "middleware, Atlas demo settings")
-        self.config = bench_config(auto=auto, memory=memory, **context)
+        self.config = bench_config(auto=auto, memory=memory, summary=summary, **context)
         self.manager = SessionManager(self.config)
         self.session = ""
 

@@ -31,7 +31,6 @@ from typing import Any
 
 from benchmarks.dataset import Conversation, chains, load
 from benchmarks.savings import FullHistory, Middleware, replay, summary_rows
-from middleware import SessionManager
 
 CATEGORIES = ("BFCL_v4_multi_turn_miss_param", "BFCL_v4_multi_turn_miss_func")
 SEARCH_MODEL = "gpt-4o-mini"
@@ -47,10 +46,7 @@ def measure(category: str, width: int) -> dict[str, dict[str, float]]:
     out = {}
     for scope in ("single", "chains"):
         sessions = [[c] for c in loaded] if scope == "single" else chains(loaded, 100)
-        ours = Middleware(auto=True)
-        ours.manager.close()  # made with the default width: remade with this one
-        ours.config = ours.config.with_overrides(summary={"result_chars": width})
-        ours.manager = SessionManager(ours.config)
+        ours = Middleware(auto=True, summary={"result_chars": width})
         (row,) = [r for r in summary_rows(replay(sessions, [FullHistory(), ours])) if r["name"] == ours.name]
         out[scope] = {"kept": row["kept_of_full"], "tokens": row["total_tokens"]}
     return out
