@@ -959,6 +959,19 @@ def test_a_turn_the_raised_recent_window_does_not_show_yet_is_recalled(managers:
     assert any("A-48213" in r.text for r in lowered.prepare("s", "What was the order number for the tiles?").recalled)
 
 
+@pytest.mark.parametrize("messages", [2, 0])
+def test_a_lowered_recent_window_keeps_the_summary_lines_of_the_turns_it_no_longer_shows(
+    managers: ManagerFactory, tmp_path: Path, messages: int
+) -> None:
+    """Found in review: the summary's last lines were left out for every turn the stored
+    list held, though a lowered window shows fewer: the turn between was in neither."""
+    wide = auto(tmp_path).with_overrides(recent={"messages": 4})
+    say(managers(wide), "s", "The red bike is locked at the station.", "The blue kayak stays in the garage.", FILLER)
+    prompt = managers(auto(tmp_path).with_overrides(recent={"messages": messages})).prepare("s", "Anything else?")
+    shown = "\n".join(m["content"] for m in prompt.messages)
+    assert "blue kayak" in shown and "red bike" in shown and shown.count("blue kayak") == 1
+
+
 def test_semantic_recall_finds_a_turn_the_raised_recent_window_does_not_show_yet(
     face: str, search_server: RedisServer, tmp_path: Path, loop: asyncio.AbstractEventLoop
 ) -> None:

@@ -237,8 +237,9 @@ def decode_state(session_id: str, replies: Sequence[Any], layout: Layout) -> Loa
     recent = _decode_recent(recent_records or [], bad)
     lines = _decode_summary(summary or [], layout.summary)
     if not layout.summary.cover_recent:
-        # The last lines belong to turns still shown in full in the recent window.
-        lines = lines[: max(len(lines) - len(recent) // 2, 0)]
+        # The last lines belong to turns still shown in full in the recent window: those its
+        # list holds, up to its configured length (lowered, the list is longer until written).
+        lines = lines[: max(len(lines) - min(len(recent), layout.recent_messages) // 2, 0)]
     meta = meta or {}
     state = built(
         SessionState,
