@@ -60,7 +60,7 @@ REDUNDANT = 4
 # this share of one whose terms all were (what a user says once, such as an allergy); in
 # between, in proportion (``Candidate.novelty``). Both rankings weigh it. 0.3, not 0.5: of 0.5,
 # 0.4, 0.3 and 0.2, by a rule fixed before the run (no fewer answers on either earlier wording set
-# of the tool-free conversations, lexical or semantic, no more tokens; then the most answers),
+# of the tool-free conversations, lexical or semantic, tokens within 0.1 point; then the most answers),
 # 0.3 and 0.2 answered 5 more of the held-out set's semantic questions and the same elsewhere.
 FAMILIAR = 0.3
 _PIECE_CHARS = 240
@@ -276,10 +276,9 @@ def rank(
     ``similarity`` a vector search found to the current message, not weighed by recency.
     A user's sentence that names nothing specific counts half in both; a piece none of
     whose terms was rare when it was written counts ``FAMILIAR`` of one whose terms all
-    were, in between in proportion; a piece of which the
-    vector search found ``repeats`` versions (a phrase said again and again, a word
-    changed) counts one in ``repeats``. Left out: weak
-    lexical matches, matches on the recent window's terms alone (they rank, the current
+    were, in between in proportion; a piece of which the vector search found ``repeats``
+    versions (a phrase said again and again, a word changed) counts one in ``repeats``.
+    Left out: weak lexical matches, matches on the recent window's terms alone (they rank, the current
     message selects), pieces that say nothing the prompt does not already say (every term
     of theirs is in ``shown``) and a user's sentence that only asks (``bare_question``).
     A candidate that adds few terms to the prompt and the lines already chosen waits until
