@@ -234,12 +234,14 @@ def decode_state(session_id: str, replies: Sequence[Any], layout: Layout) -> Loa
             None if isinstance(r, Exception) else r for r in (ctx, summary, recent_records, meta)
         )
     context, earlier, facts = _decode_context(ctx or [], layout.context, bad)
+    # The recent window is what the list holds, up to its configured length: lowered, the
+    # list is longer until the next write, and the older turns it holds are not shown.
     recent = _decode_recent(recent_records or [], bad)
+    recent = recent[len(recent) - layout.recent_messages :] if len(recent) > layout.recent_messages else recent
     lines = _decode_summary(summary or [], layout.summary)
     if not layout.summary.cover_recent:
-        # The last lines belong to turns still shown in full in the recent window: those its
-        # list holds, up to its configured length (lowered, the list is longer until written).
-        lines = lines[: max(len(lines) - min(len(recent), layout.recent_messages) // 2, 0)]
+        # The last lines belong to turns the recent window shows in full.
+        lines = lines[: max(len(lines) - len(recent) // 2, 0)]
     meta = meta or {}
     state = built(
         SessionState,

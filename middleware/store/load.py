@@ -232,7 +232,7 @@ def load(
     loaded = decode_state(session_id, replies, layout)
     if vector:  # the index may still hold vectors of turns out of the archive: they are not recalled
         turns = loaded.state.turns
-        shown = turns - min(layout.recent_messages, len(loaded.state.recent)) // 2  # the window's turns are shown whole
+        shown = turns - len(loaded.state.recent) // 2  # the window's turns are shown whole
         candidates = _merged(candidates, distinct_nearest(near, turns - layout.archive_turns + 1, shown, NEAR_CANDIDATES))
     if isinstance(records, Exception):  # a traces key of another type: corrupt, so not resent (record.lua replaces it)
         if not wrong_type(records):
