@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from middleware import Config, Connector, Tool, ToolCall, Turn
@@ -373,9 +374,22 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
         raw.hset(keys.meta, "turns", turns)
         archive, recent, count = rng.randint(5, 80), rng.randint(0, 3), rng.randint(0, 6)
         listed = rng.randint(0, 2 * recent + 1)  # the window's list, raised or lowered since written
+        # Message records, a user's then an assistant's, from the oldest; now and then one
+        # that is not (the decoder skips it with its turn): the window is the whole turns
+        # from the newest back to it, up to `recent`.
+        entries = [orjson.dumps({"role": ("user", "assistant")[(listed - i) % 2 == 1], "content": "x", "tokens": 1}).decode()
+                   if rng.random() > 0.1 else "{}" for i in range(listed)]  # fmt: skip
         raw.delete(keys.recent)
         if listed:
-            raw.rpush(keys.recent, *(["{}"] * listed))
+            raw.rpush(keys.recent, *entries)
+        window = 0
+        while (
+            window < recent
+            and 2 * window + 2 <= listed
+            and '"role":"assistant"' in entries[-2 * window - 1]
+            and '"role":"user"' in entries[-2 * window - 2]
+        ):
+            window += 1
         query = [(term, rng.choice((1.0, 1.0, 0.5))) for term in rng.sample(vocabulary, rng.randint(1, 6))]
         floor, scan = rng.choice((0.0, 1.0, 3.0)), rng.choice((16, 40, 100, store_keys.POSTINGS, 1000))
         common = rng.choice((0, 1, 2, 6, 24))
@@ -391,7 +405,7 @@ def test_the_load_script_ranks_the_archive_as_defined(raw: Any) -> None:
             len(texts),
             query,
             turns - archive + 1,
-            turns - min(recent, listed // 2),
+            turns - window,
             floor,
             count,
             scan,
@@ -970,6 +984,36 @@ def test_a_lowered_recent_window_keeps_the_summary_lines_of_the_turns_it_no_long
     prompt = managers(auto(tmp_path).with_overrides(recent={"messages": messages})).prepare("s", "Anything else?")
     shown = "\n".join(m["content"] for m in prompt.messages)
     assert "blue kayak" in shown and "red bike" in shown and shown.count("blue kayak") == 1
+
+
+def test_a_lowered_recent_window_is_what_the_session_and_its_listing_show(managers: ManagerFactory, tmp_path: Path) -> None:
+    """Until the next write the stored list holds more turns than a lowered window shows:
+    the session's state (what the inspector, `sessions show` and the listing read) holds
+    the turns the prompt shows, and the summary the one it no longer shows."""
+    wide = auto(tmp_path).with_overrides(recent={"messages": 4})
+    say(managers(wide), "s", "The red bike is locked at the station.", "The blue kayak stays in the garage.")
+    state = managers(wide).get_state("s")
+    assert [m["content"] for m in state.recent if m["role"] == "user"] == [
+        "The red bike is locked at the station.", "The blue kayak stays in the garage."]  # fmt: skip
+    lowered = managers(auto(tmp_path)).get_state("s")
+    assert [m["content"] for m in lowered.recent] == ["The blue kayak stays in the garage.", "Noted."]
+    assert len(lowered.summary) == 1 and "red bike" in lowered.summary[0]
+    assert lowered.recent_tokens == state.recent_tokens[2:]
+    off = managers(auto(tmp_path).with_overrides(recent={"messages": 0})).get_state("s")
+    assert off.recent == [] and len(off.summary) == 2
+
+
+def test_a_corrupt_entry_of_the_recent_list_hides_no_turn_from_recall(managers: ManagerFactory, raw: Any, tmp_path: Path) -> None:
+    """The decoder skips an entry that is not a message record, with its turn; the load
+    script counted the list's entries, so that turn was left out of recall as shown."""
+    config = auto(tmp_path).with_overrides(recent={"messages": 4})
+    mgr = managers(config)  # the kayak past the summary line's brief: only recall brings it
+    say(mgr, "s", "Hello. Nothing else to add today, the weather holds and so does the schedule. The blue kayak stays at pier 9.",
+        FILLER)  # fmt: skip
+    raw.lset(Layout.of(config).session("s").recent, 0, b"\xff\xfe")
+    prompt = mgr.prepare("s", "Where does the blue kayak stay?")
+    assert [m["content"] for m in prompt.messages[-3:-1]] == [FILLER, "Noted."]
+    assert [r.turn for r in prompt.recalled if "pier 9" in r.text] == [1]
 
 
 def test_semantic_recall_finds_a_turn_the_raised_recent_window_does_not_show_yet(

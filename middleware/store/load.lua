@@ -17,9 +17,16 @@ if traces > 0 and not composed and turns <= traces then out[6] = redis.pcall('LR
 -- part: entries (the query's index entries read)
 n_terms = tonumber(n_terms)
 if n_terms == 0 then return out end
--- The recent window is what the list holds, up to its configured turns: raised, it fills
--- one turn at a time, and a turn it does not show yet is still recalled.
-local window = math.min(tonumber(recent_turns), math.floor(#out[3] / 2))
+-- The recent window is the whole turns the list holds, newest first, up to its configured
+-- turns: raised, it fills one turn at a time, and a turn it does not show yet is still
+-- recalled. An entry that is not a message record (the decoder skips it with its turn) ends
+-- it: a turn counted as shown and not shown would be neither shown nor recalled.
+local window, held = 0, out[3]
+for k = #held, 2, -2 do
+  if window == tonumber(recent_turns) or not (string.find(held[k], '^{"role":"assistant",')
+     and string.find(held[k - 1], '^{"role":"user",')) then break end
+  window = window + 1
+end
 local oldest, newest = turns - tonumber(archive_turns) + 1, turns - window
 if turns < 1 then return out end
 local terms, weights = {}, {}
