@@ -243,6 +243,29 @@ def test_a_first_request_with_history_brings_it_into_a_new_session(client: opena
     assert state.recent[0] == {"role": "user", "content": "new question"}
 
 
+def test_a_refused_first_request_imports_nothing_and_the_corrected_one_imports_every_turn(
+    client: openai.OpenAI, config: Config
+) -> None:
+    """Found in review: the earlier turns were written one by one, so a first request refused
+    for its 3rd earlier turn kept the two before it, marked the history imported, and the
+    corrected request's history never came in. Every turn is checked before any is written;
+    the error names the turn, not its text."""
+    history: list[dict[str, Any]] = []
+    for n in range(1, 5):
+        history += [{"role": "user", "content": f"code {n} is K{n}{n}{n}"}, {"role": "assistant", "content": f"noted {n}"}]
+    limit = config.tokens.max_message_chars
+    bad = [*history[:4], {"role": "user", "content": "x" * (limit + 1)}, *history[5:], {"role": "user", "content": "and now?"}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="scripted/echo", messages=bad, extra_headers=sid("imp"))  # type: ignore[arg-type]
+    message = refused.value.body["message"]  # type: ignore[index]
+    assert message.startswith("Earlier turn 3 of 4: The user message has") and "xxxx" not in message
+    assert state_of(config, "imp").turns == 0
+    good = [*history, {"role": "user", "content": "and now?"}]
+    client.chat.completions.create(model="scripted/echo", messages=good, extra_headers=sid("imp"))  # type: ignore[arg-type]
+    state = state_of(config, "imp")
+    assert state.turns == 5 and state.summary == [f"• code {n} is K{n}{n}{n} → noted {n}" for n in (2, 3, 4)]  # the last 3 lines
+
+
 def test_an_earlier_turn_whose_user_text_is_only_whitespace_is_brought_in_as_one_without_text(
     client: openai.OpenAI, config: Config
 ) -> None:

@@ -32,7 +32,7 @@ from ..exceptions import InvalidMessageError, InvalidRequestError, InvalidToolCa
 from ..session.engine import Engine
 from ..store.decoding import Loaded
 from ..store.keys import Layout
-from ..store.live import Arrival, arrival, arrive_command, catch_up, finish, renew, wait_for_results
+from ..store.live import Arrival, arrival, arrive_command, catch_up, finish, release_import, renew, wait_for_results
 from ..store.record import RecordArguments, record_arguments
 from ..tools import Toolset, as_tools, not_an_object
 from ..turn.calls import Calls
@@ -146,17 +146,21 @@ class Turns:
         loaded: Loaded | None = yield from engine.load_turn(session_id, user or "", model=model, ahead=[command])
         assert loaded is not None
         arrived = arrival(loaded.ahead[0])
+        importing = arrived.first  # this request takes the history it carries into the new session
         try:
             turn, drop = self._turn(conversation, arrived, user)
             if user is None:  # only the tool results came: recall for the turn's own message
                 loaded = None
-            elif arrived.first and not loaded.state.turns and conversation.earlier:
+            elif importing and not loaded.state.turns and conversation.earlier:
                 yield from self._import(session_id, conversation.earlier)
                 loaded = None
+            importing = False
             plan = yield from engine.plan_turn(session_id, turn.user, model=model, toolset=_toolset(tools), disclose=disclose,
                                                loaded=loaded, system=conversation.system, saved=turn.plan or None,
                                                refer=refer)  # fmt: skip
         except Exception:  # the request goes no further: the place it took is given up at once
+            if importing:  # the history it did not import (it imports all or none) is the next request's to import
+                yield from release_import(self.layout, session_id)
             if arrived.seq:
                 yield from finish(self.layout, session_id, arrived.seq, None, drop=None, now=time.time(), wait=self.wait,
                                   epoch=arrived.epoch)  # fmt: skip
@@ -188,11 +192,14 @@ class Turns:
         return turn, None
 
     def _import(self, session_id: str, earlier: Sequence[Sequence[dict[str, Any]]]) -> Program[None]:
-        """A new session takes the whole turns its first request carried, oldest first."""
+        """A new session takes the whole turns its first request carried, oldest first; all
+        are checked before any is written, so a refused request imports none of them and the
+        corrected one imports them all."""
+        turns = []
         for messages in earlier:
             text, calls, _, _ = interpret_reply(list(messages[1:]))
-            user = or_no_text(content_text(messages[0].get("content"), ""))
-            yield from self.engine.record_turn(session_id, user=user, assistant=text, tool_calls=calls)
+            turns.append((or_no_text(content_text(messages[0].get("content"), "")), text, calls))
+        yield from self.engine.import_turns(session_id, turns)
 
     @staticmethod
     def _current(composed: dict[str, Any], conversation: Conversation) -> dict[str, Any]:

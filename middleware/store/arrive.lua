@@ -30,8 +30,13 @@ if found == '' and reserve == '1' then
   seq = redis.call('HINCRBY', live, 'arrived', 1)
   redis.call('HSET', live, 'l:' .. seq, now_text)
 end
--- history may be imported once, by a request that found no turn arrived before it
+-- history may be imported once: by a request that found no turn arrived before it, or, once
+-- the request that was to import it failed ('0': it imports all or none), by the next one
 local first = 0
-if mark_import == '1' and redis.call('HSETNX', live, 'imported', '1') == 1 and before == 0 then first = 1 end
+if mark_import == '1' then
+  local marked = redis.call('HGET', live, 'imported')
+  if marked == '0' or (not marked and before == 0) then first = 1 end
+  if marked ~= '1' then redis.call('HSET', live, 'imported', '1') end
+end
 if ttl > 0 then redis.call('PEXPIRE', live, ttl) end
 return {seq, found, first, standing}

@@ -10,6 +10,7 @@ session's ``live`` hash, under the session's hash tag (one cluster slot)::
     q:<n>            the record arguments of finished turn n, waiting for their turn
     open:<call id>   a turn waiting for the client's tool results, by its first pending call id
     imported         set once: a new session took the history its first request carried
+                     ('0' while the request that was to take it failed first)
     epoch            set once, by the request that made the hash: its incarnation (a reset
                      deletes the hash, and the next request makes a new one)
 
@@ -59,6 +60,7 @@ __all__ = [
     "arrive_command",
     "catch_up",
     "finish",
+    "release_import",
     "renew",
     "wait_for_results",
 ]
@@ -151,6 +153,12 @@ def arrival(reply: Any) -> Arrival:
         bool(first),
         epoch.decode() if isinstance(epoch, bytes) else str(epoch),
     )
+
+
+def release_import(layout: Layout, session_id: str) -> Plan[None]:
+    """The request that was to import the history its session's first request carried
+    failed before it did: the next request that carries one imports it (``arrive.lua``)."""
+    checked((yield Batch([("hset", layout.session(session_id).live, "imported", "0")])))
 
 
 def wait_for_results(
