@@ -153,10 +153,22 @@ def test_the_async_client_gets_the_same_turn(served: Callable[..., str], config:
     assert [m["content"] for m in state_of(config, "a").recent] == ["two", "echo: two"]
 
 
+@pytest.mark.parametrize("session", ["st", None])
+def test_a_stream_sends_usage_only_when_asked(client: openai.OpenAI, session: str | None) -> None:
+    """Found in review: every stream ended with a chunk of no choices carrying the usage, which
+    OpenAI sends only for ``stream_options.include_usage``: a client reading
+    ``chunk.choices[0]`` failed on it. With a session and passed through alike."""
+    chunks = list(client.chat.completions.create(model="scripted/echo", messages=[{"role": "user", "content": "no usage"}],
+                                                 extra_headers=sid(session) if session else None, stream=True))  # fmt: skip
+    assert all(c.choices and c.usage is None for c in chunks)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "echo: no usage"
+
+
 def test_a_stream_ends_with_usage_and_records_the_turn(client: openai.OpenAI, config: Config, log_path: Path) -> None:
-    """SSE chunks carry the reply; the last chunk carries usage; the turn is recorded once."""
+    """SSE chunks carry the reply; asked for, the last chunk carries usage; the turn is recorded once."""
     chunks = list(client.chat.completions.create(model="scripted/echo", messages=[{"role": "user", "content": "stream it please"}],
-                                                 extra_headers=sid("st"), stream=True))  # fmt: skip
+                                                 extra_headers=sid("st"), stream=True,
+                                                 stream_options={"include_usage": True}))  # fmt: skip
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "echo: stream it please"
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
     assert [c.usage for c in chunks[:-1]] == [None] * (len(chunks) - 1)

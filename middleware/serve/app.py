@@ -315,7 +315,10 @@ class Endpoint:
             try:
                 while chunk is not None:
                     streamed.add(chunk)
-                    yield sse(dumped(chunk, chat.model))
+                    # The usage is asked for upstream for the usage log; the client gets it only if it asked too.
+                    data = dumped(chunk, chat.model, usage=chat.include_usage)
+                    if data.get("choices") or chat.include_usage:
+                        yield sse(data)
                     chunk = await anext(chunks, None)
             except LLMError as exc:
                 yield sse(error_body(llm.status_of(exc), redact_secrets(str(exc))[:1000], code="upstream_error"))

@@ -38,9 +38,12 @@ HOLD_SECONDS = 600.0
 HELD = "store unavailable: the turn is held and written when the store is back"
 
 
-def dumped(response: Any, model: str) -> dict[str, Any]:
-    """A litellm response or chunk as OpenAI's JSON, named by the model the client asked for."""
+def dumped(response: Any, model: str, *, usage: bool = True) -> dict[str, Any]:
+    """A litellm response or chunk as OpenAI's JSON, named by the model the client asked for
+    (``usage`` False: without its usage, which a stream sends only when asked)."""
     data: dict[str, Any] = response.model_dump(exclude_none=True)
+    if not usage:
+        data.pop("usage", None)
     data["model"] = model
     for choice in data.get("choices") or ():
         if "message" in choice:  # OpenAI sends "content": null beside tool calls; strict clients expect the key
@@ -355,5 +358,6 @@ class _Events:
         kept = self.finish if self.finish in ("length", "content_filter") else None
         finish = "tool_calls" if calls else kept or "stop"
         events.append(self._event({"index": 0, "delta": {}, "finish_reason": finish}))
-        events.append({**self._event({}), "choices": [], "usage": dict(self.usage.counts)})  # as the provider sends it, last
+        if self.chat.include_usage:  # as OpenAI sends it when asked (stream_options.include_usage), last
+            events.append({**self._event({}), "choices": [], "usage": dict(self.usage.counts)})
         return events
