@@ -361,6 +361,14 @@ BAD_REQUESTS = [
     ({"model": "scripted/echo", "messages": [{"role": "user", "content": SECRET}], "tools": [{"type": "function"}]}, "tools[0]",
      "tools[0] needs type 'function'"),
     ({"model": "scripted/echo", "messages": [{"role": "user", "content": SECRET}], "stream": "yes"}, "stream", "'stream' has value 'yes'"),
+    # Found in review: a `user` or `metadata.session_id` not a string was passed over, and the
+    # request went upstream without the memory it asked for.
+    ({"model": "scripted/echo", "messages": [{"role": "user", "content": SECRET}], "user": 12345}, "user",
+     "'user' has a int; expected a string (the session id)."),
+    ({"model": "scripted/echo", "messages": [{"role": "user", "content": SECRET}], "metadata": ["s"]}, "metadata",
+     "'metadata' has a list; expected an object."),
+    ({"model": "scripted/echo", "messages": [{"role": "user", "content": SECRET}], "metadata": {"session_id": {"id": "s"}}},
+     "metadata.session_id", "'metadata.session_id' has a dict; expected a string (the session id)."),
     # Found in review: a name is listed raw in the loader's index, whose schema is sent where the
     # tool's is not: the provider's own name check never saw it, and its line breaks added lines.
     ({"model": "scripted/echo", "messages": [{"role": "user", "content": SECRET}],

@@ -147,20 +147,27 @@ def read_request(body: bytes, headers: Mapping[str, str]) -> Request:
 
 def session_of(headers: Mapping[str, str], data: Mapping[str, Any]) -> tuple[str | None, str]:
     """The session a request names, and where: the X-Session-Id header, else the ``user``
-    field, else ``metadata.session_id``; (None, "") when it names none."""
+    field, else ``metadata.session_id``; (None, "") when it names none. A ``user`` or
+    ``metadata.session_id`` of another type is refused, whichever names the session (else
+    the request could go on without the memory it asked for)."""
+    user, metadata = data.get("user"), data.get("metadata")
+    if user is not None and not isinstance(user, str):
+        raise InvalidRequestError(f"'user' has a {type(user).__name__[:40]}; expected a string (the session id).", param="user")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidRequestError(f"'metadata' has a {type(metadata).__name__[:40]}; expected an object.", param="metadata")
+    named = (metadata or {}).get("session_id")
+    if named is not None and not isinstance(named, str):
+        raise InvalidRequestError(f"'metadata.session_id' has a {type(named).__name__[:40]}; expected a string (the session id).",
+                                  param="metadata.session_id")  # fmt: skip
     header = headers.get(SESSION_HEADER)
     if header is not None:
         try:  # HTTP servers read header bytes as Latin-1; clients send UTF-8
             return header.encode("latin-1").decode("utf-8"), "X-Session-Id"
         except UnicodeError:
             raise InvalidRequestError("The X-Session-Id header is not UTF-8 text.", param="X-Session-Id") from None
-    user = data.get("user")
-    if isinstance(user, str) and user:
+    if user:
         return user, "user"
-    metadata = data.get("metadata")
-    if isinstance(metadata, dict) and isinstance(metadata.get("session_id"), str):
-        return metadata["session_id"], "metadata.session_id"
-    return None, ""
+    return (named, "metadata.session_id") if named is not None else (None, "")
 
 
 def sse(data: Mapping[str, Any] | str) -> bytes:
