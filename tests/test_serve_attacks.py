@@ -422,6 +422,24 @@ def test_each_request_logs_one_access_line_and_is_counted_in_metrics(served: Cal
     assert int(sent.rsplit(" ", 1)[1]) == access[0]["tokens_sent"]
 
 
+def test_a_tenants_metrics_show_its_own_requests_only(served: Callable[..., str]) -> None:
+    """Found in review: /metrics counted every tenant's requests together, so any key read
+    how much the others sent. A tenant's scrape shows its own, and the requests refused for
+    their key (which are no tenant's)."""
+    url = served(api_keys=[{"key": "key-a", "tenant": "acme"}, {"key": "key-b", "tenant": "bolt"}])
+    for text in ("one", "two", "three"):
+        say(url, "key-a", text, user="ops")
+    assert httpx.get(f"{url}/v1/models").status_code == 401
+    bolt = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer key-b"}).text
+    assert 'route="/v1/chat/completions"' not in bolt and 'middleware_tokens_total{kind="sent"} 0' in bolt
+    assert 'middleware_requests_total{route="/v1/models",status="401"} 1' in bolt
+    acme = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer key-a"}).text
+    assert 'middleware_requests_total{route="/v1/chat/completions",status="200"} 3' in acme
+    assert 'middleware_requests_total{route="/metrics",status="200"}' not in acme  # bolt's scrape is bolt's
+    assert "middleware_request_seconds_count 4" in acme  # its 3 requests and the refused one
+    assert 'middleware_tokens_total{kind="sent"} 0' not in acme
+
+
 def test_a_request_without_a_session_is_flagged_or_refused(served: Callable[..., str]) -> None:
     """Found: a request with no session id was passed through with no memory and no warning."""
     passed = httpx.post(f"{served()}/v1/chat/completions", json=orjson.loads(body(user("hi"))))

@@ -59,6 +59,9 @@ def _clipped(value: Any) -> str:
     return value if len(value) <= _LOGGED else value[: _LOGGED - 1] + "…"
 
 
+REFUSED = ""  # the figures of requests refused for their key (no tenant is named "")
+
+
 def _error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> JSONResponse:
     # A body too large or too slow is not read to its end: the connection closes after the answer.
     headers = {"Connection": "close"} if status in (408, 413) else None
@@ -76,7 +79,8 @@ class Endpoint:
         # The turns of each tenant (None: no keys, one shared space), made on a tenant's first request.
         self.tenants: dict[str | None, Turns] = {None: Turns.of_tenant(self.engine, config, None)}
         self.sessions = SessionRequests(self._run)
-        self.metrics = Metrics()
+        # What each tenant's requests counted (None: no keys, one space; REFUSED: requests refused for their key).
+        self.metrics: dict[str | None, Metrics] = {}
         routes = [
             Route("/v1/chat/completions", self._guarded(self.completions, "/v1/chat/completions"), methods=["POST"]),
             Route("/v1/models", self._guarded(self.models, "/v1/models"), methods=["GET"]),
@@ -133,6 +137,14 @@ class Endpoint:
                 found = tenant
         return found
 
+    def metrics_of(self, tenant: str | bool | None) -> Metrics:
+        """The figures of ``tenant``'s requests (False: of those refused for their key)."""
+        key = REFUSED if tenant is False else tenant if isinstance(tenant, str) else None
+        found = self.metrics.get(key)
+        if found is None:
+            found = self.metrics[key] = Metrics()
+        return found
+
     def turns_of(self, tenant: str | None) -> Turns:
         """The turns of ``tenant``'s sessions: its own engine over its own key prefix, sharing the usage log."""
         turns = self.tenants.get(tenant)
@@ -169,15 +181,15 @@ class Endpoint:
         except InvalidInputError as exc:
             return _error(400, str(exc), param="messages")
         except StoreError as exc:
-            self.metrics.error("store")
+            self.metrics_of(request.state.tenant).error("store")
             log.error("serve.store_failed", error=redact_secrets(str(exc)))
             return _error(503, "The session store is unavailable; try again.", code="store_unavailable")
         except Exception as exc:  # a fault of the endpoint itself: logged, never shown
-            self.metrics.error("internal")
+            self.metrics_of(request.state.tenant).error("internal")
             log.error("serve.failed", path=request.url.path[:100], error=type(exc).__name__)
             return _error(500, "The endpoint failed on this request; it was not completed. Try again.", code="internal_error")
         if isinstance(response, UpstreamError):
-            self.metrics.error("upstream")
+            self.metrics_of(request.state.tenant).error("upstream")
         return response
 
     async def _logged(
@@ -193,7 +205,7 @@ class Endpoint:
         """Count the request and log its access line."""
         seconds, state = time.perf_counter() - started, request.state
         figures = request_figures(state.lines or ())
-        self.metrics.request(route, status, seconds, figures)
+        self.metrics_of(state.tenant).request(route, status, seconds, figures)
         if self.serve.access_log:
             # The session and model are the client's, read before they were checked: cut short.
             log.info("serve.access", method=request.method, route=route, status=status,
@@ -210,7 +222,11 @@ class Endpoint:
         return JSONResponse({"ok": True})
 
     async def scrape(self, request: HttpRequest) -> Response:
-        return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4")
+        """The caller's tenant's figures, with those of requests refused for their key (no
+        tenant's): never another tenant's."""
+        parts = [self.metrics_of(request.state.tenant), *([self.metrics_of(False)] if self.keys else [])]
+        shown = Metrics.total(parts)
+        return PlainTextResponse(shown.render(), media_type="text/plain; version=0.0.4")
 
     async def models(self, request: HttpRequest) -> Response:
         names = list(self.serve.models) or [self.config.model]

@@ -2,7 +2,9 @@
 access line it logs per request. No I/O.
 
 Figures are per process: with ``middleware serve --workers N``, each worker counts its own
-requests (scrape each, or sum them in the query).
+requests (scrape each, or sum them in the query). Behind client keys they are per tenant: a
+tenant's scrape shows its own requests and those refused for their key, which are no
+tenant's (``Endpoint.scrape``).
 """
 
 from __future__ import annotations
@@ -53,6 +55,18 @@ class Metrics:
 
     def error(self, kind: str) -> None:
         self.errors[kind] += 1
+
+    @classmethod
+    def total(cls, parts: Iterable[Metrics]) -> Metrics:
+        """The figures of ``parts`` together."""
+        out = cls()
+        for part in parts:
+            out.requests.update(part.requests)
+            out.errors.update(part.errors)
+            out.tokens.update(part.tokens)
+            out.latency = [a + b for a, b in zip(out.latency, part.latency, strict=True)]
+            out.latency_sum += part.latency_sum
+        return out
 
     def render(self) -> str:
         """The figures in Prometheus's text exposition format."""
