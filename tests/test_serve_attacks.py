@@ -386,6 +386,49 @@ def test_half_sent_requests_are_closed_and_keyed_clients_are_served_meanwhile(se
     assert closed_by_server(held) == len(held)
 
 
+def _answer_to(url: str, request: bytes, piece: int = 0) -> bytes:
+    """The server's answer to ``request``, sent in one write (or in writes of ``piece``
+    bytes), read until it closes or 10 s pass."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as connection:
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for start in range(0, len(request), piece or len(request)):
+            with contextlib.suppress(OSError):  # refused midway: the rest is not read
+                connection.sendall(request[start : start + (piece or len(request))])
+                if piece:
+                    time.sleep(0.001)
+        connection.settimeout(10)
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := connection.recv(65536):
+                answer += chunk
+                if b"\r\n\r\n" in answer and answer.rstrip().endswith(b"}"):
+                    break
+    return answer
+
+
+@pytest.mark.parametrize("size", [60_000, 100_000, 2_000_000])
+def test_a_request_head_past_64_kib_is_a_431_however_it_arrives(served: Callable[..., str], size: int) -> None:
+    """Found in review: h11's bound holds only for a head still incomplete after a read, so a
+    100 kB head sent at once was served, and one of 200 kB got uvicorn's plain-text 400. Any
+    head past 64 KiB is now a 431 in OpenAI's shape; a body of any size after a small head is not
+    counted as head."""
+    url = served(api_keys=["key-a"])
+    padding = b"X-Pad: " + b"p" * size + b"\r\n"
+    head = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key-a\r\n" + padding + b"\r\n"
+    answer = _answer_to(url, head)
+    assert _answer_to(url, head, piece=4093)[:12] == answer[:12]  # the same, sent a little at a time
+    if size < 64 * 1024:
+        assert answer.startswith(b"HTTP/1.1 200")
+    else:
+        assert answer.startswith(b"HTTP/1.1 431") and b'"code":"request_header_too_large"' in answer
+        assert b"65,536 bytes" in answer and b"ppp" not in answer
+    small = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key-a\r\nContent-Type: application/json\r\n"
+    large_body = b'{"model": 1, "messages": [{"role": "user", "content": "' + b"b" * size + b'"}]}'
+    answer = _answer_to(url, small + b"Content-Length: %d\r\n\r\n" % len(large_body) + large_body)
+    assert answer.startswith(b"HTTP/1.1 400") and b"'model' has value 1" in answer
+
+
 def test_a_body_that_never_finishes_gets_a_408(served: Callable[..., str]) -> None:
     """A request whose head came but whose body stalls is answered 408 after serve.body_timeout_seconds."""
     url = served(body_timeout_seconds=1.0)
