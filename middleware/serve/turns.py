@@ -196,10 +196,17 @@ class Turns:
         are checked before any is written, so a refused request imports none of them and the
         corrected one imports them all."""
         turns = []
-        for messages in earlier:
+        for number, messages in enumerate(earlier, start=1):
             text, calls, _, _ = interpret_reply(list(messages[1:]))
-            turns.append((or_no_text(content_text(messages[0].get("content"), "")), text, calls))
-        yield from self.engine.import_turns(session_id, turns)
+            user = or_no_text(content_text(messages[0].get("content"), ""))
+            try:  # as recording checks it: the message's size, then the turn itself
+                self.engine.checked(session_id, user)
+                Turn(user=user, assistant=text, tool_calls=tuple(calls))
+            except (InvalidMessageError, InvalidToolCallError) as exc:
+                raise type(exc)(f"Earlier turn {number} of {len(earlier)}: {exc}") from None
+            turns.append((user, text, calls))
+        for user, text, calls in turns:
+            yield from self.engine.record_turn(session_id, user=user, assistant=text, tool_calls=calls)
 
     @staticmethod
     def _current(composed: dict[str, Any], conversation: Conversation) -> dict[str, Any]:

@@ -19,7 +19,6 @@ from ..connectors import Connector
 from ..core.composer import Composer
 from ..core.effects import Command, Program
 from ..core.state import Prompt, SessionPage, SessionState, ToolCall, Turn, TurnUpdate
-from ..exceptions import InvalidMessageError, InvalidToolCallError
 from ..lru import Lru
 from ..store.decoding import Loaded
 from ..store.keys import Layout
@@ -99,23 +98,6 @@ class Engine:
         kept in ``pending_turns``, a warning is logged, 0 is returned, and the turn is
         written before anything else once the store answers again."""
         return self._ops.record_turn(session_id, user=user, assistant=assistant, tool_calls=tool_calls)
-
-    def import_turns(
-        self, session_id: str, turns: Sequence[tuple[Any, Any, Iterable[ToolCall | Mapping[str, Any]] | None]]
-    ) -> Program[int]:
-        """Remember finished turns (user, assistant, tool calls), oldest first; returns the
-        session's turn count after them. Every turn is checked before any is written: one
-        refused (an error naming its place) leaves the session as it was."""
-        checked: list[Turn] = []
-        for number, (user, assistant, tool_calls) in enumerate(turns, start=1):
-            try:
-                checked.append(self._ops.turn(user, assistant, tool_calls))
-            except (InvalidMessageError, InvalidToolCallError) as exc:
-                raise type(exc)(f"Earlier turn {number} of {len(turns)}: {exc}") from None
-        count = 0
-        for turn in checked:
-            count = yield from self._ops.record(session_id, turn, prompt=None)
-        return count
 
     def reset(self, session_id: str) -> Program[None]:
         """Forget a session entirely."""
