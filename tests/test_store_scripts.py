@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from middleware.store.live import (
+    ANSWER,
     ARRIVE,
     FINISH,
     FLUSH,
     RENEW,
+    AnswerArguments,
     ArriveArguments,
     FinishArguments,
     FlushArguments,
@@ -33,6 +35,7 @@ SCRIPTS: list[tuple[Script, type[Arguments]]] = [
     (FINISH, FinishArguments),
     (FLUSH, FlushArguments),
     (RENEW, RenewArguments),
+    (ANSWER, AnswerArguments),
 ]
 _ARGUMENT_LINE = re.compile(r"^local ([\w, ]+) = unpack\(ARGV, 1, (\d+)\)$", re.M)
 

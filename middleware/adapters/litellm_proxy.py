@@ -142,6 +142,7 @@ class MiddlewareHook(llm.custom_logger_class()):  # type: ignore[misc]
         try:
             begun = turns.begin(session, data.get("messages"), data.get("tools"), str(data.get("model")), disclose=False)
             exchange = await arun(begun, self.store.send)
+            assert isinstance(exchange, Exchange)  # no key given: never a retry
         except InvalidInputError as exc:  # the proxy answers 400 with this message
             raise ValueError(str(exc)) from None
         request = exchange.calls.request()

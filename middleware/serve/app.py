@@ -39,7 +39,7 @@ from ..session.engine import Engine
 from ..store.drivers import AsyncRedisStore, AsyncSessionStore
 from .metrics import Metrics, request_figures
 from .session import SessionRequests, UpstreamError, dumped, provider_error
-from .turns import Turns
+from .turns import Exchange, Retried, Turns
 from .wire import Request, error_body, read_request, sse
 
 __all__ = ["Endpoint", "create_app"]
@@ -289,12 +289,22 @@ class Endpoint:
         if chat.options.get("n", 1) != 1:
             raise InvalidRequestError(f"'n' has value {chat.options['n']!r}; a session's turn records one reply, so only 1 is served.",
                                       param="n")  # fmt: skip
+        session = chat.session
+
+        def begin(retry: bool) -> Program[Exchange | Retried]:
+            return turns.begin(session, chat.messages, chat.tools, upstream, tool_choice=chat.options.get("tool_choice"),
+                               refer=not chat.options.get("api_base"), key=chat.key, retry=retry)  # fmt: skip
+
         try:
-            exchange = await self._run(turns.begin(chat.session, chat.messages, chat.tools, upstream,
-                                                         tool_choice=chat.options.get("tool_choice"),
-                                                         refer=not chat.options.get("api_base")))  # fmt: skip
+            exchange = await self._run(begin(chat.retry))
         except InvalidSessionIdError as exc:
             raise InvalidRequestError(f"{chat.session_from}: {exc}", param=chat.session_from) from None
+        if isinstance(exchange, Retried):  # the client sent it again: the first attempt's answer, not a second turn
+            replayed = await self.sessions.replay(turns, chat, exchange)
+            if replayed is not None:
+                return replayed
+            exchange = await self._run(begin(False))  # that attempt went no further: this one is the turn
+            assert isinstance(exchange, Exchange)
         request.state.lines = exchange.calls.lines
         return await (
             self.sessions.stream(turns, chat, upstream, exchange)

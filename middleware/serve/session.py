@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
+import orjson
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from .. import llm
@@ -24,9 +25,9 @@ from ..core.effects import Program
 from ..core.text import redact_secrets
 from ..events import log
 from ..exceptions import LLMError, StoreError
-from ..store.live import LEASE_SECONDS
+from ..store.live import GAVE_UP, LEASE_SECONDS
 from ..turn.plan import Request
-from .turns import Exchange, Turns
+from .turns import Exchange, Retried, Turns, client_calls
 from .wire import Request as ChatRequest
 from .wire import error_body, sse
 
@@ -87,11 +88,6 @@ class _Usage:
         for name in ("prompt_tokens", "completion_tokens"):
             self.counts[name] += reported.get(name) or 0
         self.counts["total_tokens"] = self.counts["prompt_tokens"] + self.counts["completion_tokens"]
-
-
-def _client_calls(reply: Mapping[str, Any], forwarded: list[str]) -> list[dict[str, Any]]:
-    """The tool calls of ``reply`` that the client runs, in order."""
-    return [dict(call) for call in reply.get("tool_calls") or () if call.get("id") in forwarded]
 
 
 class SessionRequests:
@@ -180,6 +176,27 @@ class SessionRequests:
 
         self.start(following())
 
+    # --- a retry ----------------------------------------------------------------------------
+
+    async def replay(self, turns: Turns, chat: ChatRequest, retried: Retried) -> Response | None:
+        """The answer of the earlier attempt ``retried`` retries, once it has one, as this
+        request asks for it (plain or streamed); None when that attempt went no further (the
+        request then runs as a new turn); a 409 when it is still running after
+        ``serve.order_wait_seconds`` (OpenAI's SDKs try again)."""
+        deadline = time.monotonic() + turns.wait
+        while True:
+            answer = await self.run(turns.answer_of(retried))
+            if answer == GAVE_UP:
+                return None
+            if answer is not None:
+                return _replayed(chat, orjson.loads(answer))
+            if time.monotonic() >= deadline:
+                message = (f"An earlier attempt of this request is still running after {turns.wait:g} s "
+                           "(serve.order_wait_seconds); try again later.")  # fmt: skip
+                return JSONResponse(error_body(409, message, code="request_in_progress"), status_code=409,
+                                    headers={"retry-after": "1"})  # fmt: skip
+            await asyncio.sleep(REPLAY_POLL_SECONDS)
+
     # --- plain ------------------------------------------------------------------------------
 
     async def complete(self, turns: Turns, chat: ChatRequest, upstream: str, exchange: Exchange) -> Response:
@@ -197,8 +214,11 @@ class SessionRequests:
                 reply = llm.message_of(response)
                 usage.add(response)
                 latency = time.perf_counter() - started
+                head = {"id": response.id, "created": response.created, "usage": dict(usage.counts),
+                        "finish_reason": response.choices[0].finish_reason if response.choices else None}  # fmt: skip
                 try:
-                    step = await self._kept(turns.step(exchange, request, reply, response, model=upstream, latency=latency))
+                    step = await self._kept(turns.step(exchange, request, reply, response, model=upstream, latency=latency,
+                                                       head=head))  # fmt: skip
                 except StoreError as exc:
                     if exchange.owed is True:  # nothing of the turn is ready to write: the request fails
                         raise
@@ -218,7 +238,7 @@ class SessionRequests:
         choice = body["choices"][0]
         message = choice["message"]
         if exchange.forwarded:
-            message["tool_calls"] = _client_calls(reply, exchange.forwarded)
+            message["tool_calls"] = client_calls(reply, exchange.forwarded)
         elif reply.get("tool_calls"):  # the turn ended on calls it would not run (too many rounds)
             message.pop("tool_calls", None)
             message["content"] = exchange.final
@@ -247,6 +267,41 @@ class SessionRequests:
             raise
         events = _Events(self, turns, chat, upstream, exchange, lease)
         return StreamingResponse(events.run(request, chunks, first, started), media_type="text/event-stream")
+
+
+REPLAY_POLL_SECONDS = 0.1  # how often a retry looks for its earlier attempt's answer
+REPLAYED = "the answer of an earlier attempt of this request (a retry): the model was not called again"
+
+
+def _replayed(chat: ChatRequest, kept: Mapping[str, Any]) -> Response:
+    """A kept answer (see ``Turns._answer``) as ``chat`` asks for it: one reply, or a stream."""
+    head = {"id": kept.get("id") or "chatcmpl-middleware", "created": kept.get("created") or int(time.time()),
+            "model": chat.model}  # fmt: skip
+    message, finish = dict(kept["message"]), kept.get("finish_reason") or "stop"
+    usage = kept.get("usage") or dict.fromkeys(_USAGE_FIELDS, 0)
+    headers = {"X-Middleware-Replayed": REPLAYED}
+    if not chat.stream:
+        message.setdefault("content", None)
+        body = {**head, "object": "chat.completion", "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": usage}  # fmt: skip
+        return JSONResponse(body, headers=headers)
+    chunk = {**head, "object": "chat.completion.chunk"}
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
+    events = [{**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}]
+    calls = message.get("tool_calls") or ()
+    if calls:
+        deltas = [{"index": i, "id": c["id"], "type": "function", "function": c["function"]} for i, c in enumerate(calls)]
+        events.append({**chunk, "choices": [{"index": 0, "delta": {"tool_calls": deltas}, "finish_reason": None}]})
+    events.append({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    if chat.include_usage:
+        events.append({**chunk, "choices": [], "usage": usage})
+
+    async def stream() -> AsyncIterator[bytes]:
+        for event in events:
+            yield sse(event)
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
 
 class _Events:
@@ -280,8 +335,9 @@ class _Events:
                     chunk = await anext(chunks, None)
                 self.usage.add(streamed.usage)
                 reply = streamed.message()
+                head = {**self.head, "finish_reason": self.finish, "usage": dict(self.usage.counts)}
                 step = owner.start(self.turns.step(exchange, request, reply, streamed.usage, model=self.upstream,
-                                                    latency=time.perf_counter() - started))  # fmt: skip
+                                                    latency=time.perf_counter() - started, head=head))  # fmt: skip
                 try:
                     again = await asyncio.shield(step) == "again"
                 except StoreError as exc:
@@ -347,7 +403,7 @@ class _Events:
         """The stream's last events: the client's tool calls (or a stopped turn's final text),
         the finish reason, and the request's usage."""
         exchange, events = self.exchange, []
-        calls = _client_calls(reply, exchange.forwarded)
+        calls = client_calls(reply, exchange.forwarded)
         if calls:
             deltas = [
                 {"index": i, "id": call["id"], "type": "function", "function": call["function"]} for i, call in enumerate(calls)

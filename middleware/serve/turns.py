@@ -10,6 +10,11 @@ the request; any other tool calls go to the client, and the turn waits in Redis 
 results; a final reply records the turn in the session's arrival order. ``fail`` and
 ``settle`` end a turn whose upstream call failed or whose stream ended early.
 
+A request that retries an earlier attempt (``middleware.store.live``) begins as ``Retried``:
+``answer_of`` tells what that attempt answered, and the request runs as a new turn only when
+it went no further. Each request keeps what it answered for such a retry (``Exchange.answer``),
+written with the turn's end.
+
 Nothing is kept in the process between requests, so any process can take a session's next
 request.
 """
@@ -22,24 +27,40 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
+
 from ..config.schema import Config
 from ..core.conversation import Conversation, OpenTurn, content_text, or_no_text, read_messages
-from ..core.effects import Program
+from ..core.effects import Batch, Program
 from ..core.replies import decoded, interpret_reply, portable_keys, ran_calls
 from ..core.state import ToolCall, Turn
 from ..core.turnloop import TurnLoop
 from ..exceptions import InvalidMessageError, InvalidRequestError, InvalidToolCallError
 from ..session.engine import Engine
-from ..store.decoding import Loaded
+from ..store.decoding import Loaded, checked
 from ..store.keys import Layout
-from ..store.live import Arrival, arrival, arrive_command, catch_up, finish, release_import, renew, wait_for_results
+from ..store.live import (
+    GAVE_UP,
+    Answer,
+    Arrival,
+    Retry,
+    answer_command,
+    answer_of,
+    arrival,
+    arrive_command,
+    catch_up,
+    finish,
+    release_import,
+    renew,
+    wait_for_results,
+)
 from ..store.record import RecordArguments, record_arguments
 from ..tools import Toolset, as_tools, not_an_object
 from ..turn.calls import Calls
 from ..turn.plan import Request, TurnPlan
 from ..usage.sink import passthrough_call
 
-__all__ = ["Exchange", "Turns"]
+__all__ = ["Exchange", "Retried", "Turns", "client_calls"]
 
 # Stands in for the text of a user message that holds only images or other non-text parts.
 Next = Literal["again", "client", "done"]
@@ -64,10 +85,32 @@ class Exchange:
     # The incarnation of the session's live hash the request arrived in: a reset since
     # leaves the turn out of the new session (``middleware.store.live``).
     epoch: str = ""
+    # The request's slot in the session's ring of requests, and its key (-1: it has none),
+    # and what it answered its client, kept there for a retry of it once written.
+    slot: int = -1
+    key: str = ""
+    answer: Answer | None = None
 
     @property
     def plan(self) -> TurnPlan:
         return self.calls.plan
+
+    def gave_up(self) -> Answer | None:
+        """What the request leaves for a retry of it when it answered nothing: run anew."""
+        return Answer(self.slot, self.key, GAVE_UP) if self.slot >= 0 else None
+
+
+@dataclass(frozen=True)
+class Retried:
+    """A request that retries an earlier attempt, still running or answered (``Turns.answer_of``)."""
+
+    session_id: str
+    retry: Retry
+
+
+def client_calls(reply: Mapping[str, Any], forwarded: Collection[str]) -> list[dict[str, Any]]:
+    """The tool calls of ``reply`` that the client runs, in order."""
+    return [dict(call) for call in reply.get("tool_calls") or () if call.get("id") in forwarded]
 
 
 def _toolset(tools: Sequence[Mapping[str, Any]] | None) -> Toolset:
@@ -85,6 +128,8 @@ def _problem(name: str, arguments: Any) -> str | None:
     return not_an_object(call) if call.args is None else None
 
 
+# A longer answer is not kept for a retry of its request (which then runs as a new turn).
+KEPT_ANSWER_BYTES = 256 * 1024
 # At most this many characters of cut results, as they came, wait with a turn in Redis.
 SAVED_RESULTS_CHARS = 1_000_000
 
@@ -128,12 +173,13 @@ class Turns:
 
     def begin(
         self, session_id: str, messages: Any, tools: Sequence[Mapping[str, Any]] | None, model: str, *,
-        tool_choice: Any = None, disclose: bool = True, refer: bool = True,
-    ) -> Program[Exchange]:  # fmt: skip
+        tool_choice: Any = None, disclose: bool = True, refer: bool = True, key: str = "", retry: bool = False,
+    ) -> Program[Exchange | Retried]:  # fmt: skip
         """Read the request against the session and plan (or resume) its turn. ``disclose``
         False: every one of the client's tools goes upstream (a caller that cannot answer the
         loader itself); ``refer`` False: the loader's answers reference nothing (an upstream
-        served at an ``api_base`` of its own)."""
+        served at an ``api_base`` of its own). ``key``: what a retry of the request is known
+        by; ``retry``: look an earlier attempt up by it first (found: ``Retried``)."""
         engine = self.engine
         session_id, _ = engine.checked(session_id)
         conversation = read_messages(messages)
@@ -141,11 +187,14 @@ class Turns:
         if user is not None:
             _, user = engine.checked(session_id, or_no_text(user))
         command = arrive_command(self.layout, session_id, waiting=conversation.waiting, reserve=user is not None,
-                                 mark_import=bool(conversation.earlier), now=time.time(), wait=self.wait)  # fmt: skip
+                                 mark_import=bool(conversation.earlier), now=time.time(), wait=self.wait, key=key,
+                                 retry=retry)  # fmt: skip
         # Recall looks for what the turn's user message needs, on every call of the turn alike.
         loaded: Loaded | None = yield from engine.load_turn(session_id, user or "", model=model, ahead=[command])
         assert loaded is not None
-        arrived = arrival(loaded.ahead[0])
+        arrived = arrival(loaded.ahead[0], key)
+        if arrived.retried is not None:
+            return Retried(session_id, arrived.retried)
         importing = arrived.first  # this request takes the history it carries into the new session
         try:
             turn, drop = self._turn(conversation, arrived, user)
@@ -161,9 +210,12 @@ class Turns:
         except Exception:  # the request goes no further: the place it took is given up at once
             if importing:  # the history it did not import (it imports all or none) is the next request's to import
                 yield from release_import(self.layout, session_id)
+            gave_up = Answer(arrived.slot, key, GAVE_UP) if arrived.slot >= 0 else None
             if arrived.seq:
                 yield from finish(self.layout, session_id, arrived.seq, None, drop=None, now=time.time(), wait=self.wait,
-                                  epoch=arrived.epoch)  # fmt: skip
+                                  epoch=arrived.epoch, answer=gave_up)  # fmt: skip
+            elif gave_up is not None:
+                checked((yield Batch([answer_command(self.layout, session_id, gave_up)])))
             raise
         named = tool_choice.get("function") if isinstance(tool_choice, Mapping) else None
         if plan.tools is not None and isinstance(named, Mapping) and isinstance(named.get("name"), str):
@@ -175,7 +227,7 @@ class Turns:
         calls = Calls(engine, plan, self.kind, loop, marked=saved.get("marked"), extra=bool(saved.get("extra")), step=turn.steps,
                       answered=saved.get("answered") or (), first=saved.get("first"), whole=_texts(saved.get("whole")))  # fmt: skip
         calls.fit()
-        return Exchange(session_id=session_id, turn=turn, calls=calls, drop=drop, epoch=arrived.epoch)
+        return Exchange(session_id=session_id, turn=turn, calls=calls, drop=drop, epoch=arrived.epoch, slot=arrived.slot, key=key)
 
     def _turn(self, conversation: Conversation, arrived: Arrival, user: str | None) -> tuple[OpenTurn, str | None]:
         """The turn this request continues (waiting in Redis, or told by a full history) or starts."""
@@ -217,17 +269,21 @@ class Turns:
     # --- each upstream reply --------------------------------------------------------------
 
     def step(
-        self, exchange: Exchange, request: Request, reply: Mapping[str, Any], usage: Any, *, model: str, latency: float
-    ) -> Program[Next]:
+        self, exchange: Exchange, request: Request, reply: Mapping[str, Any], usage: Any, *, model: str, latency: float,
+        head: Mapping[str, Any] | None = None,
+    ) -> Program[Next]:  # fmt: skip
         """Take the model's reply to ``request``: ``again`` when the turn answered every call
         itself (call the model again), ``client`` when the client runs the rest (the turn
-        waits for its results), ``done`` when the turn ended and was recorded."""
+        waits for its results), ``done`` when the turn ended and was recorded. ``head``: the
+        reply's id, creation time, finish reason and the request's usage so far, kept with
+        what the request answers for a retry of it."""
         calls = exchange.calls
         loop = calls.loop
         calls.made(request, reply, usage, latency, model=model)
         pending = loop.take(reply)
         if not pending:
             exchange.final = loop.final or ""
+            exchange.answer = self._answer(exchange, reply, head or {})
             yield from self._record(exchange, exchange.final)
             return "done"
         own = [calls.answer(call, _problem) for call in pending]
@@ -241,12 +297,37 @@ class Turns:
         loop.messages.extend(outcome.message for outcome in answers)
         calls.extra = False
         exchange.forwarded = [call.id for call, outcome in zip(pending, own, strict=True) if outcome is None]
+        exchange.answer = self._answer(exchange, reply, head or {})
         waiting = OpenTurn(seq=exchange.turn.seq, turn_id=exchange.turn.turn_id, user=exchange.turn.user,
                            loop=tuple(loop.messages[len(exchange.plan.prompt.messages) :]), steps=calls.step,
                            plan=self._saved(calls), epoch=exchange.epoch)  # fmt: skip
         exchange.owed = waiting
         yield from self.pay(exchange)
         return "client"
+
+    @staticmethod
+    def _answer(exchange: Exchange, reply: Mapping[str, Any], head: Mapping[str, Any]) -> Answer | None:
+        """What the request answers its client, as a retry of it gets it: the model's last
+        reply with the calls the client runs only, or the turn's final text."""
+        if exchange.slot < 0:
+            return None
+        message: dict[str, Any] = {"role": "assistant", "content": exchange.final}
+        finish_reason = head.get("finish_reason") or "stop"
+        if exchange.forwarded:
+            message = {"role": "assistant", "content": reply.get("content"),
+                       "tool_calls": client_calls(reply, exchange.forwarded)}  # fmt: skip
+            finish_reason = "tool_calls"
+        elif reply.get("tool_calls"):  # the turn ended on calls it would not run (too many rounds)
+            finish_reason = "stop"
+        kept = {"id": head.get("id"), "created": head.get("created"), "message": message, "finish_reason": finish_reason,
+                "usage": head.get("usage")}  # fmt: skip
+        text = orjson.dumps(kept)
+        return Answer(exchange.slot, exchange.key, text if len(text) <= KEPT_ANSWER_BYTES else GAVE_UP)
+
+    def answer_of(self, retried: Retried) -> Program[bytes | None]:
+        """What the attempt ``retried`` retries answered (see ``middleware.store.live.answer_of``)."""
+        answer: bytes | None = yield from answer_of(self.layout, retried.session_id, retried.retry, now=time.time())
+        return answer
 
     @staticmethod
     def _saved(calls: Calls) -> dict[str, Any]:
@@ -279,14 +360,17 @@ class Turns:
         owed, calls = exchange.owed, exchange.calls
         if owed is False:
             return
+        answer = exchange.answer or exchange.gave_up()
         if isinstance(owed, OpenTurn):  # the turn waits for the client's results, in Redis
             yield from wait_for_results(self.layout, exchange.session_id, owed, drop=exchange.drop, now=time.time(),
-                                        wait=self.wait, epoch=exchange.epoch)  # fmt: skip
+                                        wait=self.wait, epoch=exchange.epoch, answer=answer)  # fmt: skip
             exchange.owed = False
             return
         record = None if owed is True else owed
         if record is None:
             if exchange.drop is not None:  # the turn waits in Redis: the client may send its results again
+                if answer is not None:
+                    checked((yield Batch([answer_command(self.layout, exchange.session_id, answer)])))
                 exchange.owed = False
                 return
             sent = calls.loop.messages[len(exchange.plan.prompt.messages) :]
@@ -294,7 +378,7 @@ class Turns:
                 yield from self._record(exchange, "(the model failed after the tools ran)", ended=False)
                 return
         applied = yield from finish(self.layout, exchange.session_id, exchange.turn.seq, record, drop=exchange.drop,
-                                    now=time.time(), wait=self.wait, epoch=exchange.epoch)  # fmt: skip
+                                    now=time.time(), wait=self.wait, epoch=exchange.epoch, answer=answer)  # fmt: skip
         exchange.owed, exchange.queued = False, not applied and record is not None
 
     def catch_up(self, exchange: Exchange) -> Program[tuple[bool, int]]:

@@ -6,6 +6,7 @@ Errors name the parameter and its bad value cut short, never message content or 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from ..core.state import MAX_MODEL, MAX_TOOL_NAME, TOOL_NAME_EXPECTED, is_tool_n
 from ..core.text import JSON_DEPTH, json_depth
 from ..exceptions import InvalidRequestError
 
-__all__ = ["Request", "error_body", "read_request", "session_of", "sse"]
+__all__ = ["Request", "error_body", "read_request", "retry_of", "session_of", "sse"]
 
 SESSION_HEADER = "x-session-id"
 # What a request may carry beside model/messages/tools/stream, forwarded to the model as it is.
@@ -60,6 +61,8 @@ class Request:
     options: dict[str, Any]  # forwarded to the model as they are
     session: str | None  # the session it names (None: passed through untouched)
     session_from: str  # where it named it: "X-Session-Id", "user" or "metadata.session_id"
+    key: str = ""  # what a retry of it is known by (see ``retry_of``)
+    retry: bool = False  # it may retry an earlier attempt: look that attempt up first
 
 
 def _parse(body: bytes) -> dict[str, Any]:
@@ -140,9 +143,27 @@ def read_request(body: bytes, headers: Mapping[str, str]) -> Request:
     _tool_choice(data)
     options = {key: value for key, value in data.items() if key in FORWARDED}
     session, where = session_of(headers, data)
+    key, retry = retry_of(body, headers) if session is not None else ("", False)  # passed through: no turn to retry
     return Request(model=model, messages=data["messages"], tools=_tools(data), stream=stream,
                    include_usage=stream_options.get("include_usage") is True, options=options, session=session,
-                   session_from=where)  # fmt: skip
+                   session_from=where, key=key, retry=retry)  # fmt: skip
+
+
+IDEMPOTENCY_HEADER = "idempotency-key"
+RETRY_HEADER = "x-stainless-retry-count"  # sent by OpenAI's SDKs on every request: 0, then 1, 2, … on retries
+
+
+def retry_of(body: bytes, headers: Mapping[str, str]) -> tuple[str, bool]:
+    """What a request is known by when its client sends it again (a hex digest of its
+    ``Idempotency-Key`` header, else of its body), and whether it may be such a retry: it
+    carries an idempotency key, or OpenAI's SDKs count it a retry. A request sent twice
+    without either is two turns (a user may well say the same thing twice)."""
+    given = headers.get(IDEMPOTENCY_HEADER)
+    if given:
+        return hashlib.blake2b(b"key:" + given.encode("latin-1", "replace"), digest_size=16).hexdigest(), True
+    count = headers.get(RETRY_HEADER, "").strip()
+    retry = count.isascii() and count.isdigit() and int(count[:6]) > 0
+    return hashlib.blake2b(b"body:" + body, digest_size=16).hexdigest(), retry
 
 
 def session_of(headers: Mapping[str, str], data: Mapping[str, Any]) -> tuple[str | None, str]:

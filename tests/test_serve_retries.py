@@ -1,0 +1,186 @@
+"""A client that sends a request again (it timed out, or lost its connection) gets the first
+attempt's answer: the model is not called twice, nor the turn recorded twice. Driven by the
+official ``openai`` client, whose retries say so (``x-stainless-retry-count``), and by plain
+HTTP with an ``Idempotency-Key``, over a real socket, with an upstream that takes its time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import orjson
+import pytest
+
+from middleware import Config, SessionManager
+from middleware.serve import create_app
+from middleware.testing import mock_openai_app, serving
+
+SLOW_SECONDS = 3.0
+
+
+class Upstream:
+    """A provider on loopback that answers each request after ``delay`` seconds (each on its own thread)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.delay = SLOW_SECONDS
+        self.fail_first = False  # the first request gets a 500
+
+    def respond(self, messages: Sequence[Mapping[str, Any]], tools: Any) -> dict[str, Any]:
+        """Calls ``lookup`` when offered it, then answers from its result; else answers the message."""
+        time.sleep(self.delay)
+        if tools and messages[-1]["role"] == "user":
+            call = {"id": f"call-{len(self.requests)}", "function": {"name": "lookup", "arguments": {"q": "x"}}}
+            return {"role": "assistant", "content": None, "tool_calls": [call]}
+        return {"role": "assistant", "content": f"answer {len(self.requests)} to {messages[-1]['content']}"}
+
+
+LOOKUP = [{"type": "function", "function": {"name": "lookup", "description": "Looks a thing up.",
+           "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]  # fmt: skip
+
+
+@pytest.fixture
+def upstream() -> Iterator[tuple[Upstream, str]]:
+    provider = Upstream()
+    with serving(mock_openai_app(responder=provider.respond, requests=provider.requests)) as url:
+        yield provider, f"{url}/v1"
+
+
+@pytest.fixture
+def config(store_url: str, log_path: Path, upstream: tuple[Upstream, str]) -> Config:
+    return Config().with_overrides(store={"url": store_url}, usage_log={"path": str(log_path)},
+                                   serve={"models": {"m": {"model": "openai/slow", "api_base": upstream[1]}}})  # fmt: skip
+
+
+@pytest.fixture
+def url(config: Config, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-for-the-mock")
+    with serving(create_app(config)) as served:
+        yield served
+
+
+def recent(config: Config, session: str) -> tuple[int, list[str]]:
+    with SessionManager(config) as mgr:
+        state = mgr.get_state(session)
+    return state.turns, [str(m["content"]) for m in state.recent]
+
+
+@pytest.mark.slow
+def test_a_retry_after_a_client_timeout_gets_the_first_attempts_answer(
+    url: str, config: Config, upstream: tuple[Upstream, str]
+) -> None:
+    """The model takes 3 s, the client gives up after 1.5 s and tries once more: one upstream
+    call, one turn, and the retry gets the answer the first attempt paid for."""
+    provider, _ = upstream
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=1.5, max_retries=1)
+    raw = client.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "hello"}], extra_headers={"X-Session-Id": "r1"}
+    )
+    reply = raw.parse()
+    assert raw.headers["x-middleware-replayed"].startswith("the answer of an earlier attempt")
+    assert reply.choices[0].message.content == "answer 1 to hello"
+    assert reply.usage is not None and reply.usage.prompt_tokens > 0
+    assert len(provider.requests) == 1
+    assert recent(config, "r1") == (1, ["hello", "answer 1 to hello"])
+    # the next message is a turn of its own, not mistaken for a retry
+    provider.delay = 0
+    client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hello"}], extra_headers={"X-Session-Id": "r1"}
+    )
+    assert len(provider.requests) == 2 and recent(config, "r1")[0] == 2
+
+
+def post(url: str, body: dict[str, Any], **headers: str) -> httpx.Response:
+    return httpx.post(f"{url}/v1/chat/completions", json=body, headers={"X-Session-Id": "r2", **headers}, timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_request_sent_again_with_its_idempotency_key_while_it_runs_waits_for_its_answer(
+    url: str, config: Config, upstream: tuple[Upstream, str], stream: bool
+) -> None:
+    """Two sends of one request with one Idempotency-Key, the second while the first runs:
+    one upstream call, one turn, the same answer to both (streamed as the retry asked)."""
+    provider, _ = upstream
+    body = {"model": "m", "messages": [{"role": "user", "content": "once"}], "stream": stream,
+            "stream_options": {"include_usage": True}} if stream else {"model": "m", "messages": [{"role": "user", "content": "once"}]}  # fmt: skip
+    first: list[httpx.Response] = []
+    sender = threading.Thread(target=lambda: first.append(post(url, {**body, "stream": False}, **{"Idempotency-Key": "k-1"})))
+    sender.start()
+    time.sleep(0.8)
+    second = post(url, body, **{"Idempotency-Key": "k-1"})
+    sender.join()
+    assert first[0].status_code == second.status_code == 200
+    answer = first[0].json()["choices"][0]["message"]["content"]
+    assert answer == "answer 1 to once"
+    if stream:
+        events = [orjson.loads(line[6:]) for line in second.text.splitlines() if line.startswith("data: {")]
+        assert "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"]) == answer
+        assert events[-2]["choices"][0]["finish_reason"] == "stop" and events[-1]["usage"]["prompt_tokens"] > 0
+        assert second.text.endswith("data: [DONE]\n\n")
+    else:
+        assert second.json()["choices"][0]["message"]["content"] == answer
+        assert second.json()["id"] == first[0].json()["id"]
+    assert len(provider.requests) == 1
+    assert recent(config, "r2") == (1, ["once", answer])
+
+
+@pytest.mark.slow
+def test_a_retry_of_a_request_whose_answer_is_a_tool_call_gets_that_call_and_the_turn_goes_on_once(
+    url: str, config: Config, upstream: tuple[Upstream, str]
+) -> None:
+    """The first attempt's answer asks the client to run a tool: the retry gets the same call
+    (the same id), and the client's result ends one turn."""
+    provider, _ = upstream
+    body = {"model": "m", "messages": [{"role": "user", "content": "find x"}], "tools": LOOKUP}
+    first: list[httpx.Response] = []
+    sender = threading.Thread(target=lambda: first.append(post(url, body, **{"Idempotency-Key": "k-3", "X-Session-Id": "r5"})))
+    sender.start()
+    time.sleep(0.8)
+    second = post(url, body, **{"Idempotency-Key": "k-3", "X-Session-Id": "r5"})
+    sender.join()
+    calls = [response.json()["choices"][0]["message"]["tool_calls"] for response in (first[0], second)]
+    assert calls[0] == calls[1] and calls[0][0]["id"] == "call-1"
+    assert second.json()["choices"][0]["finish_reason"] == "tool_calls"
+    provider.delay = 0
+    result = {"role": "tool", "tool_call_id": "call-1", "content": "x is 42"}
+    ended = post(url, {**body, "messages": [*body["messages"], second.json()["choices"][0]["message"], result]},
+                 **{"X-Session-Id": "r5"})  # fmt: skip
+    assert ended.json()["choices"][0]["message"]["content"] == "answer 2 to x is 42"
+    assert len(provider.requests) == 2
+    assert recent(config, "r5") == (1, ["find x", "answer 2 to x is 42"])
+
+
+def test_a_retry_of_a_request_the_model_failed_runs_as_a_new_turn(
+    url: str, config: Config, upstream: tuple[Upstream, str]
+) -> None:
+    """The first attempt got a provider error and went no further: the retry calls the model
+    and its turn is the session's only one."""
+    provider, base = upstream
+    provider.delay = 0
+    failing = config.with_overrides(serve={"models": {"m": {"model": "openai/error-500", "api_base": base}}})
+    with serving(create_app(failing)) as broken:
+        assert post(broken, {"model": "m", "messages": [{"role": "user", "content": "again"}]},
+                    **{"Idempotency-Key": "k-2", "X-Session-Id": "r3"}).status_code == 500  # fmt: skip
+    retried = post(url, {"model": "m", "messages": [{"role": "user", "content": "again"}]},
+                   **{"Idempotency-Key": "k-2", "X-Session-Id": "r3"})  # fmt: skip
+    assert retried.status_code == 200 and "x-middleware-replayed" not in retried.headers
+    assert recent(config, "r3") == (1, ["again", retried.json()["choices"][0]["message"]["content"]])
+
+
+def test_the_same_body_sent_twice_without_a_retry_header_is_two_turns(
+    url: str, config: Config, upstream: tuple[Upstream, str]
+) -> None:
+    """A user may say the same thing twice: only a retry (as the client says) or a repeated
+    idempotency key is taken for the first attempt."""
+    provider, _ = upstream
+    provider.delay = 0
+    body = {"model": "m", "messages": [{"role": "user", "content": "yes"}]}
+    answers = [post(url, body, **{"X-Session-Id": "r4"}).json()["choices"][0]["message"]["content"] for _ in range(2)]
+    assert answers == ["answer 1 to yes", "answer 2 to yes"]
+    assert recent(config, "r4")[0] == 2
