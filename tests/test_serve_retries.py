@@ -71,20 +71,26 @@ def recent(config: Config, session: str) -> tuple[int, list[str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_a_retry_after_a_client_timeout_gets_the_first_attempts_answer(
-    url: str, config: Config, upstream: tuple[Upstream, str]
+    url: str, config: Config, upstream: tuple[Upstream, str], stream: bool
 ) -> None:
     """The model takes 3 s, the client gives up after 1.5 s and tries once more: one upstream
-    call, one turn, and the retry gets the answer the first attempt paid for."""
+    call, one turn, and the retry gets the answer the first attempt paid for. Streamed, the
+    first attempt's client left before the model's first chunk: its stream runs to its end
+    unheard, and the retry gets the whole answer."""
     provider, _ = upstream
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=1.5, max_retries=1)
     raw = client.chat.completions.with_raw_response.create(
-        model="m", messages=[{"role": "user", "content": "hello"}], extra_headers={"X-Session-Id": "r1"}
+        model="m", messages=[{"role": "user", "content": "hello"}], extra_headers={"X-Session-Id": "r1"}, stream=stream
     )
-    reply = raw.parse()
     assert raw.headers["x-middleware-replayed"].startswith("the answer of an earlier attempt")
-    assert reply.choices[0].message.content == "answer 1 to hello"
-    assert reply.usage is not None and reply.usage.prompt_tokens > 0
+    if stream:
+        assert "".join(chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices) == "answer 1 to hello"
+    else:
+        reply = raw.parse()
+        assert reply.choices[0].message.content == "answer 1 to hello"
+        assert reply.usage is not None and reply.usage.prompt_tokens > 0
     assert len(provider.requests) == 1
     assert recent(config, "r1") == (1, ["hello", "answer 1 to hello"])
     # the next message is a turn of its own, not mistaken for a retry

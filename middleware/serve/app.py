@@ -307,7 +307,7 @@ class Endpoint:
             assert isinstance(exchange, Exchange)
         request.state.lines = exchange.calls.lines
         return await (
-            self.sessions.stream(turns, chat, upstream, exchange)
+            self.sessions.stream(turns, chat, upstream, exchange, gone=request.is_disconnected)
             if chat.stream
             else self.sessions.complete(turns, chat, upstream, exchange)
         )

@@ -249,8 +249,14 @@ class SessionRequests:
 
     # --- streamed ---------------------------------------------------------------------------
 
-    async def stream(self, turns: Turns, chat: ChatRequest, upstream: str, exchange: Exchange) -> Response:
-        """``chat``'s turn (begun by ``turns``), answered as one stream of events."""
+    async def stream(
+        self, turns: Turns, chat: ChatRequest, upstream: str, exchange: Exchange,
+        gone: Callable[[], Awaitable[bool]] | None = None,
+    ) -> Response:  # fmt: skip
+        """``chat``'s turn (begun by ``turns``), answered as one stream of events. A client
+        ``gone`` before the model's first chunk came (it timed out waiting) did not stop the
+        model, as one that leaves mid-stream may mean to: the stream runs to its end beside
+        the request, its turn recorded whole and its answer kept for the client's retry."""
         request, started = exchange.calls.request(), time.perf_counter()
         lease = self.lease(turns, exchange)
         try:
@@ -266,7 +272,16 @@ class SessionRequests:
             self.pay(turns, exchange)
             raise
         events = _Events(self, turns, chat, upstream, exchange, lease)
-        return StreamingResponse(events.run(request, chunks, first, started), media_type="text/event-stream")
+        run = events.run(request, chunks, first, started)
+        if gone is not None and await gone():
+
+            async def unheard() -> None:
+                async for _ in run:
+                    pass
+
+            self.start(unheard())
+            return Response(status_code=499)  # nobody reads it
+        return StreamingResponse(run, media_type="text/event-stream")
 
 
 REPLAY_POLL_SECONDS = 0.1  # how often a retry looks for its earlier attempt's answer
