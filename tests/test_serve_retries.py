@@ -17,7 +17,11 @@ import orjson
 import pytest
 
 from middleware import Config, SessionManager
+from middleware.runner import run
 from middleware.serve import create_app
+from middleware.store import RedisStore, live, retries
+from middleware.store import keys as store_keys
+from middleware.store import load as store_load
 from middleware.testing import mock_openai_app, serving
 
 SLOW_SECONDS = 3.0
@@ -113,24 +117,26 @@ def test_a_request_sent_again_with_its_idempotency_key_while_it_runs_waits_for_i
     """Two sends of one request with one Idempotency-Key, the second while the first runs:
     one upstream call, one turn, the same answer to both (streamed as the retry asked)."""
     provider, _ = upstream
-    body = {"model": "m", "messages": [{"role": "user", "content": "once"}], "stream": stream,
-            "stream_options": {"include_usage": True}} if stream else {"model": "m", "messages": [{"role": "user", "content": "once"}]}  # fmt: skip
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "once"}]}
+    if stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
     first: list[httpx.Response] = []
-    sender = threading.Thread(target=lambda: first.append(post(url, {**body, "stream": False}, **{"Idempotency-Key": "k-1"})))
+    sender = threading.Thread(target=lambda: first.append(post(url, body, **{"Idempotency-Key": "k-1"})))
     sender.start()
     time.sleep(0.8)
     second = post(url, body, **{"Idempotency-Key": "k-1"})
     sender.join()
     assert first[0].status_code == second.status_code == 200
-    answer = first[0].json()["choices"][0]["message"]["content"]
-    assert answer == "answer 1 to once"
+    assert "x-middleware-replayed" not in first[0].headers and "x-middleware-replayed" in second.headers
+    answer = "answer 1 to once"
     if stream:
-        events = [orjson.loads(line[6:]) for line in second.text.splitlines() if line.startswith("data: {")]
-        assert "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"]) == answer
-        assert events[-2]["choices"][0]["finish_reason"] == "stop" and events[-1]["usage"]["prompt_tokens"] > 0
-        assert second.text.endswith("data: [DONE]\n\n")
+        for response in (first[0], second):
+            events = [orjson.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+            assert "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"]) == answer
+            assert events[-2]["choices"][0]["finish_reason"] == "stop" and events[-1]["usage"]["prompt_tokens"] > 0
+            assert response.text.endswith("data: [DONE]\n\n")
     else:
-        assert second.json()["choices"][0]["message"]["content"] == answer
+        assert first[0].json()["choices"][0]["message"]["content"] == second.json()["choices"][0]["message"]["content"] == answer
         assert second.json()["id"] == first[0].json()["id"]
     assert len(provider.requests) == 1
     assert recent(config, "r2") == (1, ["once", answer])
@@ -190,3 +196,88 @@ def test_the_same_body_sent_twice_without_a_retry_header_is_two_turns(
     answers = [post(url, body, **{"X-Session-Id": "r4"}).json()["choices"][0]["message"]["content"] for _ in range(2)]
     assert answers == ["answer 1 to yes", "answer 2 to yes"]
     assert recent(config, "r4")[0] == 2
+
+
+@pytest.mark.slow
+def test_a_retry_waits_for_a_first_attempt_that_runs_past_the_order_wait(
+    store_url: str, log_path: Path, upstream: tuple[Upstream, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first attempt runs 4 s, past serve.order_wait_seconds (1 s), where its place in the
+    session's order lapses: its retries still wait for it (a 409 the SDK tries again, then
+    its answer), as it says it is alive: one upstream call, one turn."""
+    provider, base = upstream
+    provider.delay = 4.0
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-for-the-mock")
+    config = Config().with_overrides(store={"url": store_url}, usage_log={"path": str(log_path)},
+                                     serve={"order_wait_seconds": 1, "models": {"m": {"model": "openai/slow", "api_base": base}}})  # fmt: skip
+    with serving(create_app(config)) as served:
+        client = openai.OpenAI(base_url=f"{served}/v1", api_key="unused", timeout=1.5, max_retries=4)
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": "slow"}], extra_headers={"X-Session-Id": "r6"}
+        )
+        assert raw.parse().choices[0].message.content == "answer 1 to slow"
+        assert "x-middleware-replayed" in raw.headers
+    assert len(provider.requests) == 1
+    assert recent(config, "r6") == (1, ["slow", "answer 1 to slow"])
+
+
+def test_a_retry_header_on_a_message_whose_like_was_answered_before_is_a_new_turn(
+    url: str, config: Config, upstream: tuple[Upstream, str]
+) -> None:
+    """A client that sends only its newest message says "ok" twice; the second's first attempt
+    never reached the endpoint, so its retry finds the first "ok", whose answer reached its
+    client: it is a new message, and a new turn, not a replay of the old answer."""
+    provider, _ = upstream
+    provider.delay = 0
+    body = {"model": "m", "messages": [{"role": "user", "content": "ok"}]}
+    assert post(url, body, **{"X-Session-Id": "r7"}).json()["choices"][0]["message"]["content"] == "answer 1 to ok"
+    again = post(url, body, **{"X-Session-Id": "r7", "x-stainless-retry-count": "1"})
+    assert again.json()["choices"][0]["message"]["content"] == "answer 2 to ok"
+    assert "x-middleware-replayed" not in again.headers
+    assert recent(config, "r7")[0] == 2
+
+
+def test_an_idempotency_key_sent_again_with_another_body_names_another_request(
+    url: str, config: Config, upstream: tuple[Upstream, str]
+) -> None:
+    provider, _ = upstream
+    provider.delay = 0
+    for text in ("first", "second"):
+        answer = post(url, {"model": "m", "messages": [{"role": "user", "content": text}]},
+                      **{"X-Session-Id": "r8", "Idempotency-Key": "same"})  # fmt: skip
+        assert answer.json()["choices"][0]["message"]["content"].endswith(f"to {text}")
+    assert recent(config, "r8")[0] == 2
+
+
+def test_a_retry_of_a_request_gone_silent_runs_as_a_new_turn_and_of_one_alive_waits(store_url: str) -> None:
+    """The ring in Redis: a retry finds its first attempt by key; while that attempt says it
+    is alive the retry waits (None), once it is silent for ALIVE_SECONDS, or its slot is
+    taken by a newer request, the retry runs anew (GAVE_UP); a kept answer is given back."""
+    config = Config().with_overrides(store={"url": store_url})
+    layout, driver = store_keys.Layout.of(config), RedisStore.from_url(store_url, config.store)
+
+    def arrive(key: str, nonce: str, *, retry: bool = False) -> live.Arrival:
+        command = live.arrive_command(layout, "s", waiting=(), reserve=True, mark_import=False, now=time.time(), wait=30,
+                                      key=key, retry=retry, nonce=nonce)  # fmt: skip
+        return live.arrival(run(store_load.load(layout, "s", ahead=[command]), driver.send).ahead[0], key)
+
+    first = arrive("aa", "01")
+    assert first.slot >= 0 and first.retried is None
+    found = arrive("aa", "02", retry=True).retried
+    assert found == retries.Retry(first.slot, "aa", "01")
+    assert run(retries.answer_of(layout, "s", found, now=time.time()), driver.send) is None  # just arrived: alive
+    later = time.time() + retries.ALIVE_SECONDS + 1
+    assert run(retries.answer_of(layout, "s", found, now=later), driver.send) == retries.GAVE_UP  # silent since
+    assert run(retries.beat(layout, "s", "01", now=later), driver.send)
+    assert run(retries.answer_of(layout, "s", found, now=later), driver.send) is None  # it spoke again
+    kept = retries.Answer(first.slot, "01", b'{"message": {}}')
+    run(store_load.load(layout, "s", ahead=[retries.answer_command(layout, "s", kept)]), driver.send)
+    assert run(retries.answer_of(layout, "s", found, now=later + 60), driver.send) == b'{"message": {}}'
+    stale = retries.Answer(first.slot, "99", b"not mine")  # another request's nonce: not written
+    run(store_load.load(layout, "s", ahead=[retries.answer_command(layout, "s", stale)]), driver.send)
+    assert run(retries.answer_of(layout, "s", found, now=later), driver.send) == b'{"message": {}}'
+    for n in range(4):  # four newer requests take every slot
+        arrive(f"b{n}", f"1{n}")
+    assert run(retries.answer_of(layout, "s", found, now=time.time()), driver.send) == retries.GAVE_UP
+    assert arrive("aa", "03", retry=True).retried is None  # no longer in the ring
+    driver.close()

@@ -10,12 +10,10 @@ from pathlib import Path
 import pytest
 
 from middleware.store.live import (
-    ANSWER,
     ARRIVE,
     FINISH,
     FLUSH,
     RENEW,
-    AnswerArguments,
     ArriveArguments,
     FinishArguments,
     FlushArguments,
@@ -24,6 +22,7 @@ from middleware.store.live import (
 from middleware.store.load import LOAD, LoadArguments, load_script_until
 from middleware.store.notes import NOTES_EDIT, EditArguments
 from middleware.store.record import RECORD, RecordArguments
+from middleware.store.retries import ANSWER, BEAT, AnswerArguments, BeatArguments
 from middleware.store.scripts import Arguments, Script
 
 STORE = Path(__file__).resolve().parent.parent / "middleware" / "store"
@@ -36,6 +35,7 @@ SCRIPTS: list[tuple[Script, type[Arguments]]] = [
     (FLUSH, FlushArguments),
     (RENEW, RenewArguments),
     (ANSWER, AnswerArguments),
+    (BEAT, BeatArguments),
 ]
 _ARGUMENT_LINE = re.compile(r"^local ([\w, ]+) = unpack\(ARGV, 1, (\d+)\)$", re.M)
 

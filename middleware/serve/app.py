@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
+import secrets
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -289,28 +290,38 @@ class Endpoint:
         if chat.options.get("n", 1) != 1:
             raise InvalidRequestError(f"'n' has value {chat.options['n']!r}; a session's turn records one reply, so only 1 is served.",
                                       param="n")  # fmt: skip
-        session = chat.session
+        session, nonce = chat.session, secrets.token_hex(8)
+        begun: list[Exchange] = []
+        handled = False  # the handler returned (a stream's turn may run on)
 
         def begin(retry: bool) -> Program[Exchange | Retried]:
             return turns.begin(session, chat.messages, chat.tools, upstream, tool_choice=chat.options.get("tool_choice"),
-                               refer=not chat.options.get("api_base"), key=chat.key, retry=retry)  # fmt: skip
+                               refer=not chat.options.get("api_base"), key=chat.key, retry=retry, nonce=nonce,
+                               keyed=chat.keyed)  # fmt: skip
 
+        # A retry of this request waits while it runs: until its answer is kept (or it has none to keep).
+        self.sessions.heartbeat(turns, session, nonce, lambda: handled and (not begun or begun[0].owed is False))
         try:
-            exchange = await self._run(begin(chat.retry))
-        except InvalidSessionIdError as exc:
-            raise InvalidRequestError(f"{chat.session_from}: {exc}", param=chat.session_from) from None
-        if isinstance(exchange, Retried):  # the client sent it again: the first attempt's answer, not a second turn
-            replayed = await self.sessions.replay(turns, chat, exchange)
-            if replayed is not None:
-                return replayed
-            exchange = await self._run(begin(False))  # that attempt went no further: this one is the turn
-            assert isinstance(exchange, Exchange)
-        request.state.lines = exchange.calls.lines
-        return await (
-            self.sessions.stream(turns, chat, upstream, exchange, gone=request.is_disconnected)
-            if chat.stream
-            else self.sessions.complete(turns, chat, upstream, exchange)
-        )
+            try:
+                exchange = await self._run(begin(chat.retry))
+            except InvalidSessionIdError as exc:
+                raise InvalidRequestError(f"{chat.session_from}: {exc}", param=chat.session_from) from None
+            if isinstance(exchange, Retried):  # the client sent it again: the first attempt's answer, not a second turn
+                replayed = await self.sessions.replay(turns, chat, exchange)
+                if replayed is not None:
+                    return replayed
+                exchange = await self._run(begin(False))  # that attempt went no further: this one is the turn
+                assert isinstance(exchange, Exchange)
+            begun.append(exchange)
+            request.state.lines = exchange.calls.lines
+            gone = request.is_disconnected
+            return await (
+                self.sessions.stream(turns, chat, upstream, exchange, gone=gone)
+                if chat.stream
+                else self.sessions.complete(turns, chat, upstream, exchange, gone=gone)
+            )
+        finally:
+            handled = True
 
     # --- passthrough ----------------------------------------------------------------------------
 

@@ -25,7 +25,8 @@ from ..core.effects import Program
 from ..core.text import redact_secrets
 from ..events import log
 from ..exceptions import LLMError, StoreError
-from ..store.live import GAVE_UP, LEASE_SECONDS
+from ..store.live import LEASE_SECONDS
+from ..store.retries import ALIVE_SECONDS, DELIVERED, GAVE_UP
 from ..turn.plan import Request
 from .turns import Exchange, Retried, Turns, client_calls
 from .wire import Request as ChatRequest
@@ -178,6 +179,26 @@ class SessionRequests:
 
     # --- a retry ----------------------------------------------------------------------------
 
+    def heartbeat(self, turns: Turns, session_id: str, nonce: str, settled: Callable[[], bool]) -> None:
+        """Say every half second that request ``nonce`` still runs, until it is ``settled``
+        (its answer kept, or nothing left to keep), for HOLD_SECONDS at most: a retry of it
+        waits while it does (``middleware.store.retries``)."""
+
+        async def beating() -> None:
+            until = time.monotonic() + HOLD_SECONDS
+            while time.monotonic() < until and not self.closing:
+                await asyncio.sleep(ALIVE_SECONDS / 4)
+                if settled():
+                    return
+                try:
+                    await self.run(turns.beat(session_id, nonce))
+                except StoreError:
+                    continue  # the store is out: nothing to say it to
+                except Exception:  # the session id was refused: no request to keep alive
+                    return
+
+        self.start(beating())
+
     async def replay(self, turns: Turns, chat: ChatRequest, retried: Retried) -> Response | None:
         """The answer of the earlier attempt ``retried`` retries, once it has one, as this
         request asks for it (plain or streamed); None when that attempt went no further (the
@@ -186,7 +207,7 @@ class SessionRequests:
         deadline = time.monotonic() + turns.wait
         while True:
             answer = await self.run(turns.answer_of(retried))
-            if answer == GAVE_UP:
+            if answer in (GAVE_UP, DELIVERED):
                 return None
             if answer is not None:
                 return _replayed(chat, orjson.loads(answer))
@@ -199,8 +220,12 @@ class SessionRequests:
 
     # --- plain ------------------------------------------------------------------------------
 
-    async def complete(self, turns: Turns, chat: ChatRequest, upstream: str, exchange: Exchange) -> Response:
-        """``chat``'s turn (begun by ``turns``), answered as one reply."""
+    async def complete(
+        self, turns: Turns, chat: ChatRequest, upstream: str, exchange: Exchange,
+        gone: Callable[[], Awaitable[bool]] | None = None,
+    ) -> Response:  # fmt: skip
+        """``chat``'s turn (begun by ``turns``), answered as one reply; ``gone``: whether the
+        client left (its answer is then kept whole for its retry)."""
         usage, lease = _Usage(), self.lease(turns, exchange)
         try:
             while True:
@@ -215,7 +240,8 @@ class SessionRequests:
                 usage.add(response)
                 latency = time.perf_counter() - started
                 head = {"id": response.id, "created": response.created, "usage": dict(usage.counts),
-                        "finish_reason": response.choices[0].finish_reason if response.choices else None}  # fmt: skip
+                        "finish_reason": response.choices[0].finish_reason if response.choices else None,
+                        "delivered": gone is not None and not await gone()}  # fmt: skip
                 try:
                     step = await self._kept(turns.step(exchange, request, reply, response, model=upstream, latency=latency,
                                                        head=head))  # fmt: skip
@@ -271,7 +297,7 @@ class SessionRequests:
             lease.cancel()
             self.pay(turns, exchange)
             raise
-        events = _Events(self, turns, chat, upstream, exchange, lease)
+        events = _Events(self, turns, chat, upstream, exchange, lease, gone)
         run = events.run(request, chunks, first, started)
         if gone is not None and await gone():
 
@@ -330,9 +356,11 @@ class _Events:
         upstream: str,
         exchange: Exchange,
         lease: asyncio.Task[None],
+        gone: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.owner, self.turns, self.chat, self.upstream, self.exchange = owner, turns, chat, upstream, exchange
         self.lease = lease  # renews the turn's place while the stream runs
+        self.gone = gone  # whether the client left (see SessionRequests.stream)
         self.head: dict[str, Any] = {}  # the id and creation time every event carries (the first chunk's)
         self.usage = _Usage()
         self.finish: str | None = None  # the model's last finish reason
@@ -350,7 +378,8 @@ class _Events:
                     chunk = await anext(chunks, None)
                 self.usage.add(streamed.usage)
                 reply = streamed.message()
-                head = {**self.head, "finish_reason": self.finish, "usage": dict(self.usage.counts)}
+                delivered = self.gone is not None and not await self.gone()
+                head = {**self.head, "finish_reason": self.finish, "usage": dict(self.usage.counts), "delivered": delivered}
                 step = owner.start(self.turns.step(exchange, request, reply, streamed.usage, model=self.upstream,
                                                     latency=time.perf_counter() - started, head=head))  # fmt: skip
                 try:

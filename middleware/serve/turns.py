@@ -40,12 +40,7 @@ from ..session.engine import Engine
 from ..store.decoding import Loaded, checked
 from ..store.keys import Layout
 from ..store.live import (
-    GAVE_UP,
-    Answer,
     Arrival,
-    Retry,
-    answer_command,
-    answer_of,
     arrival,
     arrive_command,
     catch_up,
@@ -55,6 +50,7 @@ from ..store.live import (
     wait_for_results,
 )
 from ..store.record import RecordArguments, record_arguments
+from ..store.retries import DELIVERED, GAVE_UP, Answer, Retry, answer_command, answer_of, beat
 from ..tools import Toolset, as_tools, not_an_object
 from ..turn.calls import Calls
 from ..turn.plan import Request, TurnPlan
@@ -85,10 +81,12 @@ class Exchange:
     # The incarnation of the session's live hash the request arrived in: a reset since
     # leaves the turn out of the new session (``middleware.store.live``).
     epoch: str = ""
-    # The request's slot in the session's ring of requests, and its key (-1: it has none),
-    # and what it answered its client, kept there for a retry of it once written.
+    # The request's slot in the session's ring of requests (-1: it has none) and its nonce,
+    # whether it carries an idempotency key (its answer is then kept whole, delivered or
+    # not), and what it answered its client, kept there for a retry of it once written.
     slot: int = -1
-    key: str = ""
+    nonce: str = ""
+    keyed: bool = False
     answer: Answer | None = None
 
     @property
@@ -97,7 +95,7 @@ class Exchange:
 
     def gave_up(self) -> Answer | None:
         """What the request leaves for a retry of it when it answered nothing: run anew."""
-        return Answer(self.slot, self.key, GAVE_UP) if self.slot >= 0 else None
+        return Answer(self.slot, self.nonce, GAVE_UP) if self.slot >= 0 else None
 
 
 @dataclass(frozen=True)
@@ -174,12 +172,14 @@ class Turns:
     def begin(
         self, session_id: str, messages: Any, tools: Sequence[Mapping[str, Any]] | None, model: str, *,
         tool_choice: Any = None, disclose: bool = True, refer: bool = True, key: str = "", retry: bool = False,
+        nonce: str = "", keyed: bool = False,
     ) -> Program[Exchange | Retried]:  # fmt: skip
         """Read the request against the session and plan (or resume) its turn. ``disclose``
         False: every one of the client's tools goes upstream (a caller that cannot answer the
         loader itself); ``refer`` False: the loader's answers reference nothing (an upstream
         served at an ``api_base`` of its own). ``key``: what a retry of the request is known
-        by; ``retry``: look an earlier attempt up by it first (found: ``Retried``)."""
+        by; ``retry``: look an earlier attempt up by it first (found: ``Retried``); ``nonce``:
+        the request's own (hex); ``keyed``: the key is the client's idempotency key."""
         engine = self.engine
         session_id, _ = engine.checked(session_id)
         conversation = read_messages(messages)
@@ -188,7 +188,7 @@ class Turns:
             _, user = engine.checked(session_id, or_no_text(user))
         command = arrive_command(self.layout, session_id, waiting=conversation.waiting, reserve=user is not None,
                                  mark_import=bool(conversation.earlier), now=time.time(), wait=self.wait, key=key,
-                                 retry=retry)  # fmt: skip
+                                 retry=retry, nonce=nonce)  # fmt: skip
         # Recall looks for what the turn's user message needs, on every call of the turn alike.
         loaded: Loaded | None = yield from engine.load_turn(session_id, user or "", model=model, ahead=[command])
         assert loaded is not None
@@ -210,7 +210,7 @@ class Turns:
         except Exception:  # the request goes no further: the place it took is given up at once
             if importing:  # the history it did not import (it imports all or none) is the next request's to import
                 yield from release_import(self.layout, session_id)
-            gave_up = Answer(arrived.slot, key, GAVE_UP) if arrived.slot >= 0 else None
+            gave_up = Answer(arrived.slot, nonce, GAVE_UP) if arrived.slot >= 0 else None
             if arrived.seq:
                 yield from finish(self.layout, session_id, arrived.seq, None, drop=None, now=time.time(), wait=self.wait,
                                   epoch=arrived.epoch, answer=gave_up)  # fmt: skip
@@ -227,7 +227,16 @@ class Turns:
         calls = Calls(engine, plan, self.kind, loop, marked=saved.get("marked"), extra=bool(saved.get("extra")), step=turn.steps,
                       answered=saved.get("answered") or (), first=saved.get("first"), whole=_texts(saved.get("whole")))  # fmt: skip
         calls.fit()
-        return Exchange(session_id=session_id, turn=turn, calls=calls, drop=drop, epoch=arrived.epoch, slot=arrived.slot, key=key)
+        return Exchange(
+            session_id=session_id,
+            turn=turn,
+            calls=calls,
+            drop=drop,
+            epoch=arrived.epoch,
+            slot=arrived.slot,
+            nonce=nonce,
+            keyed=keyed,
+        )
 
     def _turn(self, conversation: Conversation, arrived: Arrival, user: str | None) -> tuple[OpenTurn, str | None]:
         """The turn this request continues (waiting in Redis, or told by a full history) or starts."""
@@ -308,13 +317,17 @@ class Turns:
     @staticmethod
     def _answer(exchange: Exchange, reply: Mapping[str, Any], head: Mapping[str, Any]) -> Answer | None:
         """What the request answers its client, as a retry of it gets it: the model's last
-        reply with the calls the client runs only, or the turn's final text."""
+        reply with the calls the client runs only, or the turn's final text; ``DELIVERED``
+        for one whose client was there to take it (``head["delivered"]``), unless it gave an
+        idempotency key."""
         if exchange.slot < 0:
             return None
+        if head.get("delivered") and not exchange.keyed:
+            return Answer(exchange.slot, exchange.nonce, DELIVERED)
         message: dict[str, Any] = {"role": "assistant", "content": exchange.final}
-        finish_reason = head.get("finish_reason") or "stop"
+        finish_reason = head.get("finish_reason") if head.get("finish_reason") in ("length", "content_filter") else "stop"
         if exchange.forwarded:
-            message = {"role": "assistant", "content": reply.get("content"),
+            message = {"role": "assistant", "content": reply.get("content") or None,
                        "tool_calls": client_calls(reply, exchange.forwarded)}  # fmt: skip
             finish_reason = "tool_calls"
         elif reply.get("tool_calls"):  # the turn ended on calls it would not run (too many rounds)
@@ -322,12 +335,18 @@ class Turns:
         kept = {"id": head.get("id"), "created": head.get("created"), "message": message, "finish_reason": finish_reason,
                 "usage": head.get("usage")}  # fmt: skip
         text = orjson.dumps(kept)
-        return Answer(exchange.slot, exchange.key, text if len(text) <= KEPT_ANSWER_BYTES else GAVE_UP)
+        return Answer(exchange.slot, exchange.nonce, text if len(text) <= KEPT_ANSWER_BYTES else GAVE_UP)
 
     def answer_of(self, retried: Retried) -> Program[bytes | None]:
-        """What the attempt ``retried`` retries answered (see ``middleware.store.live.answer_of``)."""
+        """What the attempt ``retried`` retries answered (see ``middleware.store.retries.answer_of``)."""
         answer: bytes | None = yield from answer_of(self.layout, retried.session_id, retried.retry, now=time.time())
         return answer
+
+    def beat(self, session_id: str, nonce: str) -> Program[bool]:
+        """Say that request ``nonce`` of the session still runs (``middleware.store.retries.beat``)."""
+        session_id, _ = self.engine.checked(session_id)
+        found: bool = yield from beat(self.layout, session_id, nonce, now=time.time())
+        return found
 
     @staticmethod
     def _saved(calls: Calls) -> dict[str, Any]:

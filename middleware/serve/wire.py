@@ -63,6 +63,7 @@ class Request:
     session_from: str  # where it named it: "X-Session-Id", "user" or "metadata.session_id"
     key: str = ""  # what a retry of it is known by (see ``retry_of``)
     retry: bool = False  # it may retry an earlier attempt: look that attempt up first
+    keyed: bool = False  # it carries an idempotency key
 
 
 def _parse(body: bytes) -> dict[str, Any]:
@@ -144,9 +145,10 @@ def read_request(body: bytes, headers: Mapping[str, str]) -> Request:
     options = {key: value for key, value in data.items() if key in FORWARDED}
     session, where = session_of(headers, data)
     key, retry = retry_of(body, headers) if session is not None else ("", False)  # passed through: no turn to retry
+    keyed = session is not None and bool(headers.get(IDEMPOTENCY_HEADER))
     return Request(model=model, messages=data["messages"], tools=_tools(data), stream=stream,
                    include_usage=stream_options.get("include_usage") is True, options=options, session=session,
-                   session_from=where, key=key, retry=retry)  # fmt: skip
+                   session_from=where, key=key, retry=retry, keyed=keyed)  # fmt: skip
 
 
 IDEMPOTENCY_HEADER = "idempotency-key"
@@ -155,12 +157,14 @@ RETRY_HEADER = "x-stainless-retry-count"  # sent by OpenAI's SDKs on every reque
 
 def retry_of(body: bytes, headers: Mapping[str, str]) -> tuple[str, bool]:
     """What a request is known by when its client sends it again (a hex digest of its
-    ``Idempotency-Key`` header, else of its body), and whether it may be such a retry: it
-    carries an idempotency key, or OpenAI's SDKs count it a retry. A request sent twice
-    without either is two turns (a user may well say the same thing twice)."""
+    ``Idempotency-Key`` header and its body, else of its body), and whether it may be such a
+    retry: it carries an idempotency key, or OpenAI's SDKs count it a retry. A request sent
+    twice without either is two turns (a user may well say the same thing twice); a key
+    given again with another body names another request."""
     given = headers.get(IDEMPOTENCY_HEADER)
     if given:
-        return hashlib.blake2b(b"key:" + given.encode("latin-1", "replace"), digest_size=16).hexdigest(), True
+        named = b"key:" + given.encode("latin-1", "replace") + b"\0" + body
+        return hashlib.blake2b(named, digest_size=16).hexdigest(), True
     count = headers.get(RETRY_HEADER, "").strip()
     retry = count.isascii() and count.isdigit() and int(count[:6]) > 0
     return hashlib.blake2b(b"body:" + body, digest_size=16).hexdigest(), retry

@@ -4,13 +4,14 @@
 -- The hash's `epoch` names its incarnation: set by the request that creates it (`epoch`, a
 -- fresh token), it tells a turn that arrived before a reset from one that arrived after.
 -- A request with a key (its idempotency key or its body's digest) takes a slot in the ring of
--- the session's last RING requests (`r:<slot>`: the key, its arrival number, when it came;
--- `o:<slot>`: its answer, once it has one: see answer.lua). A retry looks its key up there
--- first: found (the newest, within RETRY_SECONDS), it takes nothing and waits for that answer.
+-- the session's last RING requests (`r:<slot>`: the key, its arrival number, when it came,
+-- its nonce and when its request last said it was alive, see beat.lua; `o:<slot>`: its
+-- answer, once it has one, see answer.lua). A retry looks its key up there first: found (the
+-- newest, within RETRY_SECONDS), it takes nothing and waits for that answer.
 -- ARGV: ArriveArguments, in its order, then the fields to look in.
 -- Returns {arrival number, open turn or '', first (0/1), the hash's epoch, the slot taken or
--- -1, and for a retry found, '<slot> <arrival number>' of the request it retries, else ''}.
-local now_text, wait_text, ttl_text, lease_text, reserve, mark_import, epoch, key, retry = unpack(ARGV, 1, 9)
+-- -1, and for a retry found, '<slot> <nonce>' of the request it retries, else ''}.
+local now_text, wait_text, ttl_text, lease_text, reserve, mark_import, epoch, key, retry, nonce = unpack(ARGV, 1, 10)
 --#include order.lua
 local RING, RETRY_SECONDS = 4, 600
 flush()
@@ -19,10 +20,11 @@ local standing = redis.call('HGET', live, 'epoch')  -- this incarnation's: ours,
 if retry == '1' and key ~= '' then
   local retried, newest = '', -1
   for slot = 0, RING - 1 do
-    local taken, place, came = string.match(redis.call('HGET', live, 'r:' .. slot) or '', '^(%x+) (%d+) (%S+)$')
+    local entry = redis.call('HGET', live, 'r:' .. slot) or ''
+    local taken, came, owner = string.match(entry, '^(%x+) %d+ (%S+) (%x+) %S+$')
     came = tonumber(came)
     if taken == key and came and now - came <= RETRY_SECONDS and came > newest then
-      retried, newest = slot .. ' ' .. place, came
+      retried, newest = slot .. ' ' .. owner, came
     end
   end
   if retried ~= '' then
@@ -31,7 +33,7 @@ if retry == '1' and key ~= '' then
   end
 end
 local found = ''
-local at = 9 + 1  -- the fields to look in follow the named arguments
+local at = 10 + 1  -- the fields to look in follow the named arguments
 for i = at, #ARGV do
   local value = redis.call('HGET', live, ARGV[i])
   -- a turn that began waiting in another incarnation (written after a reset) is no turn of
@@ -61,7 +63,7 @@ end
 local slot = -1
 if key ~= '' then
   slot = redis.call('HINCRBY', live, 'requests', 1) % RING
-  redis.call('HSET', live, 'r:' .. slot, key .. ' ' .. seq .. ' ' .. now_text)
+  redis.call('HSET', live, 'r:' .. slot, table.concat({key, seq, now_text, nonce, now_text}, ' '))
   redis.call('HDEL', live, 'o:' .. slot)
 end
 if ttl > 0 then redis.call('PEXPIRE', live, ttl) end

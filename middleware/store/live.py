@@ -12,8 +12,8 @@ session's ``live`` hash, under the session's hash tag (one cluster slot)::
     imported         set once: a new session took the history its first request carried
                      ('0' while the request that was to take it failed first)
     requests         a counter: the requests with a key (see below) that arrived
-    r:<slot>, o:<slot>   a ring of the last RING such requests: the key, arrival number and
-                     time of each, and its answer once it has one (``answer_command``)
+    r:<slot>, o:<slot>   a ring of the last four such requests and their answers
+                     (``middleware.store.retries``)
     epoch            set once, by the request that made the hash: its incarnation (a reset
                      deletes the hash, and the next request makes a new one)
 
@@ -30,12 +30,9 @@ it does not wait for the session's next request (unless that process stops, or t
 fails, first). A turn whose session was reset while it ran is not recorded, nor renewed,
 nor continued by tool results: each request carries the epoch it arrived in.
 
-A client that timed out, or lost its connection, sends the request again: a retry (it says
-so, and carries the first attempt's key: its idempotency key, or its body's digest). The
-retry takes no place of its own while the first attempt's turn runs or has an answer: it
-finds that attempt in the ring, waits for its answer (``answer_of``) and gives the client
-that; it runs as a new turn only when the first attempt went no further (its turn given up,
-its process gone), so the model is not paid twice, nor the turn recorded twice.
+A client that timed out, or lost its connection, sends the request again: a retry, which
+waits for the first attempt's answer instead of taking a place of its own
+(``middleware.store.retries``).
 """
 
 from __future__ import annotations
@@ -53,25 +50,20 @@ from ..core.effects import Batch, Command, Plan
 from .decoding import checked
 from .keys import Layout, recorded_keys
 from .record import RecordArguments, index_commands
+from .retries import Answer, Retry, answer_command
 from .scripts import Arguments, Script, no_script
 
 __all__ = [
-    "ANSWER",
     "ARRIVE",
     "FINISH",
     "FLUSH",
-    "GAVE_UP",
     "LEASE_SECONDS",
     "RENEW",
-    "Answer",
-    "AnswerArguments",
     "Arrival",
     "ArriveArguments",
     "FinishArguments",
     "FlushArguments",
     "RenewArguments",
-    "Retry",
-    "answer_of",
     "arrival",
     "arrive_command",
     "catch_up",
@@ -81,7 +73,6 @@ __all__ = [
     "wait_for_results",
 ]
 
-ANSWER = Script.named("answer")
 ARRIVE = Script.named("arrive")
 FINISH = Script.named("finish")
 FLUSH = Script.named("flush")
@@ -96,9 +87,9 @@ LEASE_SECONDS = 2.0
 class ArriveArguments(Arguments):
     """ARGV of arrive.lua: the clock, how long a turn may hold the line, the session's TTL,
     how long a lease lasts unrenewed, whether a new turn takes an arrival number, whether the
-    request may import history, the epoch a hash it makes takes, the request's key ("": none)
-    and whether it is a retry (look the key up first); then the ``open:<call id>`` fields its
-    tool results may answer."""
+    request may import history, the epoch a hash it makes takes, the request's key ("": none),
+    whether it is a retry (look the key up first) and its nonce; then the ``open:<call id>``
+    fields its tool results may answer."""
 
     TAIL = ("fields",)
 
@@ -111,6 +102,7 @@ class ArriveArguments(Arguments):
     epoch: str
     key: str
     retry: int
+    nonce: str
     fields: tuple[str, ...]
 
     def argv(self) -> list[Any]:
@@ -145,15 +137,6 @@ def _entry(arguments: RecordArguments | None) -> bytes:
     return orjson.dumps([value.decode() if isinstance(value, bytes) else str(value) for value in values])
 
 
-class Retry(NamedTuple):
-    """A request found to retry an earlier attempt: that attempt's slot in the ring, its key
-    and the arrival number its turn took (0: it continued a turn, and took none)."""
-
-    slot: int
-    key: str
-    seq: int
-
-
 class Arrival(NamedTuple):
     seq: int  # the arrival number given to a new turn (0 when none was asked for or one was open)
     open: OpenTurn | None  # the turn the request's tool results answer, when one is waiting
@@ -165,16 +148,18 @@ class Arrival(NamedTuple):
 
 def arrive_command(
     layout: Layout, session_id: str, *, waiting: Sequence[str], reserve: bool, mark_import: bool, now: float, wait: float,
-    key: str = "", retry: bool = False,
+    key: str = "", retry: bool = False, nonce: str = "",
 ) -> Command:  # fmt: skip
     """The command by which a request arrives: find the earlier attempt it retries (``retry``,
     by ``key``, a hex digest), else apply the turns due, find the open turn its tool results
     answer (``waiting``: their call ids), or give a new turn its arrival number, and take a
-    slot in the ring for ``key``. Sent ahead of the session's load, in the same round trip
+    slot in the ring for ``key``, under the request's ``nonce`` (hex; see
+    ``middleware.store.retries``). Sent ahead of the session's load, in the same round trip
     (see ``load.load``)."""
     arguments = ArriveArguments(now_text=repr(now), wait_text=repr(wait), ttl_text=layout.ttl_ms, lease_text=repr(LEASE_SECONDS),
                                 reserve=int(reserve), mark_import=int(mark_import), epoch=secrets.token_hex(8), key=key,
-                                retry=int(retry and bool(key)), fields=tuple(f"open:{call}" for call in waiting))  # fmt: skip
+                                retry=int(retry and bool(key)), nonce=nonce if key else "",
+                                fields=tuple(f"open:{call}" for call in waiting))  # fmt: skip
     return ARRIVE.inline(_keys(layout, session_id), arguments)
 
 
@@ -187,57 +172,13 @@ def arrival(reply: Any, key: str = "") -> Arrival:
     seq, found, first, epoch, slot, retried = checked([reply])[0]
     retry = None
     if retried:
-        at, place = _text(retried).split()
-        retry = Retry(int(at), key, int(place))
+        at, nonce = _text(retried).split()
+        retry = Retry(int(at), key, nonce)
     return Arrival(int(seq), OpenTurn.from_json(found) if found else None, bool(first), _text(epoch), int(slot), retry)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AnswerArguments(Arguments):
-    """ARGV of answer.lua: the request's slot in the ring, its key and its answer."""
-
-    slot: int
-    key: str
-    answer: bytes
-
-
-class Answer(NamedTuple):
-    """What a request answered its client, kept for a retry of it (``answer_command``):
-    ``text`` is JSON (see ``middleware.serve.turns``), or ``GAVE_UP`` when the request went
-    no further and its retry should run as a new turn."""
-
-    slot: int
-    key: str
-    text: bytes
-
-
-GAVE_UP = b"-"
-
-
-def answer_command(layout: Layout, session_id: str, answer: Answer) -> Command:
-    """Keep ``answer`` in the request's slot of the ring, unless a newer request took it."""
-    arguments = AnswerArguments(slot=answer.slot, key=answer.key, answer=answer.text)
-    return ANSWER.inline((layout.session(session_id).live,), arguments)
 
 
 def _answered(layout: Layout, session_id: str, answer: Answer | None) -> list[Command]:
     return [answer_command(layout, session_id, answer)] if answer is not None and answer.slot >= 0 else []
-
-
-def answer_of(layout: Layout, session_id: str, retry: Retry, *, now: float) -> Plan[bytes | None]:
-    """The answer the attempt ``retry`` retries gave its client: its JSON, ``GAVE_UP`` when
-    it went no further (its turn given up, or its slot taken since by a newer request, or its
-    lease lapsed: its process is gone), or None while it runs."""
-    live = layout.session(session_id).live
-    (values,) = checked((yield Batch([("hmget", live, f"r:{retry.slot}", f"o:{retry.slot}", f"l:{retry.seq}")])))
-    taken, answer, lease = values
-    if taken is None or not _text(taken).startswith(retry.key + " "):
-        return GAVE_UP
-    if answer is not None:
-        return answer if isinstance(answer, bytes) else str(answer).encode()
-    if retry.seq and (lease is None or now - float(lease) > LEASE_SECONDS):
-        return GAVE_UP
-    return None
 
 
 def release_import(layout: Layout, session_id: str) -> Plan[None]:
