@@ -97,12 +97,19 @@ def test_a_retry_after_a_client_timeout_gets_the_first_attempts_answer(
         assert reply.usage is not None and reply.usage.prompt_tokens > 0
     assert len(provider.requests) == 1
     assert recent(config, "r1") == (1, ["hello", "answer 1 to hello"])
-    # the next message is a turn of its own, not mistaken for a retry
+    # the replay reached its client: the same message sent again, even marked a retry (its own
+    # first attempt never arrived; an SDK retries after half a second at the soonest), is a new turn
     provider.delay = 0
-    client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "hello"}], extra_headers={"X-Session-Id": "r1"}
-    )
-    assert len(provider.requests) == 2 and recent(config, "r1")[0] == 2
+    time.sleep(0.5)
+    again = client.with_options(max_retries=0).chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "hello"}], stream=stream,
+        extra_headers={"X-Session-Id": "r1", "x-stainless-retry-count": "1"},
+    )  # fmt: skip
+    assert "x-middleware-replayed" not in again.headers
+    parsed = again.parse()
+    if stream:  # read to its end: the turn is recorded as the stream ends
+        assert "".join(chunk.choices[0].delta.content or "" for chunk in parsed if chunk.choices) == "answer 2 to hello"
+    assert len(provider.requests) == 2 and recent(config, "r1") == (2, ["hello", "answer 2 to hello"])
 
 
 def post(url: str, body: dict[str, Any], **headers: str) -> httpx.Response:
@@ -231,6 +238,7 @@ def test_a_retry_header_on_a_message_whose_like_was_answered_before_is_a_new_tur
     provider.delay = 0
     body = {"model": "m", "messages": [{"role": "user", "content": "ok"}]}
     assert post(url, body, **{"X-Session-Id": "r7"}).json()["choices"][0]["message"]["content"] == "answer 1 to ok"
+    time.sleep(0.5)  # an SDK retries after half a second at the soonest
     again = post(url, body, **{"X-Session-Id": "r7", "x-stainless-retry-count": "1"})
     assert again.json()["choices"][0]["message"]["content"] == "answer 2 to ok"
     assert "x-middleware-replayed" not in again.headers

@@ -307,7 +307,7 @@ class Endpoint:
             except InvalidSessionIdError as exc:
                 raise InvalidRequestError(f"{chat.session_from}: {exc}", param=chat.session_from) from None
             if isinstance(exchange, Retried):  # the client sent it again: the first attempt's answer, not a second turn
-                replayed = await self.sessions.replay(turns, chat, exchange)
+                replayed = await self.sessions.replay(turns, chat, exchange, request.is_disconnected)
                 if replayed is not None:
                     return replayed
                 exchange = await self._run(begin(False))  # that attempt went no further: this one is the turn

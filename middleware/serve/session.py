@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
+from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from .. import llm
@@ -144,6 +145,7 @@ class SessionRequests:
                 except StoreError as exc:
                     if time.monotonic() + delay > deadline or self.closing:
                         log.error("serve.turn_not_recorded", session=exchange.session_id, error=redact_secrets(str(exc)))
+                        exchange.owed = False  # given up: nothing more will be written
                         return
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -181,12 +183,12 @@ class SessionRequests:
 
     def heartbeat(self, turns: Turns, session_id: str, nonce: str, settled: Callable[[], bool]) -> None:
         """Say every half second that request ``nonce`` still runs, until it is ``settled``
-        (its answer kept, or nothing left to keep), for HOLD_SECONDS at most: a retry of it
-        waits while it does (``middleware.store.retries``)."""
+        (its answer kept, or nothing left to keep; a turn held through an outage is settled
+        when it is written or given up), through the server's shutdown too, which waits for
+        it: a retry of it, to any process, waits while it does (``middleware.store.retries``)."""
 
         async def beating() -> None:
-            until = time.monotonic() + HOLD_SECONDS
-            while time.monotonic() < until and not self.closing:
+            while True:
                 await asyncio.sleep(ALIVE_SECONDS / 4)
                 if settled():
                     return
@@ -199,18 +201,39 @@ class SessionRequests:
 
         self.start(beating())
 
-    async def replay(self, turns: Turns, chat: ChatRequest, retried: Retried) -> Response | None:
+    async def delivery(
+        self, turns: Turns, session_id: str, slot: int, nonce: str, gone: Callable[[], Awaitable[bool]] | None
+    ) -> Callable[[], Awaitable[None]] | None:
+        """Asked as an answer is about to be sent (once it is, the server reads any client as
+        gone): when its client is still there to take it, what then marks the answer kept in
+        ``slot`` for a retry ``DELIVERED`` (a request sent again with its body is a new
+        message; see ``middleware.store.retries``); None when it is gone, or nothing is kept."""
+        if slot < 0 or gone is None or await gone():
+            return None
+
+        async def delivered() -> None:
+            with contextlib.suppress(StoreError):
+                await self.run(turns.delivered(session_id, slot, nonce))
+
+        return delivered
+
+    async def replay(
+        self, turns: Turns, chat: ChatRequest, retried: Retried, gone: Callable[[], Awaitable[bool]] | None = None
+    ) -> Response | None:
         """The answer of the earlier attempt ``retried`` retries, once it has one, as this
         request asks for it (plain or streamed); None when that attempt went no further (the
         request then runs as a new turn); a 409 when it is still running after
-        ``serve.order_wait_seconds`` (OpenAI's SDKs try again)."""
+        ``serve.order_wait_seconds`` (OpenAI's SDKs try again). A replay taken by its client
+        is delivered (``delivery``), unless it carries an idempotency key."""
         deadline = time.monotonic() + turns.wait
         while True:
             answer = await self.run(turns.answer_of(retried))
             if answer in (GAVE_UP, DELIVERED):
                 return None
             if answer is not None:
-                return _replayed(chat, orjson.loads(answer))
+                slot = -1 if chat.keyed else retried.retry.slot
+                after = await self.delivery(turns, retried.session_id, slot, retried.retry.nonce, gone)
+                return _replayed(chat, orjson.loads(answer), after)
             if time.monotonic() >= deadline:
                 message = (f"An earlier attempt of this request is still running after {turns.wait:g} s "
                            "(serve.order_wait_seconds); try again later.")  # fmt: skip
@@ -240,8 +263,7 @@ class SessionRequests:
                 usage.add(response)
                 latency = time.perf_counter() - started
                 head = {"id": response.id, "created": response.created, "usage": dict(usage.counts),
-                        "finish_reason": response.choices[0].finish_reason if response.choices else None,
-                        "delivered": gone is not None and not await gone()}  # fmt: skip
+                        "finish_reason": response.choices[0].finish_reason if response.choices else None}  # fmt: skip
                 try:
                     step = await self._kept(turns.step(exchange, request, reply, response, model=upstream, latency=latency,
                                                        head=head))  # fmt: skip
@@ -250,12 +272,21 @@ class SessionRequests:
                         raise
                     log.error("serve.turn_held", session=exchange.session_id, error=redact_secrets(str(exc)))
                     body = self._answer(dumped(response, chat.model), reply, exchange, usage)
-                    return JSONResponse(body, headers={"X-Middleware-Warning": HELD})
+                    after = await self._sent(turns, exchange, gone)
+                    return JSONResponse(body, headers={"X-Middleware-Warning": HELD}, background=after)
                 if step != "again":
-                    return JSONResponse(self._answer(dumped(response, chat.model), reply, exchange, usage))
+                    body = self._answer(dumped(response, chat.model), reply, exchange, usage)
+                    return JSONResponse(body, background=await self._sent(turns, exchange, gone))
         finally:
             lease.cancel()
             self.pay(turns, exchange)  # whatever the request left undone (an error, a client gone, a held turn)
+
+    async def _sent(self, turns: Turns, exchange: Exchange, gone: Callable[[], Awaitable[bool]] | None) -> BackgroundTask | None:
+        """What runs once the turn's answer was sent (see ``delivery``): nothing for a request
+        with an idempotency key, whose answer is kept whole for it."""
+        slot = -1 if exchange.keyed or exchange.answer is None or exchange.answer.text == GAVE_UP else exchange.slot
+        after = await self.delivery(turns, exchange.session_id, slot, exchange.nonce, gone)
+        return BackgroundTask(after) if after else None
 
     @staticmethod
     def _answer(body: dict[str, Any], reply: Mapping[str, Any], exchange: Exchange, usage: _Usage) -> dict[str, Any]:
@@ -314,8 +345,9 @@ REPLAY_POLL_SECONDS = 0.1  # how often a retry looks for its earlier attempt's a
 REPLAYED = "the answer of an earlier attempt of this request (a retry): the model was not called again"
 
 
-def _replayed(chat: ChatRequest, kept: Mapping[str, Any]) -> Response:
-    """A kept answer (see ``Turns._answer``) as ``chat`` asks for it: one reply, or a stream."""
+def _replayed(chat: ChatRequest, kept: Mapping[str, Any], after: Callable[[], Awaitable[None]] | None) -> Response:
+    """A kept answer (see ``Turns._answer``) as ``chat`` asks for it: one reply, or a stream;
+    ``after`` runs once it was sent."""
     head = {"id": kept.get("id") or "chatcmpl-middleware", "created": kept.get("created") or int(time.time()),
             "model": chat.model}  # fmt: skip
     message, finish = dict(kept["message"]), kept.get("finish_reason") or "stop"
@@ -325,7 +357,7 @@ def _replayed(chat: ChatRequest, kept: Mapping[str, Any]) -> Response:
         message.setdefault("content", None)
         body = {**head, "object": "chat.completion", "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                 "usage": usage}  # fmt: skip
-        return JSONResponse(body, headers=headers)
+        return JSONResponse(body, headers=headers, background=BackgroundTask(after) if after else None)
     chunk = {**head, "object": "chat.completion.chunk"}
     delta: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
     events = [{**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}]
@@ -341,6 +373,8 @@ def _replayed(chat: ChatRequest, kept: Mapping[str, Any]) -> Response:
         for event in events:
             yield sse(event)
         yield b"data: [DONE]\n\n"
+        if after is not None:
+            await after()
 
     return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
@@ -378,8 +412,7 @@ class _Events:
                     chunk = await anext(chunks, None)
                 self.usage.add(streamed.usage)
                 reply = streamed.message()
-                delivered = self.gone is not None and not await self.gone()
-                head = {**self.head, "finish_reason": self.finish, "usage": dict(self.usage.counts), "delivered": delivered}
+                head = {**self.head, "finish_reason": self.finish, "usage": dict(self.usage.counts)}
                 step = owner.start(self.turns.step(exchange, request, reply, streamed.usage, model=self.upstream,
                                                     latency=time.perf_counter() - started, head=head))  # fmt: skip
                 try:
@@ -406,7 +439,11 @@ class _Events:
             # the step under way (if any) says the turn did not end with it.
             self.lease.cancel()
             owner.start(self._settle(step, request, streamed.message(), streamed.usage, time.perf_counter() - started))
+        slot = -1 if exchange.keyed or exchange.answer is None or exchange.answer.text == GAVE_UP else exchange.slot
+        after = await owner.delivery(self.turns, exchange.session_id, slot, exchange.nonce, self.gone)
         yield b"data: [DONE]\n\n"
+        if after is not None:
+            await after()
 
     async def _settle(
         self, step: asyncio.Task[Any] | None, request: Request, reply: dict[str, Any], usage: Any, latency: float

@@ -317,13 +317,10 @@ class Turns:
     @staticmethod
     def _answer(exchange: Exchange, reply: Mapping[str, Any], head: Mapping[str, Any]) -> Answer | None:
         """What the request answers its client, as a retry of it gets it: the model's last
-        reply with the calls the client runs only, or the turn's final text; ``DELIVERED``
-        for one whose client was there to take it (``head["delivered"]``), unless it gave an
-        idempotency key."""
+        reply with the calls the client runs only, or the turn's final text (``DELIVERED``
+        once it reached its client: ``delivered``)."""
         if exchange.slot < 0:
             return None
-        if head.get("delivered") and not exchange.keyed:
-            return Answer(exchange.slot, exchange.nonce, DELIVERED)
         message: dict[str, Any] = {"role": "assistant", "content": exchange.final}
         finish_reason = head.get("finish_reason") if head.get("finish_reason") in ("length", "content_filter") else "stop"
         if exchange.forwarded:
@@ -341,6 +338,11 @@ class Turns:
         """What the attempt ``retried`` retries answered (see ``middleware.store.retries.answer_of``)."""
         answer: bytes | None = yield from answer_of(self.layout, retried.session_id, retried.retry, now=time.time())
         return answer
+
+    def delivered(self, session_id: str, slot: int, nonce: str) -> Program[None]:
+        """The answer kept in ``slot`` for request ``nonce`` reached its client: a request sent
+        again with its body is a new message now (``middleware.store.retries``)."""
+        checked((yield Batch([answer_command(self.layout, session_id, Answer(slot, nonce, DELIVERED))])))
 
     def beat(self, session_id: str, nonce: str) -> Program[bool]:
         """Say that request ``nonce`` of the session still runs (``middleware.store.retries.beat``)."""
